@@ -1,0 +1,49 @@
+"""Every environment variable the orchestrator sets in a task, in one place.
+
+Task processes read these through :class:`orchestrator.runtime.TaskContext`.
+
+=============================  ==============================================================
+Variable                       Meaning
+=============================  ==============================================================
+``TF_CONFIG``                  cluster spec and this task's type and index (TF's own format)
+``ORCH_RUN_ID``                the run id, also the name of the run directory
+``ORCH_RUN_DIR``               ``runs/<run-id>``: shared by every task of the job
+``ORCH_TASK_DIR``              ``runs/<run-id>/attempt-<n>/<task>``: this attempt's logs and scratch
+``ORCH_ATTEMPT``               0 for the first attempt of the task, 1 after one restart, ...
+``ORCH_HEALTH_ADDRESS``        ``host:port`` of the orchestrator's gRPC health endpoint
+``ORCH_JOB_TOKEN``             secret every health call carries as ``x-job-token`` metadata
+``ORCH_ORCHESTRATOR_PID``      pid of the orchestrator (local backend): the task dies with it
+``ORCH_HEARTBEAT_INTERVAL_S``  seconds between two heartbeats
+``ORCH_ERROR_FILE``            where the task writes a JSON record of an uncaught exception
+``ORCH_STRATEGY``              ``multi_worker_mirrored`` or ``parameter_server``
+``ORCH_TRAINING``              JSON of the training options (epochs, batch size, ...)
+``ORCH_BACKUP_DIR``            BackupAndRestore directory, shared by the job
+``ORCH_MODEL_DIR``             where the chief exports the final SavedModel
+``TF_NUM_INTRAOP_THREADS``     per-task thread limit, so tasks do not oversubscribe the cores
+``TF_NUM_INTEROP_THREADS``     per-task inter-op thread limit
+``OMP_NUM_THREADS``            the same limit for oneDNN/OpenMP
+``TF_USE_LEGACY_KERAS``        ``1``: ``tf.keras`` is tf-keras (Keras 3 ``fit`` fails under MWMS)
+``TF_CPP_MIN_LOG_LEVEL``       ``1``: TensorFlow's INFO lines are dropped from the logs
+``GRPC_FAIL_FAST``             ``use_caller`` for ParameterServerStrategy tasks (TF PSS tutorial)
+``PYTHONUNBUFFERED``           ``1``: log lines reach the files at once
+=============================  ==============================================================
+"""
+
+from __future__ import annotations
+
+RUN_ID = "ORCH_RUN_ID"
+RUN_DIR = "ORCH_RUN_DIR"
+TASK_DIR = "ORCH_TASK_DIR"
+ATTEMPT = "ORCH_ATTEMPT"
+HEALTH_ADDRESS = "ORCH_HEALTH_ADDRESS"
+JOB_TOKEN = "ORCH_JOB_TOKEN"
+ORCHESTRATOR_PID = "ORCH_ORCHESTRATOR_PID"
+HEARTBEAT_INTERVAL_S = "ORCH_HEARTBEAT_INTERVAL_S"
+ERROR_FILE = "ORCH_ERROR_FILE"
+STRATEGY = "ORCH_STRATEGY"
+TRAINING = "ORCH_TRAINING"
+BACKUP_DIR = "ORCH_BACKUP_DIR"
+MODEL_DIR = "ORCH_MODEL_DIR"
+
+TOKEN_METADATA_KEY = "x-job-token"
+"""gRPC metadata key that carries the job token."""

@@ -1,0 +1,211 @@
+"""Task-side heartbeat client: a background thread streaming heartbeats to the orchestrator.
+
+Every task (ps included) runs one :class:`HeartbeatReporter`. It sends a heartbeat every
+``interval_s`` seconds and at once when the task's phase changes, carrying task type and
+index, attempt, pid, phase, step, epoch, loss, examples/s, CPU % and RSS (psutil).
+Training code feeds it through :meth:`HeartbeatReporter.update`.
+
+When the stream breaks, the reporter reconnects with a growing backoff (0.2 s to 5 s).
+When the orchestrator process is gone (local backend), the task kills its own process
+group: no task outlives its orchestrator.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Iterator
+
+import grpc
+import psutil
+
+from orchestrator import env
+from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+STREAM_DEADLINE_S = 3600.0
+"""A heartbeat stream is reopened after this long, so even it has a deadline."""
+RPC_DEADLINE_S = 5.0
+"""Deadline of every unary call."""
+
+
+class HeartbeatReporter:
+    """Streams heartbeats of one task attempt to the orchestrator.
+
+    Args:
+        address: ``host:port`` of the orchestrator's health endpoint.
+        token: the job token sent as ``x-job-token`` metadata.
+        task_type: TF task type.
+        task_index: TF task index.
+        attempt: attempt number (0 first).
+        interval_s: seconds between heartbeats.
+        orchestrator_pid: when > 0, the task kills its process group once this pid is gone.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        task_type: str,
+        task_index: int,
+        attempt: int = 0,
+        interval_s: float = 1.0,
+        orchestrator_pid: int = 0,
+    ) -> None:
+        self._address = address
+        self._metadata = ((env.TOKEN_METADATA_KEY, token),)
+        self._key = pb.TaskKey(task_type=task_type, task_index=task_index, attempt=attempt)
+        self._interval_s = interval_s
+        self._orchestrator_pid = orchestrator_pid
+        self._cond = threading.Condition()
+        self._fields: dict = {"phase": pb.PHASE_INITIALIZING}
+        self._metrics: dict[str, float] = {}
+        self._dirty = True
+        self._closing = False
+        self._sequence = 0
+        self._process = psutil.Process()
+        self._process.cpu_percent(None)
+        self._thread: threading.Thread | None = None
+        self._channel: grpc.Channel | None = None
+        self._sent_final = threading.Event()
+
+    @classmethod
+    def from_context(cls, context) -> "HeartbeatReporter":
+        """Build from a :class:`orchestrator.runtime.TaskContext`."""
+        return cls(
+            context.health_address,
+            context.token,
+            context.task_type,
+            context.task_index,
+            context.attempt,
+            context.heartbeat_interval_s,
+            context.orchestrator_pid,
+        )
+
+    # -- feeding -------------------------------------------------------------------------
+    def update(self, phase: int | None = None, message: str | None = None, **values: float) -> None:
+        """Record the latest progress; a phase change is sent at once.
+
+        Args:
+            phase: a ``supervisor_pb2.Phase`` value.
+            message: free text for the live view.
+            **values: ``step``, ``epoch``, ``loss``, ``examples_per_second`` go to their
+                own fields; anything else is a metric (e.g. ``test_accuracy``).
+        """
+        with self._cond:
+            if phase is not None and phase != self._fields.get("phase"):
+                self._fields["phase"] = phase
+                self._dirty = True
+                self._cond.notify_all()
+            if message is not None:
+                self._fields["message"] = message
+            for name, value in values.items():
+                if value is None:
+                    continue
+                if name in ("step", "epoch"):
+                    self._fields[name] = int(value)
+                elif name in ("loss", "examples_per_second"):
+                    self._fields[name] = float(value)
+                else:
+                    self._metrics[name] = float(value)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> "HeartbeatReporter":
+        """Start the background thread (daemon). Returns self."""
+        if not self._address:
+            return self
+        self._channel = grpc.insecure_channel(self._address)
+        self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self, phase: int | None = None, timeout_s: float = 5.0) -> None:
+        """Send a last heartbeat (with ``phase``, e.g. DONE) and end the stream.
+
+        Waits at most ``timeout_s`` seconds for the orchestrator to receive it.
+        """
+        if phase is not None:
+            self.update(phase=phase)
+        with self._cond:
+            self._closing = True
+            self._dirty = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self._channel is not None:
+            self._channel.close()
+
+    def release_port(self) -> int:
+        """Ask the orchestrator to release the port it reserved for this task.
+
+        Call it right before the tf.distribute server binds. Returns the port (0 when
+        the orchestrator held none, or when there is no orchestrator).
+        """
+        if self._channel is None:
+            return 0
+        stub = pb_grpc.SupervisorStub(self._channel)
+        try:
+            reply = stub.ReleasePort(pb.PortRequest(task=self._key), metadata=self._metadata, timeout=RPC_DEADLINE_S)
+        except grpc.RpcError as exc:
+            log.warning("could not release the reserved port: %s", exc)
+            return 0
+        return reply.port
+
+    # -- the thread ----------------------------------------------------------------------
+    def _snapshot(self) -> pb.Heartbeat:
+        with self._process.oneshot():
+            cpu = self._process.cpu_percent(None)
+            rss = self._process.memory_info().rss
+        hb = pb.Heartbeat(task=self._key, sequence=self._sequence, pid=os.getpid(), cpu_percent=cpu, rss_bytes=rss)
+        for name, value in self._fields.items():
+            setattr(hb, name, value)
+        for name, value in self._metrics.items():
+            hb.metrics[name] = value
+        self._sequence += 1
+        return hb
+
+    def _heartbeats(self) -> Iterator[pb.Heartbeat]:
+        opened = time.monotonic()
+        while True:
+            with self._cond:
+                if not self._dirty and not self._closing:
+                    self._cond.wait(self._interval_s)
+                closing = self._closing
+                self._dirty = False
+                hb = self._snapshot()
+            yield hb
+            if closing:
+                self._sent_final.set()
+                return
+            self._check_orchestrator()
+            if time.monotonic() - opened > STREAM_DEADLINE_S - 2 * self._interval_s:
+                return
+
+    def _check_orchestrator(self) -> None:
+        pid = self._orchestrator_pid
+        if pid > 0 and os.getppid() != pid:
+            log.error("orchestrator (pid %d) is gone; stopping this task", pid)
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    def _run(self) -> None:
+        assert self._channel is not None
+        stub = pb_grpc.SupervisorStub(self._channel)
+        backoff_s = 0.2
+        while True:
+            try:
+                stub.StreamHeartbeats(self._heartbeats(), metadata=self._metadata, timeout=STREAM_DEADLINE_S)
+                backoff_s = 0.2
+            except grpc.RpcError as exc:
+                if self._sent_final.is_set():
+                    return
+                log.debug("heartbeat stream broke (%s); reconnecting in %.1f s", exc.code(), backoff_s)
+                self._check_orchestrator()
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 5.0)
+            if self._sent_final.is_set():
+                return

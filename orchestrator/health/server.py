@@ -1,0 +1,219 @@
+"""The orchestrator's gRPC endpoint: our ``Supervisor`` service plus ``grpc.health.v1.Health``.
+
+It runs a ``grpc.aio`` server on its own thread and event loop, so one thread absorbs
+the heartbeat streams of every task. Heartbeats land in a :class:`HeartbeatStore` with
+the orchestrator's monotonic receive time; the supervisor reads the store, never the
+task's clock.
+
+Security: the server binds loopback by default, and every ``Supervisor`` call must carry
+the job token (``x-job-token`` metadata); others get ``UNAUTHENTICATED``. The standard
+Health service stays open so stock probes (``grpc_health_probe``, Docker healthchecks) work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health as grpc_health
+
+from orchestrator import env
+from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+from orchestrator.spec.model import TaskId
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "tfcluster.v1.Supervisor"
+_HEALTH_PREFIX = "/grpc.health.v1.Health/"
+
+
+@dataclass
+class HeartbeatRecord:
+    """The latest heartbeat of a task attempt and when it arrived.
+
+    Attributes:
+        heartbeat: the latest ``Heartbeat`` message.
+        received_at: orchestrator ``time.monotonic()`` seconds at receipt.
+        first_received_at: monotonic seconds of the first heartbeat of this attempt.
+        count: heartbeats received from this attempt.
+    """
+
+    heartbeat: pb.Heartbeat
+    received_at: float
+    first_received_at: float
+    count: int
+
+
+class HeartbeatStore:
+    """Thread-safe latest-heartbeat table keyed by (TaskId, attempt)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: dict[tuple[TaskId, int], HeartbeatRecord] = {}
+        self.total = 0
+
+    def record(self, heartbeat: pb.Heartbeat) -> None:
+        """Store ``heartbeat`` as the latest of its task attempt."""
+        key = (TaskId(heartbeat.task.task_type, heartbeat.task.task_index), heartbeat.task.attempt)
+        now = self._clock()
+        with self._lock:
+            self.total += 1
+            old = self._records.get(key)
+            if old is None:
+                self._records[key] = HeartbeatRecord(heartbeat, now, now, 1)
+            else:
+                old.heartbeat, old.received_at, old.count = heartbeat, now, old.count + 1
+
+    def get(self, task: TaskId, attempt: int) -> HeartbeatRecord | None:
+        """The latest record of one attempt (a copy), or None before its first heartbeat."""
+        with self._lock:
+            rec = self._records.get((task, attempt))
+            return None if rec is None else HeartbeatRecord(rec.heartbeat, rec.received_at, rec.first_received_at, rec.count)
+
+
+class _TokenInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls to our service that lack the job token (UNAUTHENTICATED)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(_HEALTH_PREFIX):
+            return handler
+        given = dict(handler_call_details.invocation_metadata or ()).get(env.TOKEN_METADATA_KEY, "")
+        if hmac.compare_digest(str(given).encode(), self._token):
+            return handler
+        return _deny_handler(handler)
+
+
+def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    async def deny(_request, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"missing or wrong job token ({env.TOKEN_METADATA_KEY})")
+
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(deny)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(deny)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(deny)
+    return grpc.unary_unary_rpc_method_handler(deny)
+
+
+class _Supervisor(pb_grpc.SupervisorServicer):
+    def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int]) -> None:
+        self._store = store
+        self._release_port = release_port
+
+    async def StreamHeartbeats(self, request_iterator, context):  # noqa: N802 - gRPC name
+        received = 0
+        async for heartbeat in request_iterator:
+            self._store.record(heartbeat)
+            received += 1
+        return pb.StreamSummary(received=received)
+
+    async def ReleasePort(self, request, context):  # noqa: N802 - gRPC name
+        task = TaskId(request.task.task_type, request.task.task_index)
+        return pb.PortReply(port=self._release_port(task, request.task.attempt))
+
+
+class HealthServer:
+    """The orchestrator's gRPC server, on its own thread.
+
+    Args:
+        token: the job token tasks must present.
+        store: where heartbeats land.
+        release_port: called with (task, attempt) by ``ReleasePort``; returns the port
+            released, 0 when none was held. Runs on the server thread: keep it quick.
+        host: interface to bind; loopback by default.
+        port: 0 for any free port.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        store: HeartbeatStore,
+        release_port: Callable[[TaskId, int], int] = lambda task, attempt: 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._token = token
+        self._store = store
+        self._release_port = release_port
+        self._host = host
+        self._port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: grpc.aio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        """``host:port`` that tasks connect to."""
+        return f"{self._host}:{self.port}"
+
+    def start(self, timeout_s: float = 10.0) -> "HealthServer":
+        """Start serving; returns once the port is bound.
+
+        Raises:
+            RuntimeError: when the server cannot bind within ``timeout_s`` seconds.
+        """
+        self._thread = threading.Thread(target=self._thread_main, name="health-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s) or self._error is not None:
+            raise RuntimeError(f"health server did not start on {self._host}:{self._port}: {self._error}")
+        return self
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Stop serving, letting open calls finish for at most ``grace_s`` seconds."""
+        if self._loop is None or self._server is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop)
+        try:
+            future.result(grace_s + 5.0)
+        except Exception:  # noqa: BLE001 - best effort on shutdown
+            log.debug("health server stop did not finish cleanly", exc_info=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        loop.run_forever()
+        loop.close()
+
+    async def _serve(self) -> None:
+        server = grpc.aio.server(
+            interceptors=[_TokenInterceptor(self._token)],
+            options=[("grpc.so_reuseport", 0)],
+        )
+        pb_grpc.add_SupervisorServicer_to_server(_Supervisor(self._store, self._release_port), server)
+        health = grpc_health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        self.port = server.add_insecure_port(f"{self._host}:{self._port}")
+        if self.port == 0:
+            raise RuntimeError(f"could not bind {self._host}:{self._port}")
+        await server.start()
+        await health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server

@@ -1,0 +1,196 @@
+"""Task-side runtime: what every task process does first (never imports TensorFlow).
+
+* reads its context from the environment the orchestrator set (:mod:`orchestrator.env`);
+* dies with the orchestrator: ``PR_SET_PDEATHSIG`` (Linux), checked once after it is set;
+* dumps all thread stacks to stderr on ``SIGUSR1`` (the orchestrator asks before it kills
+  a hung task) and on fatal signals (``faulthandler``);
+* records an uncaught exception as a JSON error file (message, type, traceback,
+  timestamp), as torch.distributed.elastic's ``@record`` does, so the orchestrator can name
+  the root cause.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, TypeVar
+
+from orchestrator import env
+
+_PR_SET_PDEATHSIG = 1
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a task knows about itself and its job, read from the environment.
+
+    Attributes:
+        task_type: ``chief``, ``worker``, ``ps`` or ``evaluator`` (from TF_CONFIG).
+        task_index: index within the task type (from TF_CONFIG).
+        tf_config: the parsed TF_CONFIG.
+        attempt: 0 for the first attempt.
+        health_address: ``host:port`` of the orchestrator's health endpoint, or ``""``.
+        token: the job token, or ``""``.
+        orchestrator_pid: pid the task must not outlive, or 0 when not local.
+        heartbeat_interval_s: seconds between heartbeats.
+        run_dir, task_dir, error_file, backup_dir, model_dir: paths (``""`` when unset).
+        strategy: ``multi_worker_mirrored`` or ``parameter_server``.
+        training: the training options as a dict.
+    """
+
+    task_type: str
+    task_index: int
+    tf_config: Mapping
+    attempt: int = 0
+    health_address: str = ""
+    token: str = ""
+    orchestrator_pid: int = 0
+    heartbeat_interval_s: float = 1.0
+    run_dir: str = ""
+    task_dir: str = ""
+    error_file: str = ""
+    backup_dir: str = ""
+    model_dir: str = ""
+    strategy: str = "multi_worker_mirrored"
+    training: Mapping = None  # type: ignore[assignment]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "TaskContext":
+        """Read the context from ``environ`` (default ``os.environ``).
+
+        Raises:
+            ValueError: when TF_CONFIG is missing or has no task.
+        """
+        environ = os.environ if environ is None else environ
+        raw = environ.get("TF_CONFIG", "")
+        if not raw:
+            raise ValueError("TF_CONFIG is not set; start tasks with `python -m orchestrator launch`")
+        tf_config = json.loads(raw)
+        task = tf_config.get("task") or {}
+        if "type" not in task or "index" not in task:
+            raise ValueError(f"TF_CONFIG has no task type and index: {raw}")
+        return cls(
+            task_type=str(task["type"]),
+            task_index=int(task["index"]),
+            tf_config=tf_config,
+            attempt=int(environ.get(env.ATTEMPT, "0")),
+            health_address=environ.get(env.HEALTH_ADDRESS, ""),
+            token=environ.get(env.JOB_TOKEN, ""),
+            orchestrator_pid=int(environ.get(env.ORCHESTRATOR_PID, "0") or 0),
+            heartbeat_interval_s=float(environ.get(env.HEARTBEAT_INTERVAL_S, "1.0")),
+            run_dir=environ.get(env.RUN_DIR, ""),
+            task_dir=environ.get(env.TASK_DIR, ""),
+            error_file=environ.get(env.ERROR_FILE, ""),
+            backup_dir=environ.get(env.BACKUP_DIR, ""),
+            model_dir=environ.get(env.MODEL_DIR, ""),
+            strategy=environ.get(env.STRATEGY, "multi_worker_mirrored"),
+            training=json.loads(environ.get(env.TRAINING, "{}")),
+        )
+
+    @property
+    def name(self) -> str:
+        """``worker-1``."""
+        return f"{self.task_type}-{self.task_index}"
+
+    @property
+    def is_chief(self) -> bool:
+        """The chief, or worker 0 when the cluster has no chief (TF multi_worker_util.is_chief)."""
+        if self.task_type == "chief":
+            return True
+        cluster = self.tf_config.get("cluster", {})
+        return self.task_type == "worker" and self.task_index == 0 and not cluster.get("chief")
+
+
+def die_with_orchestrator(orchestrator_pid: int) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux ``PR_SET_PDEATHSIG``).
+
+    The parent must be the orchestrator (the local backend starts tasks directly).
+    If the orchestrator is already gone when this runs, exit at once.
+    """
+    if orchestrator_pid <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != orchestrator_pid:
+        os._exit(137)
+
+
+def install(context: TaskContext) -> None:
+    """Prepare the task process: parent-death signal, stack dumps on SIGUSR1, fatal-signal dumps."""
+    die_with_orchestrator(context.orchestrator_pid)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+
+
+def write_error_file(path: str, exc: BaseException, task: str = "") -> None:
+    """Write the JSON error record of ``exc`` to ``path`` (no-op when ``path`` is empty).
+
+    The record: ``{"message", "type", "traceback", "timestamp" (Unix seconds), "pid", "task"}``.
+    """
+    if not path:
+        return
+    record = {
+        "message": f"{type(exc).__name__}: {exc}",
+        "type": type(exc).__name__,
+        "traceback": "".join(traceback.format_exception(exc)),
+        "timestamp": time.time(),
+        "pid": os.getpid(),
+        "task": task,
+    }
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=2)
+    os.replace(tmp, path)
+
+
+def record_errors(context: TaskContext, fn: Callable[[], _T]) -> _T:
+    """Run ``fn``; on an uncaught exception write the error file, then re-raise."""
+    try:
+        return fn()
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised
+        write_error_file(context.error_file, exc, context.name)
+        raise
+
+
+def run_task(body: Callable[[TaskContext, Any], None]) -> int:
+    """The common frame of every task entrypoint (``python -m worker``, ``python -m ps``).
+
+    Reads the context, installs the runtime (parent-death signal, stack dumps), starts the
+    heartbeat stream, runs ``body(context, reporter)``, records an uncaught exception in the
+    error file, and sends a final DONE heartbeat on success.
+
+    Returns:
+        0 on success, 2 when the environment is not a task's; an exception propagates
+        (Python exits 1 with the traceback on stderr).
+    """
+    from orchestrator.health.client import HeartbeatReporter
+    from orchestrator.proto import supervisor_pb2 as pb
+
+    try:
+        context = TaskContext.from_env()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    install(context)
+    reporter = HeartbeatReporter.from_context(context).start()
+    try:
+        record_errors(context, lambda: body(context, reporter))
+    except BaseException:
+        reporter.close(timeout_s=2.0)
+        raise
+    reporter.close(pb.PHASE_DONE)
+    return 0

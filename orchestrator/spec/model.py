@@ -1,0 +1,266 @@
+"""The job spec: a frozen, validated description of what the user wants.
+
+A spec says what is wanted (how many tasks of each type, which strategy, the
+training options); runtime facts (pids, attempts, states) live in the supervisor.
+
+Topology rules follow TensorFlow's ``multi_worker_util._validate_cluster_spec``
+and the distributed-training guide:
+
+* task types are ``chief``, ``worker``, ``ps`` and ``evaluator``;
+* at most one chief and at most one evaluator;
+* MultiWorkerMirroredStrategy: no ps; with no chief, worker 0 is the chief;
+* ParameterServerStrategy: a chief (the coordinator running ``ClusterCoordinator``),
+  at least one worker and at least one ps;
+* the evaluator is never part of the training cluster (tensorflow#46169).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, field, replace
+from orchestrator.errors import SpecError
+
+TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+"""Task types in the order TF_CONFIG and every listing use."""
+
+TRAINING_TASK_TYPES = ("chief", "worker", "ps")
+"""Task types that belong to the training cluster (the evaluator does not)."""
+
+
+class Strategy(str, enum.Enum):
+    """The ``tf.distribute`` strategy the tasks train with."""
+
+    MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+    PARAMETER_SERVER = "parameter_server"
+
+    @classmethod
+    def parse(cls, value: str) -> "Strategy":
+        """Parse a strategy name; accepts ``-`` for ``_`` and the short names ``mwms`` / ``pss``.
+
+        Raises:
+            SpecError: for an unknown name.
+        """
+        text = str(value).strip().lower().replace("-", "_")
+        aliases = {"mwms": cls.MULTI_WORKER_MIRRORED, "pss": cls.PARAMETER_SERVER}
+        if text in aliases:
+            return aliases[text]
+        for member in cls:
+            if member.value == text:
+                return member
+        raise SpecError(
+            "strategy",
+            value,
+            "unknown strategy",
+            "use one of: " + ", ".join(m.value for m in cls),
+        )
+
+
+_TASK_RE = re.compile(r"^(chief|worker|ps|evaluator)[:\-](\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    """One task of the cluster: its TF task type and task index."""
+
+    task_type: str
+    task_index: int
+
+    @property
+    def name(self) -> str:
+        """``worker-1``: the name used for directories and log prefixes."""
+        return f"{self.task_type}-{self.task_index}"
+
+    def __str__(self) -> str:
+        return f"{self.task_type}:{self.task_index}"
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "task") -> "TaskId":
+        """Parse ``worker:1`` or ``worker-1``.
+
+        Raises:
+            SpecError: when the text is not ``<type>:<index>`` with a known type.
+        """
+        match = _TASK_RE.match(str(text).strip())
+        if not match:
+            raise SpecError(
+                field_name,
+                text,
+                "not a task",
+                "write <type>:<index> with type one of " + ", ".join(TASK_TYPES) + ", e.g. worker:1",
+            )
+        return cls(match.group(1), int(match.group(2)))
+
+    def sort_key(self) -> tuple[int, int]:
+        return (TASK_TYPES.index(self.task_type), self.task_index)
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Options of the built-in training program (``python -m worker``).
+
+    Attributes:
+        epochs: passes over the training split.
+        batch_size_per_replica: examples per replica per step; the global batch
+            size is this times the number of replicas in sync.
+        steps_per_epoch: training steps per epoch; ``None`` means
+            ``ceil(train examples / global batch size)``.
+        learning_rate: Adam learning rate.
+        seed: seed of the train/test split and of the model's initial weights.
+    """
+
+    epochs: int = 10
+    batch_size_per_replica: int = 16
+    steps_per_epoch: int | None = None
+    learning_rate: float = 0.005
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raises SpecError naming the first bad field."""
+        _positive_int("training.epochs", self.epochs, "e.g. --epochs 5")
+        _positive_int("training.batch_size_per_replica", self.batch_size_per_replica, "e.g. --batch-size 32")
+        if self.steps_per_epoch is not None:
+            _positive_int("training.steps_per_epoch", self.steps_per_epoch, "omit it to derive it from the data")
+        if not isinstance(self.learning_rate, (int, float)) or isinstance(self.learning_rate, bool) or not (
+            0 < float(self.learning_rate) <= 10 and math.isfinite(float(self.learning_rate))
+        ):
+            raise SpecError(
+                "training.learning_rate", self.learning_rate, "must be a number in (0, 10]", "e.g. --learning-rate 0.005"
+            )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise SpecError("training.seed", self.seed, "must be a whole number >= 0", "e.g. --seed 0")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the user wants run. Build it with :func:`JobSpec.create` (which validates).
+
+    Attributes:
+        strategy: the tf.distribute strategy.
+        chief: 0 or 1 chief task.
+        workers: number of worker tasks.
+        ps: number of parameter-server tasks.
+        evaluator: 0 or 1 evaluator task (not part of the training cluster).
+        training: options of the built-in training program.
+        heartbeat_interval_s: seconds between two heartbeats of a task.
+        threads_per_task: TF intra-op threads per task; ``None`` means
+            ``max(1, cores // training tasks)``.
+    """
+
+    strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
+    chief: int = 0
+    workers: int = 4
+    ps: int = 0
+    evaluator: int = 0
+    training: TrainingSpec = field(default_factory=TrainingSpec)
+    heartbeat_interval_s: float = 1.0
+    threads_per_task: int | None = None
+
+    @classmethod
+    def create(cls, **fields: object) -> "JobSpec":
+        """Build and validate a spec.
+
+        For ParameterServerStrategy without a chief, one chief is added: TF's
+        coordinator must run in the ``chief`` task (TF parameter-server tutorial).
+
+        Raises:
+            SpecError: naming the first invalid field.
+        """
+        if "strategy" in fields and not isinstance(fields["strategy"], Strategy):
+            fields["strategy"] = Strategy.parse(str(fields["strategy"]))
+        spec = cls(**fields)  # type: ignore[arg-type]
+        if spec.strategy is Strategy.PARAMETER_SERVER and spec.chief == 0:
+            spec = replace(spec, chief=1)
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        """Check the TF topology rules and option ranges.
+
+        Raises:
+            SpecError: naming the first invalid field, its value and the fix.
+        """
+        if not isinstance(self.strategy, Strategy):
+            raise SpecError("strategy", self.strategy, "unknown strategy", "use one of: " + ", ".join(m.value for m in Strategy))
+        for name, upper in (("chief", 1), ("evaluator", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value not in range(upper + 1):
+                raise SpecError(name, value, f"TensorFlow allows at most one {name}", f"set {name} to 0 or 1")
+        for name in ("workers", "ps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(name, value, "must be a whole number >= 0", f"e.g. --{name} 2")
+        if self.strategy is Strategy.MULTI_WORKER_MIRRORED:
+            if self.ps:
+                raise SpecError(
+                    "ps",
+                    self.ps,
+                    "MultiWorkerMirroredStrategy has no parameter servers",
+                    "drop --ps, or use --strategy parameter_server",
+                )
+            if self.chief + self.workers < 1:
+                raise SpecError("workers", self.workers, "the job has no chief and no worker", "use --workers 1 or more")
+        else:
+            if self.chief != 1:
+                raise SpecError(
+                    "chief",
+                    self.chief,
+                    "ParameterServerStrategy needs one chief to run the ClusterCoordinator",
+                    "set chief to 1",
+                )
+            if self.workers < 1:
+                raise SpecError(
+                    "workers", self.workers, "ParameterServerStrategy needs at least one worker", "use --workers 1 or more"
+                )
+            if self.ps < 1:
+                raise SpecError(
+                    "ps", self.ps, "ParameterServerStrategy needs at least one parameter server", "use --ps 1 or more"
+                )
+        if not isinstance(self.heartbeat_interval_s, (int, float)) or not (0.05 <= float(self.heartbeat_interval_s) <= 60):
+            raise SpecError(
+                "heartbeat_interval_s", self.heartbeat_interval_s, "must be between 0.05 and 60 seconds", "e.g. 1.0"
+            )
+        if self.threads_per_task is not None:
+            _positive_int("threads_per_task", self.threads_per_task, "omit it to divide the cores among the tasks")
+        if not isinstance(self.training, TrainingSpec):
+            raise SpecError("training", self.training, "must be a mapping of training options", "see README: spec format")
+        self.training.validate()
+
+    def count(self, task_type: str) -> int:
+        """Number of tasks of ``task_type``."""
+        return {"chief": self.chief, "worker": self.workers, "ps": self.ps, "evaluator": self.evaluator}[task_type]
+
+    def tasks(self) -> list[TaskId]:
+        """Every task, chief first, then workers, ps, evaluator."""
+        return [TaskId(t, i) for t in TASK_TYPES for i in range(self.count(t))]
+
+    @property
+    def coordinator(self) -> TaskId:
+        """The task whose exit 0 means the job succeeded: the chief, or worker 0 without one."""
+        return TaskId("chief", 0) if self.chief else TaskId("worker", 0)
+
+    @property
+    def replicas(self) -> int:
+        """Replicas in sync per training step (one per CPU task in this orchestrator).
+
+        MWMS: every chief and worker holds one replica. PSS: each step runs on one
+        worker, so one replica per step (``strategy.num_replicas_in_sync`` == 1 on CPU).
+        """
+        if self.strategy is Strategy.MULTI_WORKER_MIRRORED:
+            return self.chief + self.workers
+        return 1
+
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per training step across the replicas in sync."""
+        return self.training.batch_size_per_replica * self.replicas
+
+    def tf_process_count(self) -> int:
+        """Processes that import TensorFlow (every task)."""
+        return len(self.tasks())
+
+
+def _positive_int(name: str, value: object, fix: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SpecError(name, value, "must be a whole number >= 1", fix)

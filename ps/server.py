@@ -1,0 +1,46 @@
+"""Serve a tf.distribute.Server until stopped: what ps tasks (and PSS workers) do.
+
+Under ParameterServerStrategy the ps and worker tasks only run ``tf.distribute.Server``
+and ``join()`` forever; the coordinator (chief) dispatches work to them. They never
+exit on their own: the orchestrator stops them when the chief is done (tensorflow#25858).
+"""
+
+from __future__ import annotations
+
+import os
+
+from orchestrator.proto import supervisor_pb2 as pb
+
+
+def configure_threads(tf) -> None:
+    """Apply the per-task thread limits the orchestrator set (TF_NUM_*_THREADS)."""
+    intra = int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0)
+    inter = int(os.environ.get("TF_NUM_INTEROP_THREADS", "0") or 0)
+    if intra:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+
+
+def serve(context, reporter) -> None:
+    """Start this task's tf.distribute.Server from TF_CONFIG and block in ``join()``.
+
+    Args:
+        context: the task's :class:`orchestrator.runtime.TaskContext`.
+        reporter: its :class:`orchestrator.health.client.HeartbeatReporter`.
+    """
+    import tensorflow as tf
+
+    configure_threads(tf)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    reporter.release_port()
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=resolver.task_type,
+        task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc",
+        start=True,
+    )
+    reporter.update(phase=pb.PHASE_SERVING, message=f"serving {server.target}")
+    print(f"{context.name}: tf.distribute.Server serving at {server.target}", flush=True)
+    server.join()

@@ -1,0 +1,1 @@
+"""Chief / worker task: the built-in training program (imports TensorFlow)."""
