@@ -235,6 +235,14 @@ class JobSpec:
         """Every task, chief first, then workers, ps, evaluator."""
         return [TaskId(t, i) for t in TASK_TYPES for i in range(self.count(t))]
 
+    def serves_forever(self, task: TaskId) -> bool:
+        """True for tasks that only run ``tf.distribute.Server.join()`` and never exit on
+        their own: ps tasks, and workers under ParameterServerStrategy (TF PSS tutorial;
+        tensorflow#25858)."""
+        return task.task_type == "ps" or (
+            self.strategy is Strategy.PARAMETER_SERVER and task.task_type == "worker"
+        )
+
     @property
     def coordinator(self) -> TaskId:
         """The task whose exit 0 means the job succeeded: the chief, or worker 0 without one."""

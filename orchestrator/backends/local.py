@@ -1,0 +1,143 @@
+"""Local backend: one OS process per task on this machine.
+
+Each task runs in its own session (so a signal to the orchestrator's terminal does not
+reach it, and the whole process group can be stopped at once), with stdout and stderr
+in ``runs/<run-id>/attempt-<n>/<task>/{stdout,stderr}.log``. Tasks are started from the
+orchestrator's main thread: they set ``PR_SET_PDEATHSIG`` and die with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from orchestrator.backends.ports import PortReservations
+from orchestrator.errors import LaunchError
+from orchestrator.spec.model import JobSpec, TaskId
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+"""Addresses are IPv4 literals: ``localhost`` may resolve to IPv6 where it is off (tensorflow#19900)."""
+
+
+@dataclass
+class LocalProcess:
+    """A started task process.
+
+    Attributes:
+        popen: the process.
+        stdout_path, stderr_path: its log files.
+    """
+
+    popen: subprocess.Popen
+    stdout_path: Path
+    stderr_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+
+class LocalBackend:
+    """Runs tasks as local subprocesses; holds their ports until they bind."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.ports = PortReservations()
+
+    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+        """Reserve one port per task and return ``127.0.0.1:<port>`` addresses.
+
+        Raises:
+            LaunchError: when ports cannot be reserved.
+        """
+        return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
+
+    def release_port(self, task: TaskId, attempt: int) -> int:
+        """Called (from the health server thread) when a task is about to bind its port."""
+        return self.ports.release(task)
+
+    def start(self, argv: Iterable[str], env: Mapping[str, str], log_dir: Path) -> LocalProcess:
+        """Start one task process in its own session.
+
+        Args:
+            argv: the command.
+            env: variables added to the orchestrator's environment.
+            log_dir: directory for ``stdout.log`` and ``stderr.log`` (created).
+
+        Raises:
+            LaunchError: when the command cannot be executed.
+        """
+        log_dir.mkdir(parents=True, exist_ok=True)
+        stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
+        full_env = {**os.environ, **env}
+        with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
+            try:
+                popen = subprocess.Popen(
+                    list(argv),
+                    env=full_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise LaunchError(f"cannot start {' '.join(argv)}: {exc}") from exc
+        return LocalProcess(popen, stdout_path, stderr_path)
+
+    @staticmethod
+    def poll(process: LocalProcess) -> int | None:
+        """Exit code (negative: killed by that signal), or None while running."""
+        return process.popen.poll()
+
+    @staticmethod
+    def signal(process: LocalProcess, signum: int) -> None:
+        """Send ``signum`` to the task's whole process group (no-op if it is gone)."""
+        if process.popen.returncode is not None:
+            return
+        try:
+            os.killpg(process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, processes: Iterable[LocalProcess], timeout_s: float = 10.0) -> None:
+        """Stop processes in two phases on one monotonic deadline.
+
+        SIGTERM to every process group, wait until ``timeout_s`` seconds have passed, then
+        SIGKILL what is left and reap it (torch elastic ``PContext.close``).
+        """
+        pending = [p for p in processes if p.popen.poll() is None]
+        for p in pending:
+            self.signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            pending = [p for p in pending if p.popen.poll() is None]
+            if pending:
+                time.sleep(0.05)
+        for p in pending:
+            log.warning("pid %d did not stop within %.1f s of SIGTERM; sending SIGKILL", p.pid, timeout_s)
+            self.signal(p, signal.SIGKILL)
+        for p in pending:
+            try:
+                p.popen.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                raise LaunchError(f"pid {p.pid} survived SIGKILL for 10 s") from None
+        for p in processes:
+            # the group may hold children of the task; make sure none survives it
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        """Release every port reservation still held."""
+        self.ports.close()

@@ -1,0 +1,105 @@
+"""Port reservations for tasks on this machine.
+
+Choosing a free port in the parent and binding it seconds later in the child races with
+every other process on the machine (tensorflow#46602, TonY#487). Here the orchestrator
+binds each task's port itself at planning time and keeps it bound until the task asks,
+over the health channel, right before its tf.distribute server binds (``ReleasePort``).
+A second launch on the same machine cannot pick a held port: its bind fails and it
+draws another.
+
+Ports are drawn below the kernel's ephemeral range (``ip_local_port_range``), so neither
+``bind(0)`` nor outgoing connections of other programs are handed a released port in the
+short window before TensorFlow binds it. The reservation socket sets neither
+``SO_REUSEADDR`` nor ``SO_REUSEPORT`` (TensorFlow's gRPC server refuses to share a port).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+from pathlib import Path
+
+from orchestrator.errors import LaunchError
+from orchestrator.spec.model import TaskId
+
+DEFAULT_LOW = 20000
+_ATTEMPTS = 200
+
+
+def port_range() -> tuple[int, int]:
+    """``[low, high)`` of ports to draw from: 20000 up to the start of the ephemeral range."""
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    high = max(ephemeral_low, DEFAULT_LOW + 1000)
+    low = DEFAULT_LOW if ephemeral_low > DEFAULT_LOW + 1000 else 10000
+    return low, high
+
+
+class PortReservations:
+    """Holds one bound socket per task until the task releases it.
+
+    Args:
+        bind_host: interface the reservation binds; ``0.0.0.0`` so it blocks binds on
+            every interface, as TensorFlow's server binds ``0.0.0.0:port``.
+        rng: random source (tests pass a seeded one).
+    """
+
+    def __init__(self, bind_host: str = "0.0.0.0", rng: random.Random | None = None) -> None:
+        self._bind_host = bind_host
+        self._rng = rng or random.SystemRandom()
+        self._lock = threading.Lock()
+        self._held: dict[TaskId, socket.socket] = {}
+        self._ports: dict[TaskId, int] = {}
+
+    def reserve(self, task: TaskId, port: int | None = None) -> int:
+        """Bind and hold a port for ``task``; ``port`` asks for that one port.
+
+        Returns:
+            The reserved port.
+
+        Raises:
+            LaunchError: when no port could be bound (or the requested one is taken).
+        """
+        low, high = port_range()
+        candidates = [port] if port else [self._rng.randrange(low, high) for _ in range(_ATTEMPTS)]
+        for candidate in candidates:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((self._bind_host, candidate))
+            except OSError:
+                sock.close()
+                continue
+            with self._lock:
+                old = self._held.pop(task, None)
+                if old is not None:
+                    old.close()
+                self._held[task] = sock
+                self._ports[task] = candidate
+            return candidate
+        if port:
+            raise LaunchError(f"port {port} for {task} is in use; free it or let the orchestrator choose")
+        raise LaunchError(f"no free port in {low}..{high - 1} after {_ATTEMPTS} tries for {task}")
+
+    def release(self, task: TaskId) -> int:
+        """Close the reservation of ``task`` so the task can bind. Returns its port, 0 if none held."""
+        with self._lock:
+            sock = self._held.pop(task, None)
+            if sock is None:
+                return 0
+            sock.close()
+            return self._ports[task]
+
+    def port(self, task: TaskId) -> int:
+        """The port assigned to ``task`` (held or released), 0 when none."""
+        with self._lock:
+            return self._ports.get(task, 0)
+
+    def close(self) -> None:
+        """Release every reservation."""
+        with self._lock:
+            for sock in self._held.values():
+                sock.close()
+            self._held.clear()

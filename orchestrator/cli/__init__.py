@@ -1,0 +1,45 @@
+"""Command line: ``python -m orchestrator <subcommand>``; each subcommand returns an exit code.
+
+Exit codes: 0 succeeded, 1 job failed, 2 bad input (nothing started), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from orchestrator.cli import launch
+from orchestrator.errors import OrchestratorError, SpecError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse's own convention too)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m orchestrator", description="Launch and supervise distributed TensorFlow training.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    launch.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the subcommand. Returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OrchestratorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def entry_point() -> None:
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""``python -m orchestrator launch``: plan, start, supervise and report one job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+from orchestrator.backends import get_backend
+from orchestrator.errors import SpecError
+from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.plan import make_plan, new_run_id
+from orchestrator.report.live import LinesView, QuietView, TableView
+from orchestrator.report.summary import build_summary, format_final, write_summary
+from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
+from orchestrator.supervisor import Supervisor
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "launch",
+        help="run a distributed TensorFlow job on this machine",
+        description="Plan a cluster, start one process per task with its TF_CONFIG, supervise it over gRPC "
+        "health, and report. Exit codes: 0 succeeded, 1 job failed, 2 bad input, 130 interrupted.",
+    )
+    topo = p.add_argument_group("topology")
+    topo.add_argument("--strategy", default="multi_worker_mirrored", help="multi_worker_mirrored (default) or parameter_server")
+    topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
+    topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
+    topo.add_argument("--chief", action="store_true", help="add a chief task (always present with parameter_server)")
+    train = p.add_argument_group("training (built-in digits program)")
+    d = TrainingSpec()
+    train.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs (default {d.epochs})")
+    train.add_argument("--batch-size", type=int, default=d.batch_size_per_replica, dest="batch_size",
+                       help=f"batch size per replica; global = this x replicas (default {d.batch_size_per_replica})")
+    train.add_argument("--steps-per-epoch", type=int, default=None, help="default: train examples / global batch")
+    train.add_argument("--learning-rate", type=float, default=d.learning_rate, help=f"Adam learning rate (default {d.learning_rate})")
+    train.add_argument("--seed", type=int, default=d.seed, help="seed of the split and initial weights (default 0)")
+    run = p.add_argument_group("run")
+    run.add_argument("--runs-dir", default="runs", help="where run directories go (default ./runs)")
+    run.add_argument("--run-id", default=None, help="name of the run directory (default: time stamp + random suffix)")
+    run.add_argument("--threads-per-task", type=int, default=None, help="TF intra-op threads per task (default cores / tasks)")
+    run.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between heartbeats (default 1)")
+    run.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
+    out = p.add_argument_group("output")
+    out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")
+    out.add_argument("--quiet", action="store_true", help="print only the final report")
+    out.add_argument("--json", action="store_true", help="print only summary.json on stdout")
+    out.add_argument("--dry-run", action="store_true", help="print the plan (TF_CONFIG, command, env of every task) and exit")
+    p.set_defaults(func=run_launch)
+
+
+def spec_from_args(args: argparse.Namespace) -> JobSpec:
+    """Build the job spec from launch flags.
+
+    Raises:
+        SpecError: naming the bad flag.
+    """
+    strategy = Strategy.parse(args.strategy)
+    pss = strategy is Strategy.PARAMETER_SERVER
+    workers = args.workers if args.workers is not None else (2 if pss else 4)
+    ps = args.ps if args.ps is not None else (1 if pss else 0)
+    if args.run_id is not None and (not args.run_id or "/" in args.run_id or args.run_id.startswith(".")):
+        raise SpecError("run-id", args.run_id, "must be a plain directory name", "e.g. --run-id digits-1")
+    training = TrainingSpec(
+        epochs=args.epochs,
+        batch_size_per_replica=args.batch_size,
+        steps_per_epoch=args.steps_per_epoch,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+    )
+    return JobSpec.create(
+        strategy=strategy,
+        chief=1 if (args.chief or pss) else 0,
+        workers=workers,
+        ps=ps,
+        training=training,
+        heartbeat_interval_s=args.heartbeat_interval,
+        threads_per_task=args.threads_per_task,
+    )
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    """Run ``launch``. Returns the exit code (0, 1, 2 or 130)."""
+    spec = spec_from_args(args)
+    if args.stop_timeout <= 0:
+        raise SpecError("stop-timeout", args.stop_timeout, "must be > 0 seconds", "e.g. --stop-timeout 10")
+    run_id = args.run_id or new_run_id()
+    run_dir = Path(args.runs_dir).resolve() / run_id
+    if run_dir.exists():
+        raise SpecError("run-id", run_id, f"{run_dir} already exists", "pick another --run-id or remove it")
+
+    backend = get_backend("local")
+    token = secrets.token_urlsafe(24)
+    store = HeartbeatStore()
+    addresses = backend.allocate(spec)
+    if args.dry_run:
+        backend.close()
+        plan = make_plan(spec, addresses, run_id=run_id, run_dir=run_dir, health_address="127.0.0.1:<port>",
+                         token=token, orchestrator_pid=os.getpid())
+        print(json.dumps(plan.to_dict(), indent=2))
+        return 0
+
+    server = HealthServer(token, store, backend.release_port).start()
+    plan = make_plan(spec, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address,
+                     token=token, orchestrator_pid=os.getpid())
+    run_dir.mkdir(parents=True)
+    (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    if args.quiet or args.json:
+        view = QuietView()
+    elif args.plain or not sys.stdout.isatty():
+        view = LinesView()
+        print(f"run {run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
+              + f", global batch {spec.global_batch_size}; logs in {run_dir}", flush=True)
+    else:
+        view = TableView()
+    supervisor = Supervisor(plan, backend, store, view, stop_timeout_s=args.stop_timeout)
+
+    def on_signal(signum, _frame):
+        supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = supervisor.run()
+    finally:
+        view.close()
+        server.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    summary = build_summary(supervisor, result)
+    write_summary(run_dir, summary)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_final(summary), flush=True)
+    return result.exit_code

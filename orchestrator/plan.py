@@ -1,0 +1,227 @@
+"""Spec + backend addresses -> Plan: pure data, what a dry run prints.
+
+A plan says, for every task, its address, its TF_CONFIG, the command it runs and the
+environment the orchestrator sets (see :mod:`orchestrator.env`). Nothing here starts
+a process or touches the network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from orchestrator import env
+from orchestrator.spec.model import JobSpec, Strategy, TaskId
+from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task as planned.
+
+    Attributes:
+        task: type and index.
+        address: ``host:port`` in the cluster spec.
+        argv: the command, e.g. ``(python, "-m", "worker")``.
+        env: variables the orchestrator sets (attempt-independent ones).
+        tf_config: the task's TF_CONFIG as a dict.
+        serves_forever: True for tasks that never exit on their own (ps, and workers
+            under ParameterServerStrategy): the orchestrator stops them at the end.
+    """
+
+    task: TaskId
+    address: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    tf_config: Mapping
+
+    serves_forever: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The whole job as planned.
+
+    Attributes:
+        run_id: ``YYYYmmdd-HHMMSS-xxxx``.
+        run_dir: absolute path of ``runs/<run-id>``.
+        spec: the validated job spec.
+        tasks: every task, chief first.
+        cluster: the training cluster spec (evaluator excluded).
+        threads_per_task: intra-op threads each task may use.
+        health_address: where tasks send heartbeats.
+    """
+
+    run_id: str
+    run_dir: Path
+    spec: JobSpec
+    tasks: tuple[TaskPlan, ...]
+    cluster: Mapping[str, list[str]]
+    threads_per_task: int
+    health_address: str
+    token: str = field(repr=False, default="")
+
+    def task_plan(self, task: TaskId) -> TaskPlan:
+        """The plan of one task. Raises KeyError when the job has no such task."""
+        for tp in self.tasks:
+            if tp.task == task:
+                return tp
+        raise KeyError(str(task))
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, the job token masked."""
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "strategy": self.spec.strategy.value,
+            "cluster": dict(self.cluster),
+            "threads_per_task": self.threads_per_task,
+            "replicas": self.spec.replicas,
+            "batch_size_per_replica": self.spec.training.batch_size_per_replica,
+            "global_batch_size": self.spec.global_batch_size,
+            "health_address": self.health_address,
+            "tasks": [
+                {
+                    "task": str(tp.task),
+                    "address": tp.address,
+                    "argv": list(tp.argv),
+                    "tf_config": tp.tf_config,
+                    "env": {k: ("***" if k == env.JOB_TOKEN else v) for k, v in sorted(tp.env.items())},
+                }
+                for tp in self.tasks
+            ],
+        }
+
+
+def new_run_id(now: float | None = None) -> str:
+    """A sortable, unique run id: ``20261130-031500-a1b2``."""
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + "-" + secrets.token_hex(2)
+
+
+def available_cores() -> int:
+    """Cores this process may run on (affinity-aware)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def threads_per_task(spec: JobSpec, cores: int) -> int:
+    """Intra-op threads per task: the spec's value, else ``max(1, cores // tasks)``.
+
+    Oversubscribing the cores with one thread pool per task sized to all the cores is the
+    most common slowdown of local clusters (DESIGN.md §2).
+    """
+    if spec.threads_per_task:
+        return spec.threads_per_task
+    return max(1, cores // max(1, spec.tf_process_count()))
+
+
+def task_dir(run_dir: Path, attempt: int, task: TaskId) -> Path:
+    """``runs/<run-id>/attempt-<n>/<task>``: logs, error file and scratch of one attempt."""
+    return run_dir / f"attempt-{attempt}" / task.name
+
+
+def make_plan(
+    spec: JobSpec,
+    addresses: Mapping[TaskId, str],
+    *,
+    run_id: str,
+    run_dir: Path,
+    health_address: str,
+    token: str,
+    orchestrator_pid: int = 0,
+    cores: int | None = None,
+    python: str = sys.executable,
+) -> Plan:
+    """Build the plan of a job.
+
+    Args:
+        spec: validated job spec.
+        addresses: ``host:port`` of every task, from the backend.
+        run_id: the run id.
+        run_dir: absolute run directory.
+        health_address: ``host:port`` of the orchestrator's health endpoint as tasks reach it.
+        token: the job token.
+        orchestrator_pid: pid tasks must not outlive (local backend), 0 otherwise.
+        cores: cores to divide among tasks; default: this machine's.
+        python: interpreter that runs the tasks.
+
+    Returns:
+        The plan.
+
+    Raises:
+        KeyError: when a task of the spec has no address.
+    """
+    threads = threads_per_task(spec, cores or available_cores())
+    training = json.dumps(
+        {
+            "epochs": spec.training.epochs,
+            "batch_size_per_replica": spec.training.batch_size_per_replica,
+            "steps_per_epoch": spec.training.steps_per_epoch,
+            "learning_rate": spec.training.learning_rate,
+            "seed": spec.training.seed,
+        },
+        sort_keys=True,
+    )
+    common = {
+        env.RUN_ID: run_id,
+        env.RUN_DIR: str(run_dir),
+        env.HEALTH_ADDRESS: health_address,
+        env.JOB_TOKEN: token,
+        env.HEARTBEAT_INTERVAL_S: repr(float(spec.heartbeat_interval_s)),
+        env.STRATEGY: spec.strategy.value,
+        env.TRAINING: training,
+        env.BACKUP_DIR: str(run_dir / "backup"),
+        env.MODEL_DIR: str(run_dir / "model"),
+        "TF_NUM_INTRAOP_THREADS": str(threads),
+        "TF_NUM_INTEROP_THREADS": str(max(2, threads)),
+        "OMP_NUM_THREADS": str(threads),
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if orchestrator_pid:
+        common[env.ORCHESTRATOR_PID] = str(orchestrator_pid)
+    if spec.strategy is Strategy.PARAMETER_SERVER:
+        common["GRPC_FAIL_FAST"] = "use_caller"
+    tasks = []
+    for task in spec.tasks():
+        module = "ps" if task.task_type == "ps" else "worker"
+        tasks.append(
+            TaskPlan(
+                task=task,
+                address=addresses[task],
+                argv=(python, "-m", module),
+                env={**common, "TF_CONFIG": tf_config_json(addresses, task)},
+                tf_config=tf_config(addresses, task),
+                serves_forever=spec.serves_forever(task),
+            )
+        )
+    return Plan(
+        run_id=run_id,
+        run_dir=run_dir,
+        spec=spec,
+        tasks=tuple(tasks),
+        cluster=cluster_spec(addresses),
+        threads_per_task=threads,
+        health_address=health_address,
+        token=token,
+    )
+
+
+def attempt_env(plan: Plan, task: TaskId, attempt: int) -> dict[str, str]:
+    """The full set of orchestrator variables for one attempt of one task."""
+    directory = task_dir(plan.run_dir, attempt, task)
+    return {
+        **plan.task_plan(task).env,
+        env.ATTEMPT: str(attempt),
+        env.TASK_DIR: str(directory),
+        env.ERROR_FILE: str(directory / "error.json"),
+    }

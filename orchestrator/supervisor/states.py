@@ -1,0 +1,128 @@
+"""Job and task states, and the runtime record of one task.
+
+Job: Pending -> Starting -> Running -> (Restarting -> Running)* -> Succeeded | Failed.
+Task: Pending -> Starting -> Running -> Succeeded | Failed | Stopped. Terminal states
+are terminal: a restart is a new attempt of the task.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.health.server import HeartbeatRecord
+from orchestrator.plan import TaskPlan
+from orchestrator.spec.model import TaskId
+
+
+class JobState(str, enum.Enum):
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED)
+
+
+class TaskState(str, enum.Enum):
+    PENDING = "Pending"
+    STARTING = "Starting"  # process started, no heartbeat yet
+    RUNNING = "Running"  # heartbeats arriving
+    SUCCEEDED = "Succeeded"  # exited 0 on its own
+    FAILED = "Failed"  # exited non-zero or by a signal on its own
+    STOPPED = "Stopped"  # stopped by the orchestrator
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """``exit code 3`` or ``signal SIGKILL`` (Popen's negative return codes are signals)."""
+    if exit_code is None:
+        return "still running"
+    if exit_code < 0:
+        try:
+            return f"signal {signal.Signals(-exit_code).name}"
+        except ValueError:
+            return f"signal {-exit_code}"
+    return f"exit code {exit_code}"
+
+
+@dataclass
+class TaskRuntime:
+    """What the supervisor knows about one task (its current attempt).
+
+    Times are orchestrator ``time.monotonic()`` seconds.
+    """
+
+    plan: TaskPlan
+    attempt: int = 0
+    state: TaskState = TaskState.PENDING
+    process: Any = None
+    pid: int | None = None
+    started_at: float | None = None
+    running_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    stop_requested: bool = False
+    reason: str = ""
+    heartbeat: HeartbeatRecord | None = None
+    stdout_path: Path | None = None
+    stderr_path: Path | None = None
+    error_file: Path | None = None
+    restarts: int = 0
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def task(self) -> TaskId:
+        return self.plan.task
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One task failure; the earliest is the job's root cause.
+
+    Attributes:
+        task: which task.
+        attempt: which attempt.
+        exit_code: Popen return code (negative: signal).
+        at: orchestrator monotonic seconds when it was seen.
+        wall_time: Unix seconds when it was seen.
+        message: the exception message from the task's error file, or a reason.
+        stderr_tail: last lines of the task's stderr.
+        log_path: the task's stderr log.
+    """
+
+    task: TaskId
+    attempt: int
+    exit_code: int | None
+    at: float
+    wall_time: float
+    message: str
+    stderr_tail: str
+    log_path: str
+
+    def headline(self) -> str:
+        """``worker-1 (attempt 0) failed: exit code 3: ValueError: boom``."""
+        text = f"{self.task.name} (attempt {self.attempt}) failed: {describe_exit(self.exit_code)}"
+        return f"{text}: {self.message}" if self.message else text
+
+    def to_dict(self) -> dict:
+        return {
+            "task": str(self.task),
+            "attempt": self.attempt,
+            "exit_code": self.exit_code if self.exit_code is None or self.exit_code >= 0 else None,
+            "signal": describe_exit(self.exit_code).split()[1] if self.exit_code is not None and self.exit_code < 0 else None,
+            "message": self.message,
+            "wall_time": self.wall_time,
+            "stderr_tail": self.stderr_tail,
+            "log_path": self.log_path,
+        }
