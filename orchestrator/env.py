@@ -26,6 +26,7 @@ Variable                       Meaning
 ``TF_CPP_MIN_LOG_LEVEL``       ``1``: TensorFlow's INFO lines are dropped from the logs
 ``GRPC_FAIL_FAST``             ``use_caller`` for ParameterServerStrategy tasks (TF PSS tutorial)
 ``PYTHONUNBUFFERED``           ``1``: log lines reach the files at once
+``ORCH_FAULTS``                faults to inject into this task (``--inject-fault``), JSON
 =============================  ==============================================================
 """
 

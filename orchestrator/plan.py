@@ -14,9 +14,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from orchestrator import env
+from orchestrator.faults import ENV as FAULTS_ENV
+from orchestrator.faults import Fault
+from orchestrator.faults import check_tasks as check_fault_tasks
+from orchestrator.faults import encode as encode_faults
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
@@ -139,6 +143,8 @@ def make_plan(
     orchestrator_pid: int = 0,
     cores: int | None = None,
     python: str = sys.executable,
+    faults: Sequence[Fault] = (),
+    commands: Mapping[str, Sequence[str]] | None = None,
 ) -> Plan:
     """Build the plan of a job.
 
@@ -152,12 +158,16 @@ def make_plan(
         orchestrator_pid: pid tasks must not outlive (local backend), 0 otherwise.
         cores: cores to divide among tasks; default: this machine's.
         python: interpreter that runs the tasks.
+        faults: faults to inject (``--inject-fault``); each lands in its task's env.
+        commands: argv per task type replacing the defaults (``python -m worker`` for
+            chief / worker / evaluator, ``python -m ps`` for ps).
 
     Returns:
         The plan.
 
     Raises:
         KeyError: when a task of the spec has no address.
+        SpecError: when a fault names a task the job does not have.
     """
     threads = threads_per_task(spec, cores or available_cores())
     training = json.dumps(
@@ -191,15 +201,21 @@ def make_plan(
         common[env.ORCHESTRATOR_PID] = str(orchestrator_pid)
     if spec.strategy is Strategy.PARAMETER_SERVER:
         common["GRPC_FAIL_FAST"] = "use_caller"
+    check_fault_tasks(list(faults), spec.tasks())
     tasks = []
     for task in spec.tasks():
         module = "ps" if task.task_type == "ps" else "worker"
+        argv = tuple((commands or {}).get(task.task_type) or (python, "-m", module))
+        task_env = {**common, "TF_CONFIG": tf_config_json(addresses, task)}
+        mine = [f for f in faults if f.task == task]
+        if mine:
+            task_env[FAULTS_ENV] = encode_faults(mine)
         tasks.append(
             TaskPlan(
                 task=task,
                 address=addresses[task],
-                argv=(python, "-m", module),
-                env={**common, "TF_CONFIG": tf_config_json(addresses, task)},
+                argv=argv,
+                env=task_env,
                 tf_config=tf_config(addresses, task),
                 serves_forever=spec.serves_forever(task),
             )

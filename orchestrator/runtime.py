@@ -186,6 +186,9 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     install(context)
+    from orchestrator.faults import FaultInjector
+
+    FaultInjector.from_env().start_timers()
     reporter = HeartbeatReporter.from_context(context).start()
     try:
         record_errors(context, lambda: body(context, reporter))

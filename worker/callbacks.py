@@ -7,6 +7,7 @@ import time
 import tf_keras as keras
 from tf_keras.src.utils import tf_utils
 
+from orchestrator.faults import FaultInjector
 from orchestrator.proto import supervisor_pb2 as pb
 
 
@@ -37,6 +38,7 @@ class HeartbeatCallback(keras.callbacks.Callback):
         self.resumed_from_step: int | None = None
         self.last_step = 0
         self.last_loss: float | None = None
+        self._faults = FaultInjector.from_env()
 
     def on_train_begin(self, logs=None) -> None:
         self._last_time = time.monotonic()
@@ -54,6 +56,7 @@ class HeartbeatCallback(keras.callbacks.Callback):
                 self._reporter.update(resumed_from_step=self.resumed_from_step)
                 print(f"resumed from step {self.resumed_from_step} (epoch {self._epoch})", flush=True)
         self.last_step = step
+        self._faults.on_step(step)
         now = time.monotonic()
         if now - self._last_time < self._interval_s:
             return
@@ -64,8 +67,10 @@ class HeartbeatCallback(keras.callbacks.Callback):
 
     def _report(self, step: int, now: float, logs, epoch: int | None = None) -> None:
         loss = None
-        if logs and "loss" in logs:
-            loss = float(tf_utils.sync_to_numpy_or_python_type(logs["loss"]))
+        if logs is not None:
+            logs = tf_utils.sync_to_numpy_or_python_type(logs)  # a RemoteValue under PSS
+        if isinstance(logs, dict) and "loss" in logs:
+            loss = float(logs["loss"])
             self.last_loss = loss
         elapsed = now - self._last_time
         rate = (step - self._last_step) * self._global_batch_size / elapsed if elapsed > 0 else None

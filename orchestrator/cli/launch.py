@@ -5,19 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import signal
 import sys
 from pathlib import Path
 
+from orchestrator import runner
 from orchestrator.backends import get_backend
 from orchestrator.errors import SpecError
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.faults import Fault
+from orchestrator.faults import check_tasks as check_fault_tasks
 from orchestrator.plan import make_plan, new_run_id
 from orchestrator.report.live import LinesView, QuietView, TableView
-from orchestrator.report.summary import build_summary, format_final, write_summary
+from orchestrator.report.summary import format_final
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
-from orchestrator.supervisor import Supervisor
 
 
 def add_parser(subparsers) -> None:
@@ -46,6 +46,9 @@ def add_parser(subparsers) -> None:
     run.add_argument("--threads-per-task", type=int, default=None, help="TF intra-op threads per task (default cores / tasks)")
     run.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between heartbeats (default 1)")
     run.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
+    run.add_argument("--inject-fault", action="append", default=[], metavar="TASK:KIND@TRIGGER",
+                     help="inject a fault, e.g. worker:1:kill@step=20 or worker:1:exit=3@step=5 "
+                     "(kinds: kill, exit=N, raise, hang, stop; triggers: step=N, time=S; repeatable)")
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")
     out.add_argument("--quiet", action="store_true", help="print only the final report")
@@ -89,51 +92,41 @@ def run_launch(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     if args.stop_timeout <= 0:
         raise SpecError("stop-timeout", args.stop_timeout, "must be > 0 seconds", "e.g. --stop-timeout 10")
-    run_id = args.run_id or new_run_id()
-    run_dir = Path(args.runs_dir).resolve() / run_id
-    if run_dir.exists():
-        raise SpecError("run-id", run_id, f"{run_dir} already exists", "pick another --run-id or remove it")
-
-    backend = get_backend("local")
-    token = secrets.token_urlsafe(24)
-    store = HeartbeatStore()
-    addresses = backend.allocate(spec)
+    faults = [Fault.parse(text) for text in args.inject_fault]
+    check_fault_tasks(faults, spec.tasks())
     if args.dry_run:
+        backend = get_backend("local")
+        addresses = backend.allocate(spec)
         backend.close()
-        plan = make_plan(spec, addresses, run_id=run_id, run_dir=run_dir, health_address="127.0.0.1:<port>",
-                         token=token, orchestrator_pid=os.getpid())
+        plan = make_plan(spec, addresses, run_id=args.run_id or new_run_id(), run_dir=Path(args.runs_dir).resolve() / "<run-id>",
+                         health_address="127.0.0.1:<port>", token="", orchestrator_pid=os.getpid(), faults=faults)
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
-
-    server = HealthServer(token, store, backend.release_port).start()
-    plan = make_plan(spec, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address,
-                     token=token, orchestrator_pid=os.getpid())
-    run_dir.mkdir(parents=True)
-    (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
 
     if args.quiet or args.json:
         view = QuietView()
     elif args.plain or not sys.stdout.isatty():
         view = LinesView()
-        print(f"run {run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
-              + f", global batch {spec.global_batch_size}; logs in {run_dir}", flush=True)
     else:
-        view = TableView()
-    supervisor = Supervisor(plan, backend, store, view, stop_timeout_s=args.stop_timeout)
+        view = None
+    job = runner.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view,
+                         stop_timeout_s=args.stop_timeout)
+    if view is None:
+        view = job.supervisor.view = TableView()
+    elif isinstance(view, LinesView):
+        print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
+              + f", global batch {spec.global_batch_size}; logs in {job.plan.run_dir}", flush=True)
 
     def on_signal(signum, _frame):
-        supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
+        job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = supervisor.run()
+        result, summary = runner.run(job)
     finally:
         view.close()
-        server.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
-    summary = build_summary(supervisor, result)
-    write_summary(run_dir, summary)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -200,10 +200,10 @@ class HeartbeatReporter:
             try:
                 stub.StreamHeartbeats(self._heartbeats(), metadata=self._metadata, timeout=STREAM_DEADLINE_S)
                 backoff_s = 0.2
-            except grpc.RpcError as exc:
-                if self._sent_final.is_set():
+            except (grpc.RpcError, ValueError) as exc:  # ValueError: channel closed by close()
+                if self._sent_final.is_set() or self._closing:
                     return
-                log.debug("heartbeat stream broke (%s); reconnecting in %.1f s", exc.code(), backoff_s)
+                log.debug("heartbeat stream broke (%s); reconnecting in %.1f s", exc, backoff_s)
                 self._check_orchestrator()
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 5.0)

@@ -128,7 +128,8 @@ def format_final(summary: dict, root_cause_tail: int = 12) -> str:
             parts.append(f"final loss {m['final_loss']:.4f}")
         if "test_accuracy" in m:
             parts.append(f"test accuracy {m['test_accuracy']:.4f}")
-        lines.append("  result      " + ", ".join(parts))
+        if parts:
+            lines.append("  result      " + ", ".join(parts))
     lines.append("  tasks")
     for t in summary["tasks"]:
         lines.append(f"    {t['task']:<12} {t['state']:<10} {t['exit'] or '-':<20} {t['reason']}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -71,8 +72,15 @@ class JobResult:
     wall_time_s: float = 0.0
 
 
+_TF_NOISE = re.compile(r"^([IW]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |WARNING: All log messages before absl)")
+
+
 def tail_lines(path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
-    """The last ``lines`` lines of a text file ("" when it does not exist)."""
+    """The last ``lines`` lines of a text file ("" when it does not exist).
+
+    TensorFlow's INFO and WARNING lines (``I0000 00:00:...``) are left out, so the
+    traceback or error that explains a failure is what remains; the log keeps them all.
+    """
     try:
         with open(path, "rb") as fh:
             fh.seek(0, 2)
@@ -81,7 +89,7 @@ def tail_lines(path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
             data = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(deque(data.splitlines(), maxlen=lines))
+    return "\n".join(deque((ln for ln in data.splitlines() if not _TF_NOISE.match(ln)), maxlen=lines))
 
 
 class Supervisor:

@@ -1,0 +1,99 @@
+"""One job from spec to summary: what ``launch`` does, reusable by tests and benchmarks.
+
+``prepare`` reserves addresses, starts the health server and writes ``plan.json``;
+``run`` supervises to the end, stops the health server and writes ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from orchestrator.backends import get_backend
+from orchestrator.errors import SpecError
+from orchestrator.faults import Fault
+from orchestrator.faults import check_tasks as check_fault_tasks
+from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.plan import Plan, make_plan, new_run_id
+from orchestrator.report.summary import build_summary, write_summary
+from orchestrator.spec.model import JobSpec
+from orchestrator.supervisor import JobResult, Supervisor
+
+
+@dataclass
+class Job:
+    """A prepared job: plan written, ports held, health server up, nothing started yet."""
+
+    plan: Plan
+    supervisor: Supervisor
+    server: HealthServer
+    store: HeartbeatStore
+
+
+def prepare(
+    spec: JobSpec,
+    *,
+    runs_dir: str | Path = "runs",
+    run_id: str | None = None,
+    faults: Sequence[Fault] = (),
+    commands: Mapping[str, Sequence[str]] | None = None,
+    view=None,
+    backend: str = "local",
+    **supervisor_options,
+) -> Job:
+    """Plan a job and get everything ready to start it.
+
+    Args:
+        spec: validated job spec.
+        runs_dir: parent of the run directory.
+        run_id: run directory name (default: a new time-stamped id).
+        faults: faults to inject.
+        commands: argv per task type instead of the built-in programs.
+        view: live output (see :mod:`orchestrator.report.live`).
+        backend: backend name.
+        **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
+
+    Raises:
+        SpecError: when the run directory exists or a fault names an unknown task.
+        LaunchError: when ports cannot be reserved.
+    """
+    check_fault_tasks(list(faults), spec.tasks())
+    run_id = run_id or new_run_id()
+    run_dir = Path(runs_dir).resolve() / run_id
+    if run_dir.exists():
+        raise SpecError("run-id", run_id, f"{run_dir} already exists", "pick another --run-id or remove it")
+    engine = get_backend(backend)
+    token = secrets.token_urlsafe(24)
+    store = HeartbeatStore()
+    addresses = engine.allocate(spec)
+    server = HealthServer(token, store, engine.release_port).start()
+    plan = make_plan(
+        spec,
+        addresses,
+        run_id=run_id,
+        run_dir=run_dir,
+        health_address=server.address,
+        token=token,
+        orchestrator_pid=os.getpid(),
+        faults=faults,
+        commands=commands,
+    )
+    run_dir.mkdir(parents=True)
+    (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+    supervisor = Supervisor(plan, engine, store, view, **supervisor_options)
+    return Job(plan, supervisor, server, store)
+
+
+def run(job: Job) -> tuple[JobResult, dict]:
+    """Supervise the job to its end; returns the result and the summary (also written)."""
+    try:
+        result = job.supervisor.run()
+    finally:
+        job.server.stop()
+    summary = build_summary(job.supervisor, result)
+    write_summary(job.plan.run_dir, summary)
+    return result, summary

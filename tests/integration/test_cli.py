@@ -1,0 +1,52 @@
+"""Bad input: one line naming the field and the fix, exit code 2, nothing started."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, orchestrator_cmd, test_env
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--workers", "2", "--ps", "1"], "ps=1: MultiWorkerMirroredStrategy has no parameter servers"),
+        (["--workers", "0"], "workers=0"),
+        (["--strategy", "ring"], "strategy='ring': unknown strategy"),
+        (["--strategy", "parameter_server", "--ps", "0"], "ps=0"),
+        (["--epochs", "0"], "training.epochs=0"),
+        (["--batch-size", "-3"], "training.batch_size_per_replica=-3"),
+        (["--inject-fault", "worker:9:kill@step=1", "--workers", "2"], "inject-fault='worker:9'"),
+        (["--inject-fault", "worker:1:explode@step=1"], "unknown kind"),
+        (["--stop-timeout", "0"], "stop-timeout=0"),
+        (["--workers", "two"], "invalid int value: 'two'"),
+        (["--run-id", "../x"], "run-id='../x'"),
+    ],
+)
+def test_bad_launch_input_exits_2_with_one_line_and_starts_nothing(tmp_path, args, fragment):
+    runs = tmp_path / "runs"
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--runs-dir", str(runs), *args),
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env(),
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr
+    assert result.stdout == ""
+    assert not runs.exists()
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
+    import json
+
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--workers", "3", "--dry-run", "--runs-dir", str(tmp_path / "runs")),
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert len(plan["cluster"]["worker"]) == 3
+    assert [t["tf_config"]["task"]["index"] for t in plan["tasks"]] == [0, 1, 2]
+    assert not (tmp_path / "runs").exists()

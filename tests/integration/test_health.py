@@ -1,0 +1,93 @@
+"""The health endpoint in-process on port 0: token, heartbeats, standard Health, ports."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from orchestrator import env
+from orchestrator.health.client import HeartbeatReporter
+from orchestrator.health.server import SERVICE_NAME, HealthServer, HeartbeatStore
+from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+from orchestrator.spec import TaskId
+from tests.conftest import wait_until
+
+TOKEN = "test-token"
+
+
+@pytest.fixture()
+def server():
+    store = HeartbeatStore()
+    released = []
+
+    def release(task, attempt):
+        released.append((task, attempt))
+        return 23456
+
+    srv = HealthServer(TOKEN, store, release).start()
+    srv.released = released
+    yield srv, store
+    srv.stop()
+
+
+def heartbeat(seq: int, step: int) -> pb.Heartbeat:
+    return pb.Heartbeat(task=pb.TaskKey(task_type="worker", task_index=1, attempt=0), sequence=seq, pid=1,
+                        phase=pb.PHASE_TRAINING, step=step, loss=0.5)
+
+
+def test_heartbeats_with_the_token_are_recorded(server):
+    srv, store = server
+    with grpc.insecure_channel(srv.address) as channel:
+        stub = pb_grpc.SupervisorStub(channel)
+        reply = stub.StreamHeartbeats(iter([heartbeat(0, 1), heartbeat(1, 7)]), metadata=((env.TOKEN_METADATA_KEY, TOKEN),), timeout=5)
+    assert reply.received == 2
+    record = store.get(TaskId("worker", 1), 0)
+    assert record.count == 2 and record.heartbeat.step == 7
+    assert store.get(TaskId("worker", 0), 0) is None
+
+
+@pytest.mark.parametrize("metadata", [(), ((env.TOKEN_METADATA_KEY, "wrong"),)])
+def test_calls_without_the_right_token_are_rejected(server, metadata):
+    srv, store = server
+    with grpc.insecure_channel(srv.address) as channel:
+        stub = pb_grpc.SupervisorStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.StreamHeartbeats(iter([heartbeat(0, 1)]), metadata=metadata, timeout=5)
+        assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ReleasePort(pb.PortRequest(task=pb.TaskKey(task_type="worker")), metadata=metadata, timeout=5)
+        assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert store.total == 0 and srv.released == []
+
+
+def test_standard_health_service_answers_without_a_token(server):
+    srv, _ = server
+    with grpc.insecure_channel(srv.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", SERVICE_NAME):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reporter_streams_every_interval_and_sends_a_final_phase(server):
+    srv, store = server
+    reporter = HeartbeatReporter(srv.address, TOKEN, "ps", 0, attempt=2, interval_s=0.05).start()
+    reporter.update(step=3, loss=1.25, examples_per_second=100.0, test_accuracy=0.75)
+    assert reporter.release_port() == 23456
+    assert srv.released == [(TaskId("ps", 0), 2)]
+    record = wait_until(lambda: (r := store.get(TaskId("ps", 0), 2)) and r.count >= 5 and r, 10, what="5 heartbeats")
+    hb = record.heartbeat
+    assert (hb.step, hb.loss, hb.examples_per_second, hb.metrics["test_accuracy"]) == (3, 1.25, 100.0, 0.75)
+    assert hb.rss_bytes > 10_000_000 and hb.pid > 0
+    reporter.close(pb.PHASE_DONE)
+    assert store.get(TaskId("ps", 0), 2).heartbeat.phase == pb.PHASE_DONE
+
+
+def test_reporter_with_a_wrong_token_is_not_recorded(server):
+    srv, store = server
+    reporter = HeartbeatReporter(srv.address, "wrong", "worker", 0, interval_s=0.05).start()
+    assert reporter.release_port() == 0
+    reporter.close(pb.PHASE_DONE, timeout_s=1.0)
+    assert store.total == 0

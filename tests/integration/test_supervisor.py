@@ -1,0 +1,166 @@
+"""The supervisor with real processes (tiny programs, real runtime and gRPC, no TensorFlow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator import runner
+from orchestrator.spec import JobSpec
+from tests.conftest import REPO, alive, assert_no_process_left, wait_until
+
+PROGRAM = [sys.executable, "-m", "tests.programs.task"]
+COMMANDS = {"chief": PROGRAM, "worker": PROGRAM, "ps": PROGRAM}
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.chdir(REPO)
+
+
+def launch(tmp_path: Path, spec: JobSpec, behaviors: dict[str, str], monkeypatch, **options):
+    for key, value in behaviors.items():
+        monkeypatch.setenv(key, value)
+    job = runner.prepare(spec, runs_dir=tmp_path, commands=COMMANDS, **options)
+    result, summary = runner.run(job)
+    pids = [t["pid"] for t in summary["tasks"]]
+    assert_no_process_left(pids)
+    assert json.loads((job.plan.run_dir / "summary.json").read_text())["status"] == summary["status"]
+    return job, result, summary
+
+
+def by_task(summary: dict) -> dict[str, dict]:
+    return {t["task"]: t for t in summary["tasks"]}
+
+
+def test_job_succeeds_when_every_worker_exits_0(tmp_path, monkeypatch):
+    job, result, summary = launch(tmp_path, JobSpec.create(workers=2), {"TEST_BEHAVIOR": "succeed"}, monkeypatch)
+    assert (result.exit_code, summary["status"]) == (0, "Succeeded")
+    assert [t["state"] for t in summary["tasks"]] == ["Succeeded", "Succeeded"]
+    assert summary["metrics"]["test_accuracy"] == pytest.approx(0.9)
+    assert summary["root_cause"] is None
+    for t in summary["tasks"]:
+        assert Path(t["stdout"]).parent == job.plan.run_dir / "attempt-0" / t["task"].replace(":", "-")
+        assert "behavior=succeed" in Path(t["stdout"]).read_text()
+        assert t["last_heartbeat"]["phase"] == "done"
+
+
+def test_servers_are_stopped_once_the_chief_succeeds(tmp_path, monkeypatch):
+    spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1)
+    _, result, summary = launch(
+        tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_chief_0": "succeed-when-ready:2"}, monkeypatch
+    )
+    assert (result.exit_code, summary["status"]) == (0, "Succeeded")
+    tasks = by_task(summary)
+    assert tasks["chief:0"]["state"] == "Succeeded"
+    for name in ("worker:0", "ps:0"):
+        assert tasks[name]["state"] == "Stopped"
+        assert tasks[name]["signal"] == "SIGTERM"
+        assert "serves until stopped" in tasks[name]["reason"]
+
+
+def test_a_task_exiting_3_fails_the_job_and_is_named(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=3)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:3"}, monkeypatch)
+    assert (result.exit_code, summary["status"]) == (1, "Failed")
+    root = summary["root_cause"]
+    assert (root["task"], root["exit_code"], root["attempt"]) == ("worker:1", 3, 0)
+    assert "about to exit" in root["stderr_tail"]
+    assert "worker-1" in summary["reason"] and "exit code 3" in summary["reason"]
+    states = {k: v["state"] for k, v in by_task(summary).items()}
+    assert states == {"worker:0": "Stopped", "worker:1": "Failed", "worker:2": "Stopped"}
+
+
+def test_an_uncaught_exception_becomes_the_root_cause_message(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=2)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_0": "raise"}, monkeypatch)
+    assert result.exit_code == 1
+    root = summary["root_cause"]
+    assert root["task"] == "worker:0" and root["exit_code"] == 1
+    assert root["message"] == "ValueError: boom from the test program"
+    error = json.loads((Path(root["log_path"]).parent / "error.json").read_text())
+    assert "Traceback" in error["traceback"] and error["timestamp"] > 0
+
+
+def test_a_ps_that_exits_on_its_own_fails_the_job(tmp_path, monkeypatch):
+    spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_ps_0": "succeed"}, monkeypatch)
+    assert result.exit_code == 1
+    assert summary["root_cause"]["task"] == "ps:0"
+    assert "serves until stopped" in summary["root_cause"]["message"]
+
+
+def test_sigterm_is_followed_by_sigkill_and_children_of_a_task_die_too(tmp_path, monkeypatch):
+    spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1)
+    behaviors = {"TEST_BEHAVIOR_chief_0": "succeed-when-ready:2", "TEST_BEHAVIOR_worker_0": "ignore-term", "TEST_BEHAVIOR_ps_0": "spawn-child"}
+    job, result, summary = launch(tmp_path, spec, behaviors, monkeypatch, stop_timeout_s=1.0)
+    assert result.exit_code == 0
+    tasks = by_task(summary)
+    assert tasks["worker:0"]["signal"] == "SIGKILL"
+    child = int((job.plan.run_dir / "attempt-0" / "ps-0" / "child.pid").read_text())
+    assert_no_process_left([child])
+
+
+def test_request_stop_stops_everything_with_exit_130(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_BEHAVIOR", "serve")
+    job = runner.prepare(JobSpec.create(workers=2), runs_dir=tmp_path, commands=COMMANDS)
+    sup = job.supervisor
+
+    def interrupt_when_running():
+        wait_until(lambda: sup.state.value == "Running", 30, what="job running")
+        sup.request_stop("interrupted by SIGINT")
+
+    thread = threading.Thread(target=interrupt_when_running)
+    thread.start()
+    result, summary = runner.run(job)
+    thread.join(5)
+    assert (result.exit_code, summary["status"], summary["reason"]) == (130, "Failed", "interrupted by SIGINT")
+    assert [t["state"] for t in summary["tasks"]] == ["Stopped", "Stopped"]
+    assert_no_process_left([t["pid"] for t in summary["tasks"]])
+
+
+DRIVER = """
+import sys
+from orchestrator import runner
+from orchestrator.spec import JobSpec
+prog = [sys.executable, "-m", "tests.programs.task"]
+job = runner.prepare(JobSpec.create(workers=2), runs_dir=sys.argv[1], run_id="r", commands={"worker": prog})
+runner.run(job)
+"""
+
+
+def test_tasks_die_within_seconds_when_the_orchestrator_is_sigkilled(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TEST_BEHAVIOR": "serve"}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path)], cwd=REPO, env=env)
+    try:
+        plan = tmp_path / "r" / "plan.json"
+        wait_until(plan.exists, 30, what="plan.json")
+
+        def pids():
+            found = []
+            for task in ("worker-0", "worker-1"):
+                out = tmp_path / "r" / "attempt-0" / task / "stdout.log"
+                if out.exists() and "behavior=serve" in out.read_text():
+                    found.append(task)
+            return len(found) == 2
+
+        wait_until(pids, 30, what="both tasks serving")
+        import psutil
+
+        children = [p.pid for p in psutil.Process(driver.pid).children()]
+        assert len(children) == 2
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        assert_no_process_left(children, timeout_s=5.0)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)

@@ -1,0 +1,61 @@
+"""A tiny task program (no TensorFlow) for supervisor tests.
+
+Behaviour comes from ``TEST_BEHAVIOR`` (optionally ``TEST_BEHAVIOR_<type>_<index>`` for
+one task): ``succeed``, ``exit:<code>``, ``raise``, ``serve`` (never exits),
+``ignore-term`` (never exits and ignores SIGTERM), ``spawn-child`` (serves with a child
+process in its group), ``succeed-when-ready:N`` (succeeds once N serving tasks wrote
+their ``ready`` file). It uses the real runtime and heartbeat client.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.runtime import run_task
+
+
+def body(context, reporter) -> None:
+    behavior = os.environ.get(f"TEST_BEHAVIOR_{context.task_type}_{context.task_index}") or os.environ.get(
+        "TEST_BEHAVIOR", "succeed"
+    )
+    reporter.update(phase=pb.PHASE_TRAINING, step=1, loss=0.5)
+    port = reporter.release_port()
+    print(f"{context.name} behavior={behavior} port={port}", flush=True)
+    forever = threading.Event()
+    if behavior.startswith("succeed-when-ready:"):  # wait (bounded) until N peers are set up
+        wanted = int(behavior.split(":")[1])
+        deadline = time.monotonic() + 30
+        while len(glob.glob(os.path.join(context.run_dir, "attempt-*", "*", "ready"))) < wanted:
+            if time.monotonic() > deadline:
+                raise TimeoutError("peers never became ready")
+            time.sleep(0.05)
+        behavior = "succeed"
+    if behavior == "succeed":
+        reporter.update(step=2, loss=0.25, test_accuracy=0.9)
+        return
+    if behavior.startswith("exit:"):
+        print("about to exit", file=sys.stderr, flush=True)
+        os._exit(int(behavior.split(":")[1]))
+    if behavior == "raise":
+        raise ValueError("boom from the test program")
+    if behavior == "ignore-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if behavior == "spawn-child":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(f"child pid {child.pid}", flush=True)
+        with open(os.path.join(context.task_dir, "child.pid"), "w") as fh:
+            fh.write(str(child.pid))
+    reporter.update(phase=pb.PHASE_SERVING)
+    open(os.path.join(context.task_dir, "ready"), "w").close()
+    forever.wait()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_task(body))

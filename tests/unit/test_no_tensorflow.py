@@ -1,0 +1,16 @@
+"""The orchestrator process never imports TensorFlow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_cli_and_supervisor_do_not_import_tensorflow():
+    code = (
+        "import sys, orchestrator.cli, orchestrator.supervisor, orchestrator.report.live, orchestrator.backends;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_keras', 'keras')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
