@@ -136,7 +136,7 @@ class FaultInjector:
 
     @staticmethod
     def _fire(fault: dict) -> None:
-        print(f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g}", flush=True)
+        print(f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g} (unix {time.time():.3f})", flush=True)
         kind = fault["kind"]
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

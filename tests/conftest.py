@@ -49,6 +49,13 @@ def assert_no_process_left(pids, timeout_s: float = 5.0) -> None:
     assert not left, f"task processes still running: {left}"
 
 
+def all_pids(summary: dict) -> list[int]:
+    """Pids of every attempt of every task in a summary.json."""
+    pids = [t["pid"] for t in summary["tasks"]]
+    pids += [a["pid"] for t in summary["tasks"] for a in t.get("earlier_attempts", [])]
+    return [p for p in pids if p]
+
+
 def orchestrator_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator", *args]
 

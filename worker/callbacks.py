@@ -73,6 +73,8 @@ class HeartbeatCallback(keras.callbacks.Callback):
             loss = float(logs["loss"])
             self.last_loss = loss
         elapsed = now - self._last_time
-        rate = (step - self._last_step) * self._global_batch_size / elapsed if elapsed > 0 else None
+        rate = None
+        if step > self._last_step and elapsed > 0:  # an epoch end right after a batch report adds no rate
+            rate = (step - self._last_step) * self._global_batch_size / elapsed
+            self._last_time, self._last_step = now, step
         self._reporter.update(step=step, epoch=epoch, loss=loss, examples_per_second=rate)
-        self._last_time, self._last_step = now, step

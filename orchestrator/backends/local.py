@@ -100,6 +100,24 @@ class LocalBackend:
         return process.popen.poll()
 
     @staticmethod
+    def wait(process: LocalProcess, timeout_s: float) -> int | None:
+        """Wait at most ``timeout_s`` seconds for the process to exit; its exit code or None."""
+        try:
+            return process.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def reserve_again(self, task: TaskId) -> None:
+        """Hold the task's port again until its next attempt binds (best effort: a port in
+        TIME_WAIT cannot be held, and TensorFlow binds it anyway with SO_REUSEADDR)."""
+        port = self.ports.port(task)
+        if port:
+            try:
+                self.ports.reserve(task, port)
+            except LaunchError:
+                pass
+
+    @staticmethod
     def signal(process: LocalProcess, signum: int) -> None:
         """Send ``signum`` to the task's whole process group (no-op if it is gone)."""
         if process.popen.returncode is not None:

@@ -15,7 +15,7 @@ from orchestrator.errors import OrchestratorError, SpecError
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse's own convention too)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from orchestrator.plan import make_plan, new_run_id
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
+from orchestrator.spec.supervision import SupervisionSpec
 
 
 def add_parser(subparsers) -> None:
@@ -49,6 +49,19 @@ def add_parser(subparsers) -> None:
     run.add_argument("--inject-fault", action="append", default=[], metavar="TASK:KIND@TRIGGER",
                      help="inject a fault, e.g. worker:1:kill@step=20 or worker:1:exit=3@step=5 "
                      "(kinds: kill, exit=N, raise, hang, stop; triggers: step=N, time=S; repeatable)")
+    sup = p.add_argument_group("supervision (see README: failure handling)")
+    sup.add_argument("--restart-policy", action="append", default=[], metavar="[ROLE=]POLICY",
+                     help="never | on-failure | exit-code, for every role or one (e.g. worker=on-failure); repeatable. "
+                     "Default exit-code (evaluator: on-failure)")
+    sup.add_argument("--max-restarts", type=int, default=3, help="restarts allowed for the whole job (default 3)")
+    sup.add_argument("--restart-backoff", type=float, default=1.0,
+                     help="seconds before the first restart, doubling each time up to 30 (default 1)")
+    sup.add_argument("--heartbeat-timeout", type=float, default=10.0, help="a task silent this long is hung (default 10 s)")
+    sup.add_argument("--stall-timeout", type=float, default=60.0,
+                     help="a training task whose step does not advance this long is hung (default 60 s)")
+    sup.add_argument("--startup-timeout", type=float, default=180.0,
+                     help="a task not training or serving this long after its start is hung (default 180 s)")
+    sup.add_argument("--deadline", type=float, default=None, help="fail the job after this many seconds (default none)")
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")
     out.add_argument("--quiet", action="store_true", help="print only the final report")
@@ -76,7 +89,21 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
         learning_rate=args.learning_rate,
         seed=args.seed,
     )
+    policies: dict[str, str] = {}
+    for item in args.restart_policy:
+        role, _, policy = item.rpartition("=")
+        policies[role or "all"] = policy
+    supervision = SupervisionSpec.create(
+        restart_policy=policies,
+        max_restarts=args.max_restarts,
+        backoff_s=args.restart_backoff,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        stall_timeout_s=args.stall_timeout,
+        startup_timeout_s=args.startup_timeout,
+        deadline_s=args.deadline,
+    )
     return JobSpec.create(
+        supervision=supervision,
         strategy=strategy,
         chief=1 if (args.chief or pss) else 0,
         workers=workers,
@@ -98,8 +125,9 @@ def run_launch(args: argparse.Namespace) -> int:
         backend = get_backend("local")
         addresses = backend.allocate(spec)
         backend.close()
-        plan = make_plan(spec, addresses, run_id=args.run_id or new_run_id(), run_dir=Path(args.runs_dir).resolve() / "<run-id>",
-                         health_address="127.0.0.1:<port>", token="", orchestrator_pid=os.getpid(), faults=faults)
+        run_id = args.run_id or new_run_id()
+        plan = make_plan(spec, addresses, run_id=run_id, run_dir=Path(args.runs_dir).resolve() / run_id,
+                         health_address="127.0.0.1:<port>", token="", faults=faults)
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
 

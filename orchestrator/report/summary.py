@@ -54,6 +54,7 @@ def _task_dict(rt: TaskRuntime) -> dict:
         "stdout": str(rt.stdout_path) if rt.stdout_path else None,
         "stderr": str(rt.stderr_path) if rt.stderr_path else None,
         "last_heartbeat": heartbeat_dict(rt),
+        "earlier_attempts": rt.history,
     }
 
 
@@ -94,7 +95,11 @@ def build_summary(supervisor: Supervisor, result: JobResult) -> dict:
         },
         "metrics": metrics,
         "model_dir": str(plan.run_dir / "model") if result.exit_code == 0 else None,
-        "root_cause": result.root_cause.to_dict() if result.root_cause else None,
+        "root_cause": result.root_cause.to_dict() if result.root_cause and result.exit_code != 0 else None,
+        "restarts": supervisor.restarts_used,
+        "max_restarts": spec.supervision.max_restarts,
+        "restart_policy": {role: p.value for role, p in spec.supervision.restart_policy.items()},
+        "recoveries": [r.to_dict(supervisor.started_at) for r in result.recoveries],
         "failures": [f.to_dict() for f in result.failures],
         "tasks": [_task_dict(rt) for rt in supervisor.tasks],
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
@@ -132,7 +137,15 @@ def format_final(summary: dict, root_cause_tail: int = 12) -> str:
             lines.append("  result      " + ", ".join(parts))
     lines.append("  tasks")
     for t in summary["tasks"]:
-        lines.append(f"    {t['task']:<12} {t['state']:<10} {t['exit'] or '-':<20} {t['reason']}")
+        restarts = f" ({t['restarts']} restart{'s' if t['restarts'] != 1 else ''})" if t["restarts"] else ""
+        lines.append(f"    {t['task']:<12} {t['state']:<10} {t['exit'] or '-':<20} {t['reason']}{restarts}")
+    for r in summary.get("recoveries", []):
+        line = f"  recovery    {r['scope']} restart of {', '.join(r['tasks'])} after {r['cause']}"
+        if r["detection_to_resumed_training_s"] is not None:
+            line += f"; working again after {r['detection_to_resumed_training_s']:.1f} s"
+        if r["resumed_from_step"] is not None:
+            line += f", resumed from step {r['resumed_from_step']}"
+        lines.append(line)
     rc = summary.get("root_cause")
     if rc:
         lines.append(f"  root cause  {rc['task']} (attempt {rc['attempt']}): " + (

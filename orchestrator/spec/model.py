@@ -21,6 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from orchestrator.errors import SpecError
+from orchestrator.spec.supervision import SupervisionSpec
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 """Task types in the order TF_CONFIG and every listing use."""
@@ -146,6 +147,7 @@ class JobSpec:
         heartbeat_interval_s: seconds between two heartbeats of a task.
         threads_per_task: TF intra-op threads per task; ``None`` means
             ``max(1, cores // training tasks)``.
+        supervision: restart policy, timeouts and deadline.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -156,6 +158,7 @@ class JobSpec:
     training: TrainingSpec = field(default_factory=TrainingSpec)
     heartbeat_interval_s: float = 1.0
     threads_per_task: int | None = None
+    supervision: SupervisionSpec = field(default_factory=SupervisionSpec)
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -226,6 +229,9 @@ class JobSpec:
         if not isinstance(self.training, TrainingSpec):
             raise SpecError("training", self.training, "must be a mapping of training options", "see README: spec format")
         self.training.validate()
+        if not isinstance(self.supervision, SupervisionSpec):
+            raise SpecError("supervision", self.supervision, "must be a mapping of supervision options", "see README: spec format")
+        self.supervision.validate()
 
     def count(self, task_type: str) -> int:
         """Number of tasks of ``task_type``."""

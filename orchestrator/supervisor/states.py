@@ -79,6 +79,8 @@ class TaskRuntime:
     stderr_path: Path | None = None
     error_file: Path | None = None
     restarts: int = 0
+    progress_at: float | None = None
+    last_step: int | None = None
     history: list[dict] = field(default_factory=list)
 
     @property

@@ -14,7 +14,8 @@ import pytest
 
 from orchestrator import runner
 from orchestrator.spec import JobSpec
-from tests.conftest import REPO, alive, assert_no_process_left, wait_until
+from orchestrator.spec.supervision import SupervisionSpec
+from tests.conftest import REPO, all_pids, assert_no_process_left, wait_until
 
 PROGRAM = [sys.executable, "-m", "tests.programs.task"]
 COMMANDS = {"chief": PROGRAM, "worker": PROGRAM, "ps": PROGRAM}
@@ -31,8 +32,7 @@ def launch(tmp_path: Path, spec: JobSpec, behaviors: dict[str, str], monkeypatch
         monkeypatch.setenv(key, value)
     job = runner.prepare(spec, runs_dir=tmp_path, commands=COMMANDS, **options)
     result, summary = runner.run(job)
-    pids = [t["pid"] for t in summary["tasks"]]
-    assert_no_process_left(pids)
+    assert_no_process_left(all_pids(summary))
     assert json.loads((job.plan.run_dir / "summary.json").read_text())["status"] == summary["status"]
     return job, result, summary
 
@@ -164,3 +164,132 @@ def test_tasks_die_within_seconds_when_the_orchestrator_is_sigkilled(tmp_path):
         if driver.poll() is None:
             driver.kill()
             driver.wait(10)
+
+
+# -- restart policies, hang detection, deadlines (issue #3) ----------------------------
+
+
+def supervised(**fields) -> SupervisionSpec:
+    fields.setdefault("backoff_s", 0.1)
+    return SupervisionSpec.create(**fields)
+
+
+def test_mwms_failure_restarts_the_whole_group_which_then_succeeds(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=2, supervision=supervised())
+    behaviors = {"TEST_BEHAVIOR": "succeed", "TEST_BEHAVIOR_worker_0_0": "serve", "TEST_BEHAVIOR_worker_1_0": "exit:137"}
+    _, result, summary = launch(tmp_path, spec, behaviors, monkeypatch)
+    assert result.exit_code == 0, summary["reason"]
+    assert summary["restarts"] == 1
+    (recovery,) = summary["recoveries"]
+    assert (recovery["scope"], recovery["tasks"]) == ("group", ["worker-0", "worker-1"])
+    assert "worker-1 (attempt 0) failed: exit code 137" in recovery["cause"]
+    tasks = by_task(summary)
+    assert [tasks[t]["attempts"] for t in ("worker:0", "worker:1")] == [2, 2]
+    assert tasks["worker:0"]["earlier_attempts"][0]["state"] == "Stopped"
+    assert tasks["worker:1"]["earlier_attempts"][0]["exit"] == "exit code 137"
+
+
+def test_pss_worker_failure_restarts_that_worker_alone(tmp_path, monkeypatch):
+    spec = JobSpec.create(strategy="parameter_server", workers=2, ps=1, supervision=supervised())
+    behaviors = {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1_0": "exit:143",
+                 "TEST_BEHAVIOR_chief_0": "succeed-when-ready:3"}  # worker-0, ps-0, worker-1 (attempt 1)
+    _, result, summary = launch(tmp_path, spec, behaviors, monkeypatch)
+    assert result.exit_code == 0, summary["reason"]
+    (recovery,) = summary["recoveries"]
+    assert (recovery["scope"], recovery["tasks"]) == ("task", ["worker-1"])
+    assert recovery["detection_to_resumed_training_s"] is not None
+    assert {t: v["restarts"] for t, v in by_task(summary).items()} == {"chief:0": 0, "worker:0": 0, "worker:1": 1, "ps:0": 0}
+
+
+def test_exit_code_policy_treats_1_to_127_as_permanent(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=2, supervision=supervised())
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:3"}, monkeypatch)
+    assert result.exit_code == 1 and summary["restarts"] == 0
+    assert "exit-code restart policy of worker does not retry exit code 3" in summary["reason"]
+
+
+def test_on_failure_policy_retries_any_exit_code(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=1, supervision=supervised(restart_policy={"worker": "on-failure"}))
+    behaviors = {"TEST_BEHAVIOR_worker_0_0": "exit:3", "TEST_BEHAVIOR_worker_0_1": "succeed"}
+    _, result, summary = launch(tmp_path, spec, behaviors, monkeypatch)
+    assert result.exit_code == 0 and summary["restarts"] == 1
+
+
+def test_never_policy_fails_the_job_at_once_with_the_root_cause(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=2, supervision=supervised(restart_policy={"all": "never"}))
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:137"}, monkeypatch)
+    assert result.exit_code == 1 and summary["restarts"] == 0
+    assert summary["root_cause"]["task"] == "worker:1" and summary["root_cause"]["exit_code"] == 137
+    assert "never restart policy" in summary["reason"]
+
+
+def test_restarts_exhausted_fail_the_job_naming_task_and_attempts(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=1, supervision=supervised(max_restarts=2))
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "exit:137"}, monkeypatch)
+    assert result.exit_code == 1
+    assert summary["restarts"] == 2
+    assert "restarts exhausted: worker-0 failed on attempt 3 of 3" in summary["reason"]
+    assert len(summary["failures"]) == 3
+    assert summary["root_cause"]["attempt"] == 0
+
+
+def test_backoff_doubles_and_is_capped():
+    s = SupervisionSpec.create(backoff_s=1.0, backoff_max_s=5.0)
+    assert [s.backoff_for(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
+
+
+def test_a_stalled_task_is_dumped_killed_and_restarted(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=1, heartbeat_interval_s=0.2, supervision=supervised(stall_timeout_s=1.5))
+    behaviors = {"TEST_BEHAVIOR_worker_0_0": "stall", "TEST_BEHAVIOR_worker_0_1": "succeed"}
+    job, result, summary = launch(tmp_path, spec, behaviors, monkeypatch)
+    assert result.exit_code == 0, summary["reason"]
+    (failure,) = summary["failures"]
+    assert failure["signal"] == "SIGKILL"
+    assert "no training progress" in failure["message"] and "stall timeout 1.5 s" in failure["message"]
+    stacks = job.plan.run_dir / "attempt-0" / "worker-0" / "stacks.txt"
+    dump = stacks.read_text()
+    assert "most recent call first" in dump and "forever.wait()" not in dump or "task.py" in dump
+    assert "task.py" in dump  # the frame the task is stuck in
+    assert dump in (job.plan.run_dir / "attempt-0" / "worker-0" / "stderr.log").read_text()
+
+
+def test_a_frozen_task_is_caught_by_the_heartbeat_timeout_with_a_stack_dump(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=2, heartbeat_interval_s=0.2, supervision=supervised(heartbeat_timeout_s=1.0))
+    behaviors = {"TEST_BEHAVIOR": "succeed", "TEST_BEHAVIOR_worker_0_0": "serve", "TEST_BEHAVIOR_worker_1_0": "freeze"}
+    job, result, summary = launch(tmp_path, spec, behaviors, monkeypatch)
+    assert result.exit_code == 0, summary["reason"]
+    failure = summary["failures"][0]
+    assert failure["task"] == "worker:1" and "no heartbeat for" in failure["message"]
+    assert "most recent call first" in (job.plan.run_dir / "attempt-0" / "worker-1" / "stacks.txt").read_text()
+
+
+def test_a_peer_that_never_starts_is_caught_by_the_startup_deadline(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=2, supervision=supervised(startup_timeout_s=2.0, restart_policy={"all": "never"}))
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "never-start"}, monkeypatch)
+    assert result.exit_code == 1
+    assert summary["root_cause"]["task"] == "worker:1"
+    assert "not training or serving" in summary["root_cause"]["message"]
+
+
+def test_the_job_deadline_fails_the_job_cleanly(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=2, supervision=supervised(deadline_s=2.0))
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve"}, monkeypatch)
+    assert result.exit_code == 1
+    assert summary["reason"] == "the job deadline of 2 s passed"
+    assert [t["state"] for t in summary["tasks"]] == ["Stopped", "Stopped"]
+
+
+def test_an_evaluator_failure_is_retried_and_never_fails_the_job(tmp_path, monkeypatch):
+    spec = JobSpec.create(workers=1, evaluator=1, supervision=supervised(max_restarts=1))
+    behaviors = {"TEST_BEHAVIOR_evaluator_0": "raise",  # fails on every attempt
+                 "TEST_BEHAVIOR_worker_0": "succeed-when:attempt-*/evaluator-0/error.json:2"}
+    for key, value in behaviors.items():
+        monkeypatch.setenv(key, value)
+    job = runner.prepare(spec, runs_dir=tmp_path, commands={**COMMANDS, "evaluator": PROGRAM})
+    result, summary = runner.run(job)
+    assert_no_process_left(all_pids(summary))
+    assert result.exit_code == 0, summary["reason"]
+    ev = by_task(summary)["evaluator:0"]
+    assert ev["restarts"] == 1 and ev["earlier_attempts"][0]["state"] == "Failed"
+    assert ev["state"] in ("Failed", "Stopped")  # its second failure may race the worker's success
+    assert summary["restarts"] == 0  # the evaluator does not use up the training's restarts

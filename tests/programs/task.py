@@ -1,10 +1,11 @@
 """A tiny task program (no TensorFlow) for supervisor tests.
 
-Behaviour comes from ``TEST_BEHAVIOR`` (optionally ``TEST_BEHAVIOR_<type>_<index>`` for
-one task): ``succeed``, ``exit:<code>``, ``raise``, ``serve`` (never exits),
-``ignore-term`` (never exits and ignores SIGTERM), ``spawn-child`` (serves with a child
+Behaviour comes from ``TEST_BEHAVIOR_<type>_<index>_<attempt>``, else
+``TEST_BEHAVIOR_<type>_<index>``, else ``TEST_BEHAVIOR``: ``succeed``, ``exit:<code>``, ``raise``, ``serve`` (never exits),
+``ignore-term`` (never exits and ignores SIGTERM), ``stall`` (training, step never moves),
+``freeze`` (SIGSTOP itself), ``never-start`` (heartbeats but never trains or serves), ``spawn-child`` (serves with a child
 process in its group), ``succeed-when-ready:N`` (succeeds once N serving tasks wrote
-their ``ready`` file). It uses the real runtime and heartbeat client.
+their ``ready`` file), ``succeed-when:<glob under the run dir>:N``. It uses the real runtime and heartbeat client.
 """
 
 from __future__ import annotations
@@ -22,17 +23,24 @@ from orchestrator.runtime import run_task
 
 
 def body(context, reporter) -> None:
-    behavior = os.environ.get(f"TEST_BEHAVIOR_{context.task_type}_{context.task_index}") or os.environ.get(
-        "TEST_BEHAVIOR", "succeed"
+    behavior = (
+        os.environ.get(f"TEST_BEHAVIOR_{context.task_type}_{context.task_index}_{context.attempt}")
+        or os.environ.get(f"TEST_BEHAVIOR_{context.task_type}_{context.task_index}")
+        or os.environ.get("TEST_BEHAVIOR", "succeed")
     )
+    if behavior == "never-start":  # heartbeats, but never reaches training or serving
+        forever = threading.Event()
+        forever.wait()
     reporter.update(phase=pb.PHASE_TRAINING, step=1, loss=0.5)
     port = reporter.release_port()
     print(f"{context.name} behavior={behavior} port={port}", flush=True)
     forever = threading.Event()
-    if behavior.startswith("succeed-when-ready:"):  # wait (bounded) until N peers are set up
-        wanted = int(behavior.split(":")[1])
+    if behavior.startswith("succeed-when-ready:"):  # N serving peers wrote their ready file
+        behavior = "succeed-when:attempt-*/*/ready:" + behavior.split(":")[1]
+    if behavior.startswith("succeed-when:"):  # wait (bounded) until N files match a glob
+        _, pattern, wanted = behavior.split(":")
         deadline = time.monotonic() + 30
-        while len(glob.glob(os.path.join(context.run_dir, "attempt-*", "*", "ready"))) < wanted:
+        while len(glob.glob(os.path.join(context.run_dir, pattern))) < int(wanted):
             if time.monotonic() > deadline:
                 raise TimeoutError("peers never became ready")
             time.sleep(0.05)
@@ -45,6 +53,10 @@ def body(context, reporter) -> None:
         os._exit(int(behavior.split(":")[1]))
     if behavior == "raise":
         raise ValueError("boom from the test program")
+    if behavior == "stall":  # heartbeats go on, the step never moves
+        forever.wait()
+    if behavior == "freeze":  # SIGSTOP itself: heartbeats stop too
+        os.kill(os.getpid(), signal.SIGSTOP)
     if behavior == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if behavior == "spawn-child":

@@ -1,0 +1,137 @@
+"""Restart policy and deadlines as data.
+
+Restart policy per role (Kubeflow TFJob's ``restartPolicy`` values):
+
+* ``never``: a failure of this role fails the job;
+* ``on-failure``: any failure is retried (exit code != 0, a signal, a hang);
+* ``exit-code``: Kubeflow's convention: exit codes 1-127 are permanent (a bug: retrying
+  will not help), 128-255 and deaths by signal are retryable (preemption, OOM kill, hang).
+
+``max_restarts`` bounds the restarts of the whole job (Kubeflow ``backoffLimit``); the
+wait before restart *n* is ``backoff_s * 2**(n-1)`` capped at ``backoff_max_s``.
+
+What a restart covers follows the strategy (TF "Handling task failure" guide): under
+MultiWorkerMirroredStrategy every chief/worker is in every collective, so the whole group
+restarts and resumes from BackupAndRestore; under ParameterServerStrategy a worker restarts
+alone while the coordinator re-dispatches its work, and a ps or chief failure restarts the
+whole cluster from the last checkpoint. An evaluator restarts alone and never fails the job.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from orchestrator.errors import SpecError
+
+ROLES = ("chief", "worker", "ps", "evaluator")
+
+
+class RestartPolicy(str, enum.Enum):
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
+    EXIT_CODE = "exit-code"
+
+    @classmethod
+    def parse(cls, value: str, field_name: str = "restart_policy") -> "RestartPolicy":
+        text = str(value).strip().lower().replace("_", "-")
+        for member in cls:
+            if member.value == text:
+                return member
+        raise SpecError(field_name, value, "unknown restart policy", "use never, on-failure or exit-code")
+
+    def retryable(self, exit_code: int | None) -> bool:
+        """Whether a task that ended with ``exit_code`` (negative: signal) may be restarted."""
+        if self is RestartPolicy.NEVER:
+            return False
+        if self is RestartPolicy.ON_FAILURE:
+            return True
+        if exit_code is None or exit_code < 0:
+            return True
+        return 128 <= exit_code <= 255
+
+
+def default_restart_policies() -> dict[str, RestartPolicy]:
+    """The preset: ``exit-code`` for chief / worker / ps (a crash in user code is not
+    retried, a kill or a hang is), ``on-failure`` for the evaluator (it never fails the job)."""
+    return {
+        "chief": RestartPolicy.EXIT_CODE,
+        "worker": RestartPolicy.EXIT_CODE,
+        "ps": RestartPolicy.EXIT_CODE,
+        "evaluator": RestartPolicy.ON_FAILURE,
+    }
+
+
+@dataclass(frozen=True)
+class SupervisionSpec:
+    """How the supervisor restarts tasks and what it treats as hung.
+
+    Attributes:
+        restart_policy: role -> policy; roles left out take the preset.
+        max_restarts: restarts allowed for the whole job (each group or task restart counts one).
+        backoff_s: wait before the first restart, seconds; doubles with each restart.
+        backoff_max_s: cap of that wait, seconds.
+        heartbeat_timeout_s: a running task with no heartbeat for this long is hung.
+        stall_timeout_s: a task reporting ``training`` whose step does not advance for this
+            long is hung.
+        startup_timeout_s: a task that has not reached training or serving this long after
+            its start is hung (a peer that never starts).
+        deadline_s: the whole job fails after this long; None for no deadline.
+    """
+
+    restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
+    max_restarts: int = 3
+    backoff_s: float = 1.0
+    backoff_max_s: float = 30.0
+    heartbeat_timeout_s: float = 10.0
+    stall_timeout_s: float = 60.0
+    startup_timeout_s: float = 180.0
+    deadline_s: float | None = None
+
+    @classmethod
+    def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
+        """Build and validate; ``restart_policy`` maps roles (or ``all``) to policy names.
+
+        Raises:
+            SpecError: naming the bad field.
+        """
+        policies = default_restart_policies()
+        for role, value in (restart_policy or {}).items():
+            name = f"restart_policy.{role}"
+            if role == "all":
+                policies = {r: RestartPolicy.parse(value, name) for r in ROLES}
+            elif role in ROLES:
+                policies[role] = RestartPolicy.parse(value, name)
+            else:
+                raise SpecError(name, role, "unknown role", "use chief, worker, ps, evaluator or all")
+        spec = cls(restart_policy=policies, **fields)
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        """Raises SpecError naming the first bad field."""
+        if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) or self.max_restarts < 0:
+            raise SpecError("max_restarts", self.max_restarts, "must be a whole number >= 0", "e.g. --max-restarts 3")
+        for name in ("backoff_s", "backoff_max_s"):
+            _seconds(name, getattr(self, name), allow_zero=True)
+        for name in ("heartbeat_timeout_s", "stall_timeout_s", "startup_timeout_s"):
+            _seconds(name, getattr(self, name))
+        if self.deadline_s is not None:
+            _seconds("deadline_s", self.deadline_s)
+
+    def backoff_for(self, restart_number: int) -> float:
+        """Seconds to wait before restart number ``restart_number`` (1 for the first)."""
+        return min(self.backoff_max_s, self.backoff_s * 2 ** max(0, restart_number - 1))
+
+    def policy(self, role: str) -> RestartPolicy:
+        return self.restart_policy.get(role, RestartPolicy.EXIT_CODE)
+
+
+def _seconds(name: str, value: object, allow_zero: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+    if not ok or float(value) < 0 or (float(value) == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        flag = "--" + name.removesuffix("_s").replace("_", "-")
+        raise SpecError(name, value, f"must be a number of seconds {bound}", f"e.g. {flag} 10")
