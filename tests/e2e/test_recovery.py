@@ -1,0 +1,179 @@
+"""Recovery with real TensorFlow: restarts that follow the strategy, hangs, policies, orphans."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env
+
+pytestmark = pytest.mark.e2e
+
+
+class Launch:
+    """A CLI launch in the background whose plain output lines can be awaited."""
+
+    def __init__(self, tmp_path: Path, run_id: str, *args: str) -> None:
+        self.run_dir = tmp_path / run_id
+        self.proc = subprocess.Popen(
+            orchestrator_cmd("launch", "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id, *args),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=test_env(),
+        )
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for(self, pattern: str, timeout_s: float = 120) -> re.Match:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            line = self._queue.get(timeout=max(0.1, deadline - time.monotonic()))
+            if line is None:
+                pytest.fail(f"launch ended before {pattern!r}:\n" + "".join(self.lines))
+            self.lines.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+    def finish(self, timeout_s: float = 300) -> tuple[int, dict]:
+        code = self.proc.wait(timeout=timeout_s)
+        while (line := self._queue.get(timeout=10)) is not None:
+            self.lines.append(line)
+        summary = json.loads((self.run_dir / "summary.json").read_text())
+        assert_no_process_left(all_pids(summary))
+        return code, summary
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture()
+def launches():
+    started: list[Launch] = []
+    yield started
+    for launch in started:
+        launch.kill()
+
+
+def start(launches, tmp_path, run_id, *args) -> Launch:
+    launch = Launch(tmp_path, run_id, *args)
+    launches.append(launch)
+    return launch
+
+
+def test_mwms_worker_sigkill_restarts_the_group_from_the_checkpoint(tmp_path, launches):
+    launch = start(launches, tmp_path, "mwms-kill", "--workers", "2", "--epochs", "5", "--restart-backoff", "0.5",
+                   "--inject-fault", "worker:1:kill@step=60")
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines)
+    (recovery,) = summary["recoveries"]
+    assert recovery["scope"] == "group" and "worker-1 (attempt 0) failed: signal SIGKILL" in recovery["cause"]
+    # 45 steps per epoch: the kill at step 60 loses the 15 steps after the epoch-1 checkpoint
+    assert recovery["resumed_from_step"] == 45
+    assert "resumed from step 45" in (tmp_path / "mwms-kill" / "attempt-1" / "worker-0" / "stdout.log").read_text()
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+    assert [t["restarts"] for t in summary["tasks"]] == [1, 1]
+    injected = float(re.search(r"unix ([\d.]+)", (tmp_path / "mwms-kill/attempt-0/worker-1/stdout.log").read_text())[1])
+    detection_s = summary["failures"][0]["wall_time"] - injected
+    print(f"SIGKILL detection latency: {detection_s:.3f} s; failure to training again: "
+          f"{recovery['detection_to_resumed_training_s']} s")
+    assert detection_s < 1.0
+
+
+def _chief_step(launch: Launch, at_least: int) -> None:
+    while int(launch.wait_for(r"chief-0 Running/training step (\d+)")[1]) < at_least:
+        pass
+
+
+def test_pss_worker_sigkill_restarts_only_that_worker(tmp_path, launches):
+    launch = start(launches, tmp_path, "pss-worker", "--strategy", "parameter_server", "--workers", "2", "--ps", "1",
+                   "--epochs", "6", "--restart-backoff", "0.5")
+    pid = int(launch.wait_for(r"worker-1 started \(pid (\d+), attempt 0\)")[1])
+    _chief_step(launch, 100)
+    psutil.Process(pid).send_signal(signal.SIGKILL)
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines)
+    (recovery,) = summary["recoveries"]
+    assert (recovery["scope"], recovery["tasks"]) == ("task", ["worker-1"])
+    restarts = {t["task"]: t["restarts"] for t in summary["tasks"]}
+    assert restarts == {"chief:0": 0, "worker:0": 0, "worker:1": 1, "ps:0": 0}
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+
+
+def test_pss_ps_sigkill_restarts_the_cluster_from_the_checkpoint(tmp_path, launches):
+    launch = start(launches, tmp_path, "pss-ps", "--strategy", "parameter_server", "--workers", "1", "--ps", "1",
+                   "--epochs", "6", "--restart-backoff", "0.5")
+    pid = int(launch.wait_for(r"ps-0 started \(pid (\d+), attempt 0\)")[1])
+    _chief_step(launch, 200)  # past the epoch-2 checkpoint (90 steps per epoch)
+    psutil.Process(pid).send_signal(signal.SIGKILL)
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines)
+    cause = summary["recoveries"][0]
+    assert cause["scope"] == "group" and "ps-0 (attempt 0) failed: signal SIGKILL" in cause["cause"]
+    assert cause["resumed_from_step"] >= 180
+    assert all(t["restarts"] >= 1 for t in summary["tasks"])
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+
+
+def test_a_frozen_worker_is_detected_dumped_and_the_group_recovers(tmp_path, launches):
+    launch = start(launches, tmp_path, "hang", "--workers", "2", "--epochs", "4", "--heartbeat-timeout", "4",
+                   "--restart-backoff", "0.5", "--inject-fault", "worker:1:stop@step=50")
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines)
+    failure = summary["failures"][0]
+    assert failure["task"] == "worker:1" and failure["signal"] == "SIGKILL"
+    assert "no heartbeat for" in failure["message"] and "heartbeat timeout 4 s" in failure["message"]
+    stacks = (tmp_path / "hang" / "attempt-0" / "worker-1" / "stacks.txt").read_text()
+    assert "most recent call first" in stacks and "callbacks.py" in stacks  # frozen inside the training loop
+    injected = float(re.search(r"unix ([\d.]+)", (tmp_path / "hang/attempt-0/worker-1/stdout.log").read_text())[1])
+    detection_s = failure["wall_time"] - injected
+    print(f"hang detection latency: {detection_s:.2f} s (timeout 4 s + stack dump)")
+    assert 4.0 <= detection_s <= 4.0 + 1.0 + 2.5  # timeout + heartbeat interval + dump wait
+    assert summary["recoveries"][0]["scope"] == "group"
+
+
+def test_never_policy_fails_at_once_with_the_root_cause(tmp_path, launches):
+    launch = start(launches, tmp_path, "never", "--workers", "2", "--epochs", "3", "--restart-policy", "never",
+                   "--inject-fault", "worker:1:kill@step=10")
+    code, summary = launch.finish()
+    assert code == 1
+    assert summary["restarts"] == 0
+    assert (summary["root_cause"]["task"], summary["root_cause"]["signal"]) == ("worker:1", "SIGKILL")
+    assert "never restart policy of worker does not retry signal SIGKILL" in summary["reason"]
+
+
+def test_restarts_exhausted_fail_the_job_naming_the_task_and_attempts(tmp_path, launches):
+    launch = start(launches, tmp_path, "exhausted", "--workers", "2", "--epochs", "2", "--max-restarts", "1",
+                   "--restart-backoff", "0.2", "--inject-fault", "worker:1:kill@step=5",
+                   "--inject-fault", "worker:1:kill@step=5,attempt=1")
+    code, summary = launch.finish()
+    assert code == 1
+    assert "restarts exhausted: worker-1 failed on attempt 2 of 2" in summary["reason"]
+    assert [f["attempt"] for f in summary["failures"] if f["task"] == "worker:1"] == [0, 1]
+    assert "restarts exhausted" in "".join(launch.lines)
+
+
+def test_tasks_die_within_seconds_when_the_orchestrator_is_sigkilled(tmp_path, launches):
+    launch = start(launches, tmp_path, "orphans", "--workers", "2", "--epochs", "50")
+    pids = [int(launch.wait_for(rf"worker-{i} started \(pid (\d+)")[1]) for i in range(2)]
+    launch.wait_for(r"Running/training step")
+    launch.proc.send_signal(signal.SIGKILL)
+    launch.proc.wait(10)
+    killed_at = time.monotonic()
+    assert_no_process_left(pids, timeout_s=5.0)
+    print(f"tasks gone {time.monotonic() - killed_at:.2f} s after the orchestrator's SIGKILL")
