@@ -16,8 +16,8 @@ from orchestrator.faults import check_tasks as check_fault_tasks
 from orchestrator.plan import make_plan, new_run_id
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
-from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
-from orchestrator.spec.supervision import SupervisionSpec
+from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
+from orchestrator.spec.model import JobSpec, TrainingSpec
 
 
 def add_parser(subparsers) -> None:
@@ -27,24 +27,26 @@ def add_parser(subparsers) -> None:
         description="Plan a cluster, start one process per task with its TF_CONFIG, supervise it over gRPC "
         "health, and report. Exit codes: 0 succeeded, 1 job failed, 2 bad input, 130 interrupted.",
     )
+    p.add_argument("--spec", metavar="FILE", default=None,
+                   help="cluster spec file (YAML or JSON, see cluster_specs/); flags given explicitly override its fields")
     topo = p.add_argument_group("topology")
-    topo.add_argument("--strategy", default="multi_worker_mirrored", help="multi_worker_mirrored (default) or parameter_server")
+    topo.add_argument("--strategy", default=None, help="multi_worker_mirrored (default) or parameter_server")
     topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
-    topo.add_argument("--chief", action="store_true", help="add a chief task (always present with parameter_server)")
+    topo.add_argument("--chief", action="store_true", default=None, help="add a chief task (always present with parameter_server)")
     train = p.add_argument_group("training (built-in digits program)")
     d = TrainingSpec()
-    train.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs (default {d.epochs})")
-    train.add_argument("--batch-size", type=int, default=d.batch_size_per_replica, dest="batch_size",
+    train.add_argument("--epochs", type=int, default=None, help=f"epochs (default {d.epochs})")
+    train.add_argument("--batch-size", type=int, default=None, dest="batch_size",
                        help=f"batch size per replica; global = this x replicas (default {d.batch_size_per_replica})")
     train.add_argument("--steps-per-epoch", type=int, default=None, help="default: train examples / global batch")
-    train.add_argument("--learning-rate", type=float, default=d.learning_rate, help=f"Adam learning rate (default {d.learning_rate})")
-    train.add_argument("--seed", type=int, default=d.seed, help="seed of the split and initial weights (default 0)")
+    train.add_argument("--learning-rate", type=float, default=None, help=f"Adam learning rate (default {d.learning_rate})")
+    train.add_argument("--seed", type=int, default=None, help="seed of the split and initial weights (default 0)")
     run = p.add_argument_group("run")
     run.add_argument("--runs-dir", default="runs", help="where run directories go (default ./runs)")
     run.add_argument("--run-id", default=None, help="name of the run directory (default: time stamp + random suffix)")
     run.add_argument("--threads-per-task", type=int, default=None, help="TF intra-op threads per task (default cores / tasks)")
-    run.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between heartbeats (default 1)")
+    run.add_argument("--heartbeat-interval", type=float, default=None, help="seconds between heartbeats (default 1)")
     run.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
     run.add_argument("--inject-fault", action="append", default=[], metavar="TASK:KIND@TRIGGER",
                      help="inject a fault, e.g. worker:1:kill@step=20 or worker:1:exit=3@step=5 "
@@ -53,13 +55,13 @@ def add_parser(subparsers) -> None:
     sup.add_argument("--restart-policy", action="append", default=[], metavar="[ROLE=]POLICY",
                      help="never | on-failure | exit-code, for every role or one (e.g. worker=on-failure); repeatable. "
                      "Default exit-code (evaluator: on-failure)")
-    sup.add_argument("--max-restarts", type=int, default=3, help="restarts allowed for the whole job (default 3)")
-    sup.add_argument("--restart-backoff", type=float, default=1.0,
+    sup.add_argument("--max-restarts", type=int, default=None, help="restarts allowed for the whole job (default 3)")
+    sup.add_argument("--restart-backoff", type=float, default=None,
                      help="seconds before the first restart, doubling each time up to 30 (default 1)")
-    sup.add_argument("--heartbeat-timeout", type=float, default=10.0, help="a task silent this long is hung (default 10 s)")
-    sup.add_argument("--stall-timeout", type=float, default=60.0,
+    sup.add_argument("--heartbeat-timeout", type=float, default=None, help="a task silent this long is hung (default 10 s)")
+    sup.add_argument("--stall-timeout", type=float, default=None,
                      help="a training task whose step does not advance this long is hung (default 60 s)")
-    sup.add_argument("--startup-timeout", type=float, default=180.0,
+    sup.add_argument("--startup-timeout", type=float, default=None,
                      help="a task not training or serving this long after its start is hung (default 180 s)")
     sup.add_argument("--deadline", type=float, default=None, help="fail the job after this many seconds (default none)")
     out = p.add_argument_group("output")
@@ -71,47 +73,18 @@ def add_parser(subparsers) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    """Build the job spec from launch flags.
+    """Build the job spec from ``--spec FILE`` (if given) and the launch flags.
+
+    Flags given explicitly override the file's fields; flags left out keep them (their
+    argparse default is None), and fields in neither take the defaults.
 
     Raises:
-        SpecError: naming the bad flag.
+        SpecError: naming the bad flag or field.
     """
-    strategy = Strategy.parse(args.strategy)
-    pss = strategy is Strategy.PARAMETER_SERVER
-    workers = args.workers if args.workers is not None else (2 if pss else 4)
-    ps = args.ps if args.ps is not None else (1 if pss else 0)
     if args.run_id is not None and (not args.run_id or "/" in args.run_id or args.run_id.startswith(".")):
         raise SpecError("run-id", args.run_id, "must be a plain directory name", "e.g. --run-id digits-1")
-    training = TrainingSpec(
-        epochs=args.epochs,
-        batch_size_per_replica=args.batch_size,
-        steps_per_epoch=args.steps_per_epoch,
-        learning_rate=args.learning_rate,
-        seed=args.seed,
-    )
-    policies: dict[str, str] = {}
-    for item in args.restart_policy:
-        role, _, policy = item.rpartition("=")
-        policies[role or "all"] = policy
-    supervision = SupervisionSpec.create(
-        restart_policy=policies,
-        max_restarts=args.max_restarts,
-        backoff_s=args.restart_backoff,
-        heartbeat_timeout_s=args.heartbeat_timeout,
-        stall_timeout_s=args.stall_timeout,
-        startup_timeout_s=args.startup_timeout,
-        deadline_s=args.deadline,
-    )
-    return JobSpec.create(
-        supervision=supervision,
-        strategy=strategy,
-        chief=1 if (args.chief or pss) else 0,
-        workers=workers,
-        ps=ps,
-        training=training,
-        heartbeat_interval_s=args.heartbeat_interval,
-        threads_per_task=args.threads_per_task,
-    )
+    raw = read_spec_file(args.spec) if args.spec else {}
+    return build_spec(raw, overrides_from_flags(args))
 
 
 def run_launch(args: argparse.Namespace) -> int:

@@ -20,7 +20,10 @@ import enum
 import math
 import re
 from dataclasses import dataclass, field, replace
+from typing import Mapping
+
 from orchestrator.errors import SpecError
+from orchestrator.spec.address import check_addresses
 from orchestrator.spec.supervision import SupervisionSpec
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -148,6 +151,9 @@ class JobSpec:
         threads_per_task: TF intra-op threads per task; ``None`` means
             ``max(1, cores // training tasks)``.
         supervision: restart policy, timeouts and deadline.
+        addresses: fixed ``host:port`` of every task (a spec file's ``addresses``), or
+            ``None`` to let the backend choose. The local backend runs loopback addresses
+            only and reserves exactly those ports; ``render`` takes any.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -159,6 +165,7 @@ class JobSpec:
     heartbeat_interval_s: float = 1.0
     threads_per_task: int | None = None
     supervision: SupervisionSpec = field(default_factory=SupervisionSpec)
+    addresses: Mapping[TaskId, str] | None = None
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -232,6 +239,25 @@ class JobSpec:
         if not isinstance(self.supervision, SupervisionSpec):
             raise SpecError("supervision", self.supervision, "must be a mapping of supervision options", "see README: spec format")
         self.supervision.validate()
+        if self.addresses is not None:
+            self._validate_addresses()
+
+    def _validate_addresses(self) -> None:
+        """One address per task, none for a task the job does not have, all distinct."""
+        if not isinstance(self.addresses, Mapping):
+            raise SpecError("addresses", self.addresses, "must map task types to lists of host:port", "see README: cluster spec files")
+        for task_type in TASK_TYPES:
+            listed = sorted(t.task_index for t in self.addresses if t.task_type == task_type)
+            wanted = self.count(task_type)
+            if listed != list(range(wanted)):
+                counts = {"chief": "chief", "worker": "workers", "ps": "ps", "evaluator": "evaluator"}
+                raise SpecError(
+                    f"addresses.{task_type}",
+                    len(listed),
+                    f"{len(listed)} address(es) listed but the job has {counts[task_type]}={wanted}",
+                    f"list exactly {wanted} {task_type} address(es), or drop the count to take it from addresses",
+                )
+        check_addresses((f"addresses.{t.task_type}[{t.task_index}]", self.addresses[t]) for t in self.tasks())
 
     def count(self, task_type: str) -> int:
         """Number of tasks of ``task_type``."""

@@ -1,0 +1,153 @@
+"""Task addresses: the one parser every ``host:port`` goes through, and the rules a set of
+addresses must follow (no TensorFlow needed).
+
+Rules, and the bug each one prevents:
+
+* ``host:port`` with a port in 1..65535 and nothing else (no ``grpc://`` scheme, no path:
+  TF_CONFIG's ``rpc_layer`` carries the protocol);
+* IPv6 literals in brackets, ``[fe80::1]:2222``: gRPC cannot tell the port from an
+  unbracketed IPv6 address;
+* one task per ``host:port``: two servers cannot bind one port;
+* ``localhost`` / ``127.x`` only when every task is on loopback: a task on another host
+  dials its own loopback, not yours, and waits forever.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from orchestrator.errors import SpecError
+
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62}))*\.?$")
+_EXAMPLE = "e.g. 10.0.0.5:2222, worker-1.example:2222 or [fe80::1]:2222"
+
+
+@dataclass(frozen=True)
+class Address:
+    """A parsed task address.
+
+    Attributes:
+        host: hostname, IPv4 literal, or IPv6 literal without brackets.
+        port: TCP port, 1..65535.
+    """
+
+    host: str
+    port: int
+
+    @property
+    def is_ipv6(self) -> bool:
+        return ":" in self.host
+
+    @property
+    def is_loopback(self) -> bool:
+        """True for ``localhost``, ``127.0.0.0/8`` and ``::1``."""
+        if self.host.lower().rstrip(".") == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if self.is_ipv6 else f"{self.host}:{self.port}"
+
+
+def parse_address(value: object, field: str) -> Address:
+    """Parse one ``host:port``.
+
+    Args:
+        value: the address as given (anything: YAML may hand over an int or a list).
+        field: dotted field name for the error, e.g. ``cluster.worker[1]``.
+
+    Returns:
+        The parsed address.
+
+    Raises:
+        SpecError: naming ``field``, the value and the fix.
+    """
+    if not isinstance(value, str):
+        raise SpecError(field, value, "an address must be a 'host:port' string", f"quote it, {_EXAMPLE}")
+    text = value
+    if text != text.strip() or not text:
+        raise SpecError(field, value, "an address must be 'host:port' with no spaces", _EXAMPLE)
+    if "://" in text:
+        raise SpecError(field, value, "an address has no scheme (rpc_layer says grpc)", "drop the '" + text.split("://")[0] + "://'")
+    if "/" in text:
+        raise SpecError(field, value, "an address has no path", "write just host:port, " + _EXAMPLE)
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise SpecError(field, value, "a bracketed IPv6 address needs ']:port' after it", "e.g. [fe80::1]:2222")
+        port_text = rest[1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise SpecError(field, value, "not an IPv6 address inside the brackets", "e.g. [fe80::1]:2222") from None
+    else:
+        if text.count(":") > 1:
+            try:
+                ipaddress.IPv6Address(text)
+                fix = f"put the IPv6 address in brackets and add a port, e.g. [{text}]:2222"
+            except ValueError:
+                host_part, _, port_part = text.rpartition(":")
+                fix = f"put the IPv6 address in brackets: [{host_part}]:{port_part}"
+            raise SpecError(field, value, "an IPv6 address must be in brackets", fix)
+        host, sep, port_text = text.partition(":")
+        if not sep:
+            raise SpecError(field, value, "the address has no port", f"write {text}:2222 (host:port)")
+        if not host:
+            raise SpecError(field, value, "the address has no host", f"e.g. 10.0.0.5{text}")
+        if not _HOSTNAME_RE.match(host):
+            raise SpecError(field, value, f"{host!r} is not a hostname or IP address", _EXAMPLE)
+    port = _parse_port(port_text, value, field)
+    return Address(host, port)
+
+
+def _parse_port(text: str, value: object, field: str) -> int:
+    if not text.isdigit():
+        raise SpecError(field, value, f"port {text!r} is not a number", "use a port from 1 to 65535, e.g. 2222")
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise SpecError(field, value, f"port {port} is out of range", "use a port from 1 to 65535, e.g. 2222")
+    return port
+
+
+def check_addresses(items: Iterable[tuple[str, object]]) -> dict[str, Address]:
+    """Parse every address and check them together.
+
+    Args:
+        items: ``(field, address)`` pairs, e.g. ``("cluster.worker[0]", "10.0.0.5:2222")``.
+
+    Returns:
+        field -> parsed address.
+
+    Raises:
+        SpecError: the first bad address, a duplicate ``host:port``, or loopback mixed with
+            other hosts.
+    """
+    parsed: dict[str, Address] = {}
+    seen: dict[tuple[str, int], str] = {}
+    for field, value in items:
+        address = parse_address(value, field)
+        key = ("localhost" if address.is_loopback else address.host.lower().rstrip("."), address.port)
+        if key in seen:
+            raise SpecError(
+                field, value, f"{seen[key]} already uses this host:port", "give every task its own port (or host)"
+            )
+        seen[key] = field
+        parsed[field] = address
+    loopback = [f for f, a in parsed.items() if a.is_loopback]
+    remote = [f for f, a in parsed.items() if not a.is_loopback]
+    if loopback and remote:
+        field = loopback[0]
+        raise SpecError(
+            field,
+            str(parsed[field]),
+            f"a loopback address in a cluster that also has other hosts ({remote[0]}={str(parsed[remote[0]])!r}): "
+            "tasks elsewhere cannot reach it",
+            "use this machine's hostname or IP for every task, or loopback for every task",
+        )
+    return parsed
