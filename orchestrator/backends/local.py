@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from orchestrator.backends.ports import PortReservations
-from orchestrator.errors import LaunchError
+from orchestrator.errors import LaunchError, SpecError
+from orchestrator.spec.address import parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ class LocalProcess:
         return self.popen.pid
 
 
+def _field(task: TaskId) -> str:
+    return f"addresses.{task.task_type}[{task.task_index}]"
+
+
 class LocalBackend:
     """Runs tasks as local subprocesses; holds their ports until they bind."""
 
@@ -56,10 +61,38 @@ class LocalBackend:
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         """Reserve one port per task and return ``127.0.0.1:<port>`` addresses.
 
+        With fixed addresses (``spec.addresses``, from a spec file) exactly those ports are
+        reserved; they must all be loopback (this backend runs every task on this machine),
+        and ``localhost`` becomes ``127.0.0.1`` (it may resolve to IPv6: tensorflow#19900).
+
         Raises:
-            LaunchError: when ports cannot be reserved.
+            SpecError: a fixed address is not loopback, or its port needs root.
+            LaunchError: when ports cannot be reserved (a fixed one is in use).
         """
-        return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
+        if not spec.addresses:
+            return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
+        fixed = {task: parse_address(spec.addresses[task], _field(task)) for task in spec.tasks()}
+        for task, address in fixed.items():  # check everything before holding anything
+            if not address.is_loopback:
+                raise SpecError(
+                    _field(task),
+                    str(address),
+                    "the local backend runs every task on this machine, so it needs loopback addresses",
+                    "use 127.0.0.1:<port>, or `python -m orchestrator render --spec FILE` for TF_CONFIGs on other hosts",
+                )
+            if address.port < 1024 and os.geteuid() != 0:
+                raise SpecError(_field(task), str(address), "ports below 1024 need root",
+                                "use a port from 1024 to 65535, e.g. 2222")
+        try:
+            for task, address in fixed.items():
+                self.ports.reserve(task, address.port)
+        except LaunchError:
+            self.ports.close()
+            raise
+        return {
+            task: f"{LOOPBACK}:{address.port}" if address.host.lower().rstrip(".") == "localhost" else str(address)
+            for task, address in fixed.items()
+        }
 
     def release_port(self, task: TaskId, attempt: int) -> int:
         """Called (from the health server thread) when a task is about to bind its port."""

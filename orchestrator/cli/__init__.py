@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from orchestrator.cli import launch
+from orchestrator.cli import doctor, launch, render, validate
 from orchestrator.errors import OrchestratorError, SpecError
 
 
@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     launch.add_parser(sub)
+    validate.add_parser(sub)
+    render.add_parser(sub)
+    doctor.add_parser(sub)
     return parser
 
 

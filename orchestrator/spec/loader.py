@@ -166,16 +166,28 @@ def read_spec_file(path: str | Path) -> dict:
     Raises:
         SpecError: unreadable file, bad syntax, not a mapping, unknown or duplicate key.
     """
-    raw = read_document(path)
-    source = Path(path).name
+    return check_spec_mapping(read_document(path), str(path))
+
+
+def check_spec_mapping(raw: object, source: str = "") -> dict:
+    """Check the keys of a parsed spec file (values are checked by :func:`build_spec`).
+
+    Args:
+        raw: the parsed document.
+        source: its path, for messages.
+
+    Raises:
+        SpecError: not a mapping, a TF_CONFIG, an unknown key.
+    """
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise SpecError("spec", str(path), f"the file holds a {type(raw).__name__}, not a mapping of spec fields",
+        raise SpecError("spec", source, f"the file holds a {type(raw).__name__}, not a mapping of spec fields",
                         "see README: cluster spec files, or cluster_specs/ for examples")
     if "cluster" in raw and "task" in raw:
-        raise SpecError("spec", str(path), "this is a TF_CONFIG, not a cluster spec file",
-                        f"check it with: python -m orchestrator validate {path}")
+        raise SpecError("spec", source, "this is a TF_CONFIG, not a cluster spec file",
+                        f"check it with: python -m orchestrator validate {source}")
+    source = Path(source).name
     check_keys(raw, TOP_KEYS, "", source)
     for section, keys in (("training", TRAINING_KEYS), ("supervision", SUPERVISION_KEYS)):
         value = raw.get(section)

@@ -1,0 +1,108 @@
+"""``python -m orchestrator render``: every task's TF_CONFIG from a spec, for processes you start yourself.
+
+Addresses come from the spec's ``addresses``; without them, from ``--host`` (one host
+for every task on consecutive ports from ``--base-port``, or one host per task in task
+order, all on ``--base-port``). Nothing is started and nothing is bound: any host works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+
+from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
+from orchestrator.errors import SpecError
+from orchestrator.spec.address import check_addresses
+from orchestrator.spec.model import JobSpec, TaskId
+from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
+
+FORMATS = ("json", "env", "tf-config")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 2222
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "render",
+        help="print every task's TF_CONFIG for processes you start yourself",
+        description="Render the TF_CONFIG of every task (or one, --task) from a cluster spec file and/or flags. "
+        "Formats: json (everything, default), env (export TF_CONFIG='...' lines for a shell), "
+        "tf-config (the bare compact JSON, one task per line). Exit codes: 0 ok, 2 bad input.",
+    )
+    add_spec_flags(p)
+    p.add_argument("--host", action="append", default=None, metavar="HOST",
+                   help="host of every task (once) or of each task in order chief, workers, ps, evaluator "
+                   "(repeat); only without addresses in the spec (default 127.0.0.1)")
+    p.add_argument("--base-port", type=int, default=None,
+                   help=f"first port; tasks sharing a host take consecutive ports (default {DEFAULT_PORT})")
+    p.add_argument("--task", default=None, metavar="TYPE:INDEX", help="only this task, e.g. worker:1")
+    p.add_argument("--format", choices=FORMATS, default="json", help="json (default), env or tf-config")
+    p.set_defaults(func=run_render)
+
+
+def addresses_for(spec: JobSpec, hosts: list[str] | None, base_port: int | None) -> dict[TaskId, str]:
+    """The spec's fixed addresses, or addresses built from ``--host`` / ``--base-port``.
+
+    Raises:
+        SpecError: flags given together with fixed addresses, a host count that fits
+            neither rule, a bad host or port.
+    """
+    tasks = spec.tasks()
+    if spec.addresses:
+        if hosts or base_port is not None:
+            raise SpecError("host" if hosts else "base-port", hosts or base_port, "the spec already fixes every address",
+                            "drop --host/--base-port, or the spec's addresses")
+        return {t: spec.addresses[t] for t in tasks}
+    hosts = hosts or [DEFAULT_HOST]
+    port = DEFAULT_PORT if base_port is None else base_port
+    last = port + (len(tasks) - 1 if len(hosts) == 1 else 0)
+    if not (1 <= port and last <= 65535):
+        raise SpecError("base-port", base_port, f"ports {port}..{last} are not all in 1..65535", "e.g. --base-port 2222")
+    if len(hosts) == 1:
+        out = {t: _join(hosts[0], port + i) for i, t in enumerate(tasks)}
+    elif len(hosts) == len(tasks):
+        out = {t: _join(h, port) for t, h in zip(tasks, hosts)}
+    else:
+        raise SpecError("host", hosts, f"{len(hosts)} hosts for {len(tasks)} tasks ({', '.join(map(str, tasks))})",
+                        "give one --host for every task, or one per task in that order")
+    fields = {f"host[{i}]" if len(hosts) > 1 else "host": t for i, t in enumerate(tasks)}
+    check_addresses((f, out[t]) for f, t in fields.items())
+    return out
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def render(spec: JobSpec, addresses: dict[TaskId, str], fmt: str, only: TaskId | None = None) -> str:
+    """The text ``render`` prints (pure)."""
+    tasks = [only] if only else spec.tasks()
+    if fmt == "json":
+        if only:
+            return json.dumps(tf_config(addresses, only), indent=2)
+        return json.dumps({
+            "strategy": spec.strategy.value,
+            "cluster": cluster_spec(addresses),
+            "tasks": {str(t): {"address": addresses[t], "TF_CONFIG": tf_config(addresses, t)} for t in tasks},
+        }, indent=2)
+    lines = []
+    for t in tasks:
+        if fmt == "tf-config":
+            lines.append(tf_config_json(addresses, t))
+            continue
+        if not only:
+            lines.append(f"# {t} on {addresses[t]}")
+        lines.append("export TF_CONFIG=" + shlex.quote(tf_config_json(addresses, t)))
+    return "\n".join(lines)
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Run ``render``. Returns 0 (bad input raises SpecError: exit 2)."""
+    spec = spec_from_flags(args)
+    only = TaskId.parse(args.task, "task") if args.task else None
+    if only and only not in spec.tasks():
+        raise SpecError("task", args.task, "the job has no such task", "use one of: " + ", ".join(map(str, spec.tasks())))
+    addresses = addresses_for(spec, args.host, args.base_port)
+    print(render(spec, addresses, args.format, only))
+    return 0

@@ -1,0 +1,30 @@
+"""Flags shared by ``render`` and ``doctor``: a spec file and the topology flags that override it."""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
+from orchestrator.spec.model import JobSpec
+
+
+def add_spec_flags(p: argparse.ArgumentParser) -> None:
+    """``--spec FILE`` plus ``--strategy/--workers/--ps/--chief/--evaluator`` (default None: not given)."""
+    p.add_argument("--spec", metavar="FILE", default=None,
+                   help="cluster spec file (YAML or JSON, see cluster_specs/); the flags below override its fields")
+    topo = p.add_argument_group("topology (without --spec: what launch would run)")
+    topo.add_argument("--strategy", default=None, help="multi_worker_mirrored (default) or parameter_server")
+    topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
+    topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
+    topo.add_argument("--chief", action="store_true", default=None, help="add a chief task")
+    topo.add_argument("--evaluator", action="store_const", const=1, default=None, help="add an evaluator task")
+
+
+def spec_from_flags(args: argparse.Namespace) -> JobSpec:
+    """The validated spec: ``--spec`` file (if any) with the given flags on top.
+
+    Raises:
+        SpecError: naming the bad flag or field.
+    """
+    raw = read_spec_file(args.spec) if args.spec else {}
+    return build_spec(raw, overrides_from_flags(args))
