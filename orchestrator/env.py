@@ -27,6 +27,9 @@ Variable                       Meaning
 ``GRPC_FAIL_FAST``             ``use_caller`` for ParameterServerStrategy tasks (TF PSS tutorial)
 ``PYTHONUNBUFFERED``           ``1``: log lines reach the files at once
 ``ORCH_FAULTS``                faults to inject into this task (``--inject-fault``), JSON
+``ORCH_TASK_HEALTH_PORT``      containers: serve grpc.health.v1 on this port (the healthcheck probes it)
+``ORCH_ORPHAN_TIMEOUT_S``      containers: kill the task once its orchestrator is unreachable this long
+``ORCH_STAY_UNTIL_STOPPED``    ``1`` (Compose): a finished task waits for SIGTERM instead of exiting
 =============================  ==============================================================
 """
 
@@ -45,6 +48,9 @@ STRATEGY = "ORCH_STRATEGY"
 TRAINING = "ORCH_TRAINING"
 BACKUP_DIR = "ORCH_BACKUP_DIR"
 MODEL_DIR = "ORCH_MODEL_DIR"
+TASK_HEALTH_PORT = "ORCH_TASK_HEALTH_PORT"
+ORPHAN_TIMEOUT_S = "ORCH_ORPHAN_TIMEOUT_S"
+STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
 
 TOKEN_METADATA_KEY = "x-job-token"
 """gRPC metadata key that carries the job token."""

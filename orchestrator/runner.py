@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -43,6 +44,7 @@ def prepare(
     commands: Mapping[str, Sequence[str]] | None = None,
     view=None,
     backend: str = "local",
+    backend_options: Mapping | None = None,
     **supervisor_options,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -55,6 +57,7 @@ def prepare(
         commands: argv per task type instead of the built-in programs.
         view: live output (see :mod:`orchestrator.report.live`).
         backend: backend name.
+        backend_options: passed to the backend (docker: ``image``, ``base_image``, ...).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -66,22 +69,32 @@ def prepare(
     run_dir = Path(runs_dir).resolve() / run_id
     if run_dir.exists():
         raise SpecError("run-id", run_id, f"{run_dir} already exists", "pick another --run-id or remove it")
-    engine = get_backend(backend)
+    engine = get_backend(backend, **(backend_options or {}))
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
-    addresses = engine.allocate(spec)
-    server = HealthServer(token, store, engine.release_port).start()
-    plan = make_plan(
-        spec,
-        addresses,
-        run_id=run_id,
-        run_dir=run_dir,
-        health_address=server.address,
-        token=token,
-        orchestrator_pid=os.getpid(),
-        faults=faults,
-        commands=commands,
-    )
+    server = None
+    try:
+        if hasattr(engine, "open"):  # docker: engine, image, the job's network
+            engine.open(run_id, run_dir)
+        addresses = engine.allocate(spec)
+        server = HealthServer(token, store, engine.release_port, host=getattr(engine, "health_host", "127.0.0.1")).start()
+        plan = make_plan(
+            spec,
+            addresses,
+            run_id=run_id,
+            run_dir=run_dir,
+            health_address=server.address,
+            token=token,
+            orchestrator_pid=os.getpid() if getattr(engine, "parent_death_signal", True) else 0,
+            python=getattr(engine, "python", sys.executable),
+            faults=faults,
+            commands=commands,
+        )
+    except BaseException:
+        if server is not None:
+            server.stop()
+        engine.close()
+        raise
     run_dir.mkdir(parents=True)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
     supervisor = Supervisor(plan, engine, store, view, **supervisor_options)

@@ -40,6 +40,8 @@ class TaskContext:
         health_address: ``host:port`` of the orchestrator's health endpoint, or ``""``.
         token: the job token, or ``""``.
         orchestrator_pid: pid the task must not outlive, or 0 when not local.
+        orphan_timeout_s: when > 0 (containers), the task kills itself once the orchestrator
+            it reached has been unreachable this long.
         heartbeat_interval_s: seconds between heartbeats.
         run_dir, task_dir, error_file, backup_dir, model_dir: paths (``""`` when unset).
         strategy: ``multi_worker_mirrored`` or ``parameter_server``.
@@ -53,6 +55,7 @@ class TaskContext:
     health_address: str = ""
     token: str = ""
     orchestrator_pid: int = 0
+    orphan_timeout_s: float = 0.0
     heartbeat_interval_s: float = 1.0
     run_dir: str = ""
     task_dir: str = ""
@@ -85,6 +88,7 @@ class TaskContext:
             health_address=environ.get(env.HEALTH_ADDRESS, ""),
             token=environ.get(env.JOB_TOKEN, ""),
             orchestrator_pid=int(environ.get(env.ORCHESTRATOR_PID, "0") or 0),
+            orphan_timeout_s=float(environ.get(env.ORPHAN_TIMEOUT_S, "0") or 0),
             heartbeat_interval_s=float(environ.get(env.HEARTBEAT_INTERVAL_S, "1.0")),
             run_dir=environ.get(env.RUN_DIR, ""),
             task_dir=environ.get(env.TASK_DIR, ""),
@@ -189,11 +193,31 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     from orchestrator.faults import FaultInjector
 
     FaultInjector.from_env().start_timers()
+    if os.environ.get(env.TASK_HEALTH_PORT):  # containers: the healthcheck probes it
+        from orchestrator.health.probe import serve_task_health
+
+        serve_task_health(int(os.environ[env.TASK_HEALTH_PORT]))
     reporter = HeartbeatReporter.from_context(context).start()
     try:
         record_errors(context, lambda: body(context, reporter))
     except BaseException:
         reporter.close(timeout_s=2.0)
         raise
+    if os.environ.get(env.STAY_UNTIL_STOPPED) == "1":
+        reporter.update(phase=pb.PHASE_DONE)
+        _wait_for_stop(context)
     reporter.close(pb.PHASE_DONE)
     return 0
+
+
+def _wait_for_stop(context: TaskContext) -> None:
+    """Block until SIGTERM or SIGINT (Compose: a finished task must not end the cluster;
+    ``docker compose up --abort-on-container-exit`` stops everything when the chief exits)."""
+    print(f"{context.name}: done; waiting to be stopped", file=sys.stderr, flush=True)
+    import threading
+
+    stopped = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopped.set())
+    while not stopped.wait(1.0):
+        pass

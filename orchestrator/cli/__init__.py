@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from orchestrator.cli import doctor, launch, render, validate
+from orchestrator.cli import compose, doctor, launch, render, validate
 from orchestrator.errors import OrchestratorError, SpecError
 
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_parser(sub)
     render.add_parser(sub)
     doctor.add_parser(sub)
+    compose.add_parser(sub)
     return parser
 
 

@@ -5,9 +5,12 @@ Every task (ps included) runs one :class:`HeartbeatReporter`. It sends a heartbe
 index, attempt, pid, phase, step, epoch, loss, examples/s, CPU % and RSS (psutil).
 Training code feeds it through :meth:`HeartbeatReporter.update`.
 
-When the stream breaks, the reporter reconnects with a growing backoff (0.2 s to 5 s).
+When the stream breaks, the reporter reconnects with a growing backoff (0.2 s to 5 s);
+an endpoint that never answers (a Compose cluster run without an orchestrator) is fine.
 When the orchestrator process is gone (local backend), the task kills its own process
-group: no task outlives its orchestrator.
+group: no task outlives its orchestrator. In a container there is no parent to watch:
+with ``orphan_timeout_s`` > 0 a task whose orchestrator has been unreachable that long,
+after it was reached once, kills itself instead.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class HeartbeatReporter:
         attempt: attempt number (0 first).
         interval_s: seconds between heartbeats.
         orchestrator_pid: when > 0, the task kills its process group once this pid is gone.
+        orphan_timeout_s: when > 0, the task kills its process group once the endpoint,
+            reached before, has been unreachable this many seconds.
     """
 
     def __init__(
@@ -56,12 +61,16 @@ class HeartbeatReporter:
         attempt: int = 0,
         interval_s: float = 1.0,
         orchestrator_pid: int = 0,
+        orphan_timeout_s: float = 0.0,
     ) -> None:
         self._address = address
         self._metadata = ((env.TOKEN_METADATA_KEY, token),)
         self._key = pb.TaskKey(task_type=task_type, task_index=task_index, attempt=attempt)
         self._interval_s = interval_s
         self._orchestrator_pid = orchestrator_pid
+        self._orphan_timeout_s = orphan_timeout_s
+        self._reached = False
+        self._lost_at: float | None = None
         self._cond = threading.Condition()
         self._fields: dict = {"phase": pb.PHASE_INITIALIZING}
         self._metrics: dict[str, float] = {}
@@ -85,6 +94,7 @@ class HeartbeatReporter:
             context.attempt,
             context.heartbeat_interval_s,
             context.orchestrator_pid,
+            getattr(context, "orphan_timeout_s", 0.0),
         )
 
     # -- feeding -------------------------------------------------------------------------
@@ -120,6 +130,8 @@ class HeartbeatReporter:
         if not self._address:
             return self
         self._channel = grpc.insecure_channel(self._address)
+        if self._orphan_timeout_s > 0:
+            self._channel.subscribe(self._on_connectivity, try_to_connect=True)
         self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
         self._thread.start()
         return self
@@ -186,10 +198,21 @@ class HeartbeatReporter:
             if time.monotonic() - opened > STREAM_DEADLINE_S - 2 * self._interval_s:
                 return
 
+    def _on_connectivity(self, state: grpc.ChannelConnectivity) -> None:
+        if state is grpc.ChannelConnectivity.READY:
+            self._reached, self._lost_at = True, None
+        elif self._reached and self._lost_at is None:
+            self._lost_at = time.monotonic()
+
     def _check_orchestrator(self) -> None:
         pid = self._orchestrator_pid
         if pid > 0 and os.getppid() != pid:
             log.error("orchestrator (pid %d) is gone; stopping this task", pid)
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        lost_at = self._lost_at
+        if self._orphan_timeout_s > 0 and lost_at is not None and time.monotonic() - lost_at > self._orphan_timeout_s:
+            log.error("orchestrator at %s unreachable for %.0f s; stopping this task", self._address,
+                      time.monotonic() - lost_at)
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
     def _run(self) -> None:

@@ -1,0 +1,443 @@
+"""Docker backend: one container per task on a private network, through the Docker Engine API.
+
+* Addresses are service names on the job's own bridge network with one fixed port:
+  ``worker-1:2222`` (each container carries its task name as network alias and
+  hostname), exactly as in the Compose file :mod:`orchestrator.backends.compose` renders.
+  Nothing is published on the host: TensorFlow's server has no authentication.
+* The orchestrator's health endpoint binds the network's gateway address (still
+  token-protected), which the containers reach; nothing binds ``0.0.0.0``.
+* Every task runs under the engine's init (``--init``), so SIGTERM, SIGUSR1 (stack dump)
+  and SIGKILL reach the task as they do a local process; ``handle.pid`` is the
+  container's host pid (``State.Pid``). An exit code ``128+N`` is reported as death by
+  signal N (``-N``): that is what the init reports for a task killed by a signal, and
+  what the engine reports for a container killed with ``docker kill``.
+* stdout and stderr stream from the engine into ``attempt-<n>/<task>/{stdout,stderr}.log``
+  while the task runs. The run directory is bind-mounted at the same path, so
+  checkpoints, the exported model and error files land on the host as with ``local``;
+  the containers run as the orchestrator's uid:gid.
+* A task container is removed once it has exited and its logs are collected; ``close``
+  removes every container and the network of the run (the run directory is kept).
+* Tasks have no parent-death signal in a container: a task that loses its orchestrator
+  for ``ORPHAN_TIMEOUT_S`` kills itself (heartbeat watchdog), and containers and networks
+  left by an orchestrator that died are removed by the next docker-backend run
+  (labels name their orchestrator).
+
+Requires the Docker SDK (``pip install -e '.[docker]'``) and a reachable engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal as signals
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from orchestrator import env as envvars
+from orchestrator.errors import LaunchError, SpecError
+from orchestrator.spec.model import JobSpec, TaskId
+
+log = logging.getLogger(__name__)
+
+TF_PORT = 2222
+"""Port of every task's tf.distribute server, on its own hostname."""
+TASK_HEALTH_PORT = 2223
+"""Port of every task's grpc.health.v1 server (the container healthcheck probes it)."""
+ORPHAN_TIMEOUT_S = 30.0
+"""A task that cannot reach its orchestrator this long after it could kills itself."""
+LABEL = "io.tf-cluster-orchestrator"
+LABEL_RUN = f"{LABEL}.run-id"
+LABEL_TASK = f"{LABEL}.task"
+LABEL_OWNER = f"{LABEL}.orchestrator"
+"""``host:pid:create_time`` of the orchestrator that owns a container or network."""
+ENGINE_TIMEOUT_S = 60
+
+
+def addresses(spec: JobSpec) -> dict[TaskId, str]:
+    """``<task name>:2222`` for every task: service names on the job's network."""
+    return {task: f"{task.name}:{TF_PORT}" for task in spec.tasks()}
+
+
+def connect(timeout_s: float = ENGINE_TIMEOUT_S):
+    """A ``docker.DockerClient`` for the engine of the environment (``DOCKER_HOST`` or the local socket).
+
+    Raises:
+        LaunchError: when the SDK is missing or the engine does not answer.
+    """
+    try:
+        import docker
+    except ImportError:
+        raise LaunchError("the docker backend needs the Docker SDK: pip install -e '.[docker]'") from None
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise LaunchError(f"cannot reach the Docker engine at {where} ({exc}); start it (dockerd) "
+                          "or use --backend local") from None
+    return client
+
+
+def engine_available() -> str:
+    """"" when an engine answers, else why not (for tests that skip)."""
+    try:
+        connect(timeout_s=5).close()
+    except LaunchError as exc:
+        return str(exc)
+    return ""
+
+
+def exit_code_of(status: int, oom_killed: bool = False) -> int:
+    """The container's exit status as ``Popen.returncode`` would say it: ``128+N`` -> ``-N``."""
+    if oom_killed:
+        return -signals.SIGKILL
+    if 128 < status < 128 + 65:
+        return -(status - 128)
+    return status
+
+
+def _owner() -> str:
+    import psutil
+
+    return f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time():.2f}"
+
+
+def _owner_alive(owner: str) -> bool:
+    import psutil
+
+    try:
+        host, pid, created = owner.rsplit(":", 2)
+        if host != socket.gethostname():
+            return True  # another machine's: not ours to judge
+        return abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.5
+    except (ValueError, psutil.Error):
+        return False
+
+
+@dataclass
+class Container:
+    """A started task container.
+
+    Attributes:
+        container: the SDK's container object.
+        name: container name.
+        task: its task.
+        attempt: its attempt.
+        pid: host pid of its init process.
+        stdout_path, stderr_path: the log files its output streams into.
+    """
+
+    container: Any
+    name: str
+    task: TaskId
+    attempt: int
+    pid: int
+    stdout_path: Path
+    stderr_path: Path
+    exited: threading.Event = field(default_factory=threading.Event)
+    status: int | None = None
+    oom_killed: bool = False
+    threads: list[threading.Thread] = field(default_factory=list)
+
+
+class DockerBackend:
+    """Runs each task in its own container; see the module docstring.
+
+    Args:
+        image: image to run as it is; default: the project image, built when missing
+            (:func:`orchestrator.backends.image.ensure_image`).
+        base_image: base of that image (default ``$ORCH_DOCKER_BASE_IMAGE`` or python:3.11-slim).
+        ca_bundle: CA bundle pip trusts while building the image.
+        progress: called with build output lines.
+    """
+
+    name = "docker"
+    python = "python"
+    """The interpreter in the image: task commands are run inside the containers."""
+    parent_death_signal = False
+    """Tasks are not the orchestrator's children: no ORCH_ORCHESTRATOR_PID for them."""
+
+    def __init__(self, image: str | None = None, base_image: str | None = None,
+                 ca_bundle: str | None = None, progress=None) -> None:
+        self.image = image
+        self.base_image = base_image
+        self.ca_bundle = ca_bundle
+        self.progress = progress
+        self.client = None
+        self.network = None
+        self.run_id = ""
+        self.run_dir: Path | None = None
+        self.health_host = "127.0.0.1"
+        self._owner = ""
+        self._lock = threading.Lock()
+        self._containers: list[Container] = []
+
+    # -- setting up ------------------------------------------------------------------------
+    def open(self, run_id: str, run_dir: Path) -> None:
+        """Connect to the engine, remove what dead orchestrators left, get the image and
+        create the job's network. Called once, before ``allocate``.
+
+        Raises:
+            LaunchError: no engine, a failed build, or no network.
+        """
+        import docker.errors
+
+        from orchestrator.backends.image import ensure_image
+
+        self.client = connect()
+        self.run_id, self.run_dir = run_id, Path(run_dir)
+        self._owner = _owner()
+        self.remove_orphans()
+        if self.image:
+            try:
+                self.client.images.get(self.image)
+            except docker.errors.ImageNotFound:
+                raise LaunchError(f"image {self.image!r} is not in the engine; build it or leave out --image") from None
+        else:
+            self.image = ensure_image(self.client, self.base_image, ca_bundle=self.ca_bundle, progress=self.progress)
+        labels = {LABEL_RUN: run_id, LABEL_OWNER: self._owner}
+        try:
+            self.network = self.client.networks.create(f"tfjob-{run_id}", driver="bridge", labels=labels,
+                                                       check_duplicate=True)
+            self.network.reload()
+            self.health_host = self.network.attrs["IPAM"]["Config"][0]["Gateway"]
+        except (docker.errors.DockerException, KeyError, IndexError) as exc:
+            self.close()
+            raise LaunchError(f"cannot create the job's network tfjob-{run_id}: {exc}") from None
+
+    def remove_orphans(self) -> None:
+        """Remove containers and networks of orchestrators that are gone (killed without cleanup)."""
+        import docker.errors
+
+        for container in self.client.containers.list(all=True, filters={"label": LABEL_OWNER}):
+            if not _owner_alive(container.labels.get(LABEL_OWNER, "")):
+                log.warning("removing container %s left by a dead orchestrator", container.name)
+                try:
+                    container.remove(force=True)
+                except docker.errors.DockerException:
+                    pass
+        for network in self.client.networks.list(filters={"label": LABEL_OWNER}):
+            if not _owner_alive(network.attrs.get("Labels", {}).get(LABEL_OWNER, "")):
+                try:
+                    network.remove()
+                except docker.errors.DockerException:
+                    pass
+
+    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+        """Service-name addresses (:func:`addresses`); nothing to reserve.
+
+        Raises:
+            SpecError: when the spec fixes addresses (containers are addressed by name).
+        """
+        if getattr(spec, "addresses", None):
+            raise SpecError("addresses", "...", "the docker backend addresses tasks by service name (worker-0:2222)",
+                            "leave addresses out of the spec for --backend docker")
+        return addresses(spec)
+
+    def release_port(self, task: TaskId, attempt: int) -> int:
+        """Nothing is held: every container has its own network namespace."""
+        return 0
+
+    def reserve_again(self, task: TaskId) -> None:
+        """Nothing to hold."""
+
+    # -- tasks -----------------------------------------------------------------------------
+    def start(self, argv: Iterable[str], env: Mapping[str, str], log_dir: Path) -> Container:
+        """Create and start the container of one task attempt.
+
+        Args:
+            argv: the command, run inside the image.
+            env: the task's whole environment (nothing of the orchestrator's is passed).
+            log_dir: where ``stdout.log`` and ``stderr.log`` go (created).
+
+        Raises:
+            LaunchError: when the engine refuses.
+        """
+        import docker.errors
+
+        if self.client is None or self.network is None:
+            raise LaunchError("the docker backend was not opened")
+        task, attempt = _task_of(env)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
+        for path in (stdout_path, stderr_path):
+            path.touch()
+        self._remove_task_containers(task)  # an earlier attempt must not answer to the alias
+        environment = {
+            **env,
+            envvars.TASK_HEALTH_PORT: str(TASK_HEALTH_PORT),
+            envvars.ORPHAN_TIMEOUT_S: repr(ORPHAN_TIMEOUT_S),
+            "HOME": "/tmp",
+        }
+        environment.pop(envvars.ORCHESTRATOR_PID, None)
+        name = f"tfjob-{self.run_id}-{task.name}-{attempt}"
+        assert self.run_dir is not None
+        try:
+            container = self.client.containers.create(
+                self.image,
+                command=list(argv),
+                name=name,
+                hostname=task.name,
+                environment=environment,
+                labels={LABEL_RUN: self.run_id, LABEL_TASK: task.name, LABEL_OWNER: self._owner},
+                user=f"{os.getuid()}:{os.getgid()}",
+                init=True,
+                working_dir="/tmp",
+                volumes={str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
+                network=self.network.name,
+                networking_config={
+                    self.network.name: self.client.api.create_endpoint_config(aliases=[task.name])
+                },
+                detach=True,
+            )
+            container.start()
+            container.reload()
+        except docker.errors.DockerException as exc:
+            raise LaunchError(f"cannot start the container of {task.name}: {exc}") from None
+        handle = Container(container, name, task, attempt, int(container.attrs["State"]["Pid"]), stdout_path, stderr_path)
+        for stream, path in (("stdout", stdout_path), ("stderr", stderr_path)):
+            t = threading.Thread(target=self._copy_logs, args=(handle, stream, path), name=f"logs-{name}-{stream}",
+                                 daemon=True)
+            t.start()
+            handle.threads.append(t)
+        threading.Thread(target=self._wait_exit, args=(handle,), name=f"wait-{name}", daemon=True).start()
+        with self._lock:
+            self._containers.append(handle)
+        return handle
+
+    def _copy_logs(self, handle: Container, stream: str, path: Path) -> None:
+        try:
+            chunks = handle.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True)
+            with open(path, "ab") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+                    out.flush()
+        except Exception as exc:  # noqa: BLE001 - the container may be gone; logged, never raised
+            log.debug("log stream %s of %s ended: %s", stream, handle.name, exc)
+
+    def _wait_exit(self, handle: Container) -> None:
+        import docker.errors
+
+        status = -signals.SIGKILL
+        try:
+            while True:
+                try:
+                    status = int(handle.container.wait(timeout=3600)["StatusCode"])
+                    break
+                except docker.errors.NotFound:
+                    break
+                except Exception as exc:  # noqa: BLE001 - a read timeout: wait again
+                    if "timed out" not in str(exc).lower():
+                        log.warning("waiting for %s: %s", handle.name, exc)
+                        time.sleep(0.5)
+            try:
+                handle.container.reload()
+                handle.oom_killed = bool(handle.container.attrs["State"].get("OOMKilled"))
+            except docker.errors.DockerException:
+                pass
+            for t in handle.threads:  # the streams end with the container: the logs are complete
+                t.join(10.0)
+        finally:
+            handle.status = status
+            handle.exited.set()
+        try:
+            handle.container.remove(force=True)
+        except docker.errors.DockerException:
+            pass
+
+    @staticmethod
+    def poll(handle: Container) -> int | None:
+        """Exit code (negative: killed by that signal), or None while running."""
+        if not handle.exited.is_set():
+            return None
+        return exit_code_of(handle.status if handle.status is not None else 137, handle.oom_killed)
+
+    def wait(self, handle: Container, timeout_s: float) -> int | None:
+        """Wait at most ``timeout_s`` seconds for the task to exit; its exit code or None."""
+        handle.exited.wait(timeout_s)
+        return self.poll(handle)
+
+    @staticmethod
+    def signal(handle: Container, signum: int) -> None:
+        """Send ``signum`` to the task (through the container's init; no-op once it exited)."""
+        import docker.errors
+
+        if handle.exited.is_set():
+            return
+        try:
+            handle.container.kill(signal=int(signum))
+        except docker.errors.DockerException:
+            pass  # not running any more
+
+    def stop(self, handles: Iterable[Container], timeout_s: float = 10.0) -> None:
+        """Stop containers in two phases on one monotonic deadline: SIGTERM, then SIGKILL
+        what is left after ``timeout_s`` seconds.
+
+        Raises:
+            LaunchError: when a container has not exited 20 s after SIGKILL.
+        """
+        handles = list(handles)
+        pending = [h for h in handles if not h.exited.is_set()]
+        for h in pending:
+            self.signal(h, signals.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for h in pending:
+            h.exited.wait(max(0.0, deadline - time.monotonic()))
+        left = [h for h in pending if not h.exited.is_set()]
+        for h in left:
+            log.warning("container %s did not stop within %.1f s of SIGTERM; sending SIGKILL", h.name, timeout_s)
+            self.signal(h, signals.SIGKILL)
+        deadline = time.monotonic() + 20.0
+        for h in left:
+            if not h.exited.wait(max(0.0, deadline - time.monotonic())):
+                raise LaunchError(f"container {h.name} survived SIGKILL for 20 s")
+
+    def _remove_task_containers(self, task: TaskId) -> None:
+        import docker.errors
+
+        filters = {"label": [f"{LABEL_RUN}={self.run_id}", f"{LABEL_TASK}={task.name}"]}
+        for container in self.client.containers.list(all=True, filters=filters):
+            try:
+                container.remove(force=True)
+            except docker.errors.DockerException:
+                pass
+
+    def close(self) -> None:
+        """Remove every container and the network of this run (the run directory stays)."""
+        import docker.errors
+
+        if self.client is None:
+            return
+        with self._lock:
+            handles = list(self._containers)
+        try:
+            if self.run_id:
+                for container in self.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.run_id}"}):
+                    try:
+                        container.remove(force=True)
+                    except docker.errors.DockerException as exc:
+                        log.warning("could not remove container %s: %s", container.name, exc)
+            for h in handles:
+                h.exited.wait(10.0)
+            if self.network is not None:
+                try:
+                    self.network.remove()
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.DockerException as exc:
+                    log.warning("could not remove network %s: %s", self.network.name, exc)
+                self.network = None
+        finally:
+            self.client.close()
+            self.client = None
+
+
+def _task_of(env: Mapping[str, str]) -> tuple[TaskId, int]:
+    import json
+
+    task = json.loads(env["TF_CONFIG"])["task"]
+    return TaskId(str(task["type"]), int(task["index"])), int(env.get(envvars.ATTEMPT, "0"))
