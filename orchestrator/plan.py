@@ -7,6 +7,7 @@ a process or touches the network.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -37,6 +38,8 @@ class TaskPlan:
         tf_config: the task's TF_CONFIG as a dict.
         serves_forever: True for tasks that never exit on their own (ps, and workers
             under ParameterServerStrategy): the orchestrator stops them at the end.
+        reports_heartbeats: False for a user's own program, which may or may not call
+            ``orchestrator.client.report``; its health comes from the process itself.
     """
 
     task: TaskId
@@ -46,6 +49,7 @@ class TaskPlan:
     tf_config: Mapping
 
     serves_forever: bool = False
+    reports_heartbeats: bool = True
 
 
 @dataclass(frozen=True)
@@ -170,16 +174,10 @@ def make_plan(
         SpecError: when a fault names a task the job does not have.
     """
     threads = threads_per_task(spec, cores or available_cores())
-    training = json.dumps(
-        {
-            "epochs": spec.training.epochs,
-            "batch_size_per_replica": spec.training.batch_size_per_replica,
-            "steps_per_epoch": spec.training.steps_per_epoch,
-            "learning_rate": spec.training.learning_rate,
-            "seed": spec.training.seed,
-        },
-        sort_keys=True,
-    )
+    training_options = dataclasses.asdict(spec.training)
+    if training_options.get("data"):  # tasks may run in another directory
+        training_options["data"] = os.path.abspath(training_options["data"])
+    training = json.dumps(training_options, sort_keys=True)
     common = {
         env.RUN_ID: run_id,
         env.RUN_DIR: str(run_dir),
@@ -218,6 +216,7 @@ def make_plan(
                 env=task_env,
                 tf_config=tf_config(addresses, task),
                 serves_forever=spec.serves_forever(task),
+                reports_heartbeats=not (commands or {}).get(task.task_type),
             )
         )
     return Plan(

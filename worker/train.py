@@ -1,14 +1,23 @@
-"""The built-in training program of chief and worker tasks.
+"""The built-in training program of chief, worker and evaluator tasks.
 
-* MultiWorkerMirroredStrategy: every chief/worker runs ``model.fit`` (synchronous
-  all-reduce). The data set is sharded by DATA (in-memory data: TF guide, tensorflow#35878).
-* ParameterServerStrategy: the chief runs the ``ClusterCoordinator`` through ``model.fit``
-  with a ``DatasetCreator``; workers and ps only serve (:func:`ps.server.serve`).
+Strategies (``ORCH_STRATEGY``):
 
-Checkpoints: ``BackupAndRestore`` in the job's backup directory (each epoch). At the end
-the chief evaluates test accuracy on a plain copy of the trained weights and exports a
-SavedModel; under MWMS every worker must call ``save`` (collectives), so non-chief
-workers save into their own scratch directory and delete it (TF multi-worker guide).
+* ``mirrored``: one task, ``replicas`` logical CPU devices
+  (``tf.config.set_logical_device_configuration``), synchronous gradient averaging.
+* ``multi_worker_mirrored``: every chief/worker trains (all-reduce); DATA/FILE sharding.
+* ``parameter_server``: the chief runs the ``ClusterCoordinator``; workers and ps only
+  serve (:func:`ps.server.serve`).
+
+Loops (``training.loop``): ``fit`` (tf-keras ``Model.fit`` with ``BackupAndRestore``) or
+``custom`` (``strategy.run`` + ``strategy.reduce``; ``ClusterCoordinator.schedule`` with
+per-worker datasets under PSS; a ``tf.train.CheckpointManager`` per epoch). Both resume
+from the job's backup directory after a restart and report the mean loss per epoch.
+
+At the end the chief evaluates test accuracy on a plain copy of the trained weights and
+exports a SavedModel; under MWMS every worker must call ``save`` (collectives), so
+non-chief workers save into their own scratch directory and delete it (TF multi-worker
+guide). The chief also writes per-epoch weight checkpoints (``checkpoints/ckpt-<epoch>``)
+that the sidecar evaluator follows, and TensorBoard logs (``tensorboard/``).
 """
 
 from __future__ import annotations
@@ -19,97 +28,293 @@ import shutil
 
 from orchestrator.proto import supervisor_pb2 as pb
 from ps.server import configure_threads, serve
-from worker.data import load_digits_split
+from worker import data as datasets
+from worker.progress import Progress
 
 
 def train(context, reporter) -> None:
     """Run this task's part of the job. Raises whatever TensorFlow raises."""
-    if context.task_type == "evaluator":
-        raise ValueError("the evaluator task is not supported by the built-in program yet")
-    if context.strategy == "parameter_server" and context.task_type != "chief":
+    if context.strategy == "parameter_server" and context.task_type in ("worker", "ps"):
         serve(context, reporter)
         return
-
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
     import tf_keras as keras
 
-    from worker.callbacks import HeartbeatCallback
-    from worker.model import build_model
-
     configure_threads(tf)
     options = dict(context.training)
     seed = int(options.get("seed", 0))
-    epochs = int(options.get("epochs", 10))
-    per_replica = int(options.get("batch_size_per_replica", 16))
-    learning_rate = float(options.get("learning_rate", 0.005))
-    x_train, y_train, x_test, y_test = load_digits_split(seed)
     keras.utils.set_random_seed(seed)
+    if context.task_type == "evaluator":
+        _evaluate_sidecar(context, reporter, tf, keras, datasets.load(options.get("data"), seed), options)
+        return
+    Job(context, reporter, tf, keras, options).run()
 
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    reporter.release_port()
-    if context.strategy == "parameter_server":
-        strategy = tf.distribute.ParameterServerStrategy(resolver)
-    else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
-    replicas = strategy.num_replicas_in_sync
-    global_batch = per_replica * replicas
-    steps_per_epoch = int(options.get("steps_per_epoch") or math.ceil(len(x_train) / global_batch))
-    print(
-        f"{context.name}: {type(strategy).__name__}, {replicas} replica(s) in sync, "
-        f"per-replica batch {per_replica}, global batch {global_batch}, {steps_per_epoch} steps/epoch, "
-        f"{epochs} epochs, {len(x_train)} train / {len(x_test)} test examples",
-        flush=True,
+
+class Job:
+    """One task's training run (chief or worker)."""
+
+    def __init__(self, context, reporter, tf, keras, options) -> None:
+        self.context, self.reporter, self.tf, self.keras = context, reporter, tf, keras
+        self.seed = int(options.get("seed", 0))
+        self.epochs = int(options.get("epochs", 10))
+        self.per_replica = int(options.get("batch_size_per_replica", 16))
+        self.learning_rate = float(options.get("learning_rate", 0.005))
+        self.loop = options.get("loop", "fit")
+        # the strategy first: MWMS and logical devices must be set before TF's runtime starts,
+        # and reading TFRecord files starts it
+        self.strategy = self._strategy(int(options.get("replicas", 2)))
+        self.data = data = datasets.load(options.get("data"), self.seed)
+        self.replicas = self.strategy.num_replicas_in_sync
+        self.global_batch = self.per_replica * self.replicas
+        self.steps_per_epoch = int(options.get("steps_per_epoch") or math.ceil(data.num_train / self.global_batch))
+        self.is_chief = context.is_chief or context.strategy == "mirrored"
+        run_dir = context.run_dir or context.task_dir
+        self.backup_dir = context.backup_dir or os.path.join(context.task_dir, "backup")
+        self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
+        self.tensorboard_dir = os.path.join(run_dir, "tensorboard")
+        self.progress = Progress(reporter, self.global_batch, context.heartbeat_interval_s)
+
+    def _strategy(self, replicas: int):
+        tf, strategy_name = self.tf, self.context.strategy
+        if strategy_name == "mirrored":
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+            return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        self.reporter.release_port()
+        if strategy_name == "parameter_server":
+            return tf.distribute.ParameterServerStrategy(resolver)
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+
+    def _scratch(self, name: str) -> str:
+        """The chief's real directory, or this worker's own scratch one (TF multi-worker guide)."""
+        real = {"backup": self.backup_dir, "checkpoints": self.checkpoint_dir, "tensorboard": self.tensorboard_dir}[name]
+        if self.is_chief:
+            return real
+        return os.path.join(self.context.task_dir or ".", f"scratch-{name}")
+
+    def run(self) -> None:
+        ctx = self.context
+        print(
+            f"{ctx.name}: {type(self.strategy).__name__}, {self.replicas} replica(s) in sync, per-replica batch "
+            f"{self.per_replica}, global batch {self.global_batch}, {self.steps_per_epoch} steps/epoch, {self.epochs} "
+            f"epochs, {self.loop} loop, data {self.data.source}: {self.data.num_train} train examples, "
+            f"{self.data.num_features} features, {self.data.num_classes} classes",
+            flush=True,
+        )
+        self.reporter.update(
+            message="building model",
+            global_batch_size=self.global_batch,
+            batch_size_per_replica=self.per_replica,
+            replicas=self.replicas,
+            steps_per_epoch=self.steps_per_epoch,
+            epochs=self.epochs,
+        )
+        with self.strategy.scope():
+            model = self._build(compile=self.loop == "fit")
+        if self.loop == "fit":
+            final_loss = self._fit(model)
+        elif ctx.strategy == "parameter_server":
+            final_loss = self._custom_pss(model)
+        else:
+            final_loss = self._custom_sync(model)
+        self._finish(model, final_loss)
+
+    def _build(self, compile: bool = True):
+        from worker.model import build_model
+
+        return build_model(self.keras, self.learning_rate, self.seed, self.data.num_features, self.data.num_classes,
+                           compile=compile)
+
+    def _dataset(self, batch: int, pipelines: int = 1, pipeline_id: int = 0, shard_here: bool = False):
+        ds, policy = datasets.train_dataset(self.tf, self.data, batch, self.seed, pipelines, pipeline_id, shard_here)
+        return ds, policy
+
+    # -- Model.fit ---------------------------------------------------------------------
+    def _fit(self, model) -> float | None:
+        keras = self.keras
+        from worker.callbacks import HeartbeatCallback
+
+        if self.context.strategy == "parameter_server":
+            global_batch = self.global_batch
+
+            def dataset_fn(input_context):
+                batch = input_context.get_per_replica_batch_size(global_batch)
+                ds, _ = self._dataset(batch, input_context.num_input_pipelines, input_context.input_pipeline_id, True)
+                return ds
+
+            data = keras.utils.experimental.DatasetCreator(dataset_fn)
+            self._log_policy("FILE" if len(self.data.train_files) >= self.context_workers() else "DATA")
+        else:
+            data, policy = self._dataset(self.global_batch)
+            self._log_policy(policy)
+        callbacks = [
+            keras.callbacks.BackupAndRestore(backup_dir=self.backup_dir),
+            HeartbeatCallback(self.progress, self.steps_per_epoch),
+            keras.callbacks.ModelCheckpoint(os.path.join(self._scratch("checkpoints"), "ckpt-{epoch}"),
+                                            save_weights_only=True),
+            keras.callbacks.TensorBoard(log_dir=self._scratch("tensorboard"), update_freq="epoch"),
+        ]
+        history = model.fit(data, epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, callbacks=callbacks,
+                            verbose=2)
+        losses = history.history.get("loss") or []
+        return float(losses[-1]) if losses else self.progress.loss
+
+    def context_workers(self) -> int:
+        return len(self.context.tf_config.get("cluster", {}).get("worker", [])) or 1
+
+    def _log_policy(self, policy: str) -> None:
+        if self.context.strategy == "mirrored":
+            return
+        files = len(self.data.train_files)
+        why = f"{files} train files for {self.context_workers()} worker(s)" if files else "in-memory data"
+        print(f"{self.context.name}: dataset sharded by {policy} ({why})", flush=True)
+        self.reporter.update(message=f"sharded by {policy}")
+
+    # -- custom loops ------------------------------------------------------------------
+    def _custom_parts(self, model):
+        tf, keras = self.tf, self.keras
+        with self.strategy.scope():
+            optimizer = keras.optimizers.Adam(learning_rate=self.learning_rate)
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+            epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+            checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+        return optimizer, loss_fn, epoch_var, checkpoint
+
+    def _step_fn(self, model, optimizer, loss_fn, global_batch: int):
+        tf = self.tf
+
+        def step_fn(x, y):
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        return step_fn
+
+    def _custom_sync(self, model) -> float | None:
+        """Mirrored / MWMS: ``strategy.run`` per step, ``strategy.reduce`` of the replica losses."""
+        tf, strategy = self.tf, self.strategy
+        optimizer, loss_fn, epoch_var, checkpoint = self._custom_parts(model)
+        manager = tf.train.CheckpointManager(checkpoint, self._scratch("backup"), max_to_keep=1)
+        restored = tf.train.latest_checkpoint(self.backup_dir)  # every worker reads the chief's copy
+        if restored:
+            checkpoint.restore(restored)
+        start_epoch = int(epoch_var.numpy())
+        ds, policy = self._dataset(self.global_batch)
+        self._log_policy(policy)
+        iterator = iter(strategy.experimental_distribute_dataset(ds))
+        step_fn = self._step_fn(model, optimizer, loss_fn, self.global_batch)
+
+        @tf.function
+        def train_step(it):
+            x, y = next(it)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(x, y)), axis=None)
+
+        self.progress.begin(start_epoch * self.steps_per_epoch)
+        mean = None
+        for epoch in range(start_epoch, self.epochs):
+            total = 0.0
+            for i in range(self.steps_per_epoch):
+                loss = train_step(iterator)
+                total += float(loss)
+                self.progress.step(epoch * self.steps_per_epoch + i + 1, float(loss))
+            mean = total / self.steps_per_epoch
+            epoch_var.assign(epoch + 1)
+            manager.save()
+            print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
+            self.progress.report(mean, epoch=epoch + 1)
+        if not self.is_chief:
+            shutil.rmtree(self._scratch("backup"), ignore_errors=True)
+        return mean
+
+    def _custom_pss(self, model) -> float | None:
+        """PSS: the coordinator schedules steps on workers with per-worker datasets."""
+        tf, strategy = self.tf, self.strategy
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        optimizer, loss_fn, epoch_var, checkpoint = self._custom_parts(model)
+        manager = tf.train.CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+        start_epoch = int(epoch_var.numpy())
+        workers = self.context_workers()
+        counter = iter(range(10**9))
+
+        def per_worker_dataset_fn():
+            ds, _ = self._dataset(self.global_batch, workers, next(counter) % workers, shard_here=True)
+            return ds
+
+        self._log_policy("FILE" if len(self.data.train_files) >= workers else "DATA")
+        iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+        step_fn = self._step_fn(model, optimizer, loss_fn, self.global_batch)
+
+        @tf.function
+        def train_step(it):
+            x, y = next(it)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(x, y)), axis=None)
+
+        self.progress.begin(start_epoch * self.steps_per_epoch)
+        mean = None
+        for epoch in range(start_epoch, self.epochs):
+            results = []
+            for i in range(self.steps_per_epoch):
+                results.append(coordinator.schedule(train_step, args=(iterator,)))
+                self.progress.step(epoch * self.steps_per_epoch + i + 1)
+            coordinator.join()
+            mean = sum(float(r.fetch()) for r in results) / len(results)
+            epoch_var.assign(epoch + 1)
+            manager.save()
+            print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
+            self.progress.report(mean, epoch=epoch + 1)
+        return mean
+
+    # -- the end -----------------------------------------------------------------------
+    def _finish(self, model, final_loss: float | None) -> None:
+        ctx = self.context
+        if self.is_chief:
+            self.reporter.update(phase=pb.PHASE_EVALUATING, message="evaluating on the test split")
+            plain = self._build()
+            plain.set_weights(model.get_weights())
+            x_test, y_test = self.data.test_arrays
+            test_loss, test_accuracy = plain.evaluate(x_test, y_test, batch_size=256, verbose=0)
+            print(f"{ctx.name}: test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}", flush=True)
+            self.reporter.update(test_accuracy=test_accuracy, test_loss=test_loss)
+        if final_loss is not None:
+            self.reporter.update(final_loss=final_loss)
+        self.reporter.update(phase=pb.PHASE_SAVING, message="saving the model", loss=final_loss)
+        if self.is_chief or ctx.strategy == "parameter_server":
+            target = ctx.model_dir or os.path.join(ctx.task_dir, "model")
+            model.save(target)
+            print(f"{ctx.name}: SavedModel written to {target}", flush=True)
+        else:
+            target = os.path.join(ctx.task_dir or ".", "scratch-model")
+            model.save(target)
+            shutil.rmtree(target, ignore_errors=True)
+            for name in ("checkpoints", "tensorboard"):
+                shutil.rmtree(self._scratch(name), ignore_errors=True)
+
+
+def _evaluate_sidecar(context, reporter, tf, keras, data, options) -> None:
+    """Follow the chief's per-epoch checkpoints and evaluate each on the test split
+    (``tf_keras.utils.SidecarEvaluator``); ends after the last epoch's checkpoint."""
+    from worker.callbacks import EvaluationCallback
+    from worker.model import build_model
+
+    model = build_model(keras, float(options.get("learning_rate", 0.005)), int(options.get("seed", 0)),
+                        data.num_features, data.num_classes)
+    x_test, y_test = data.test_arrays
+    checkpoint_dir = os.path.join(context.run_dir or context.task_dir, "checkpoints")
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    reporter.update(phase=pb.PHASE_EVALUATING, message=f"waiting for checkpoints in {checkpoint_dir}")
+    print(f"{context.name}: following checkpoints in {checkpoint_dir}", flush=True)
+    evaluator = keras.utils.SidecarEvaluator(
+        model,
+        data=tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(256),
+        checkpoint_dir=checkpoint_dir,
+        max_evaluations=int(options.get("epochs", 10)),
+        callbacks=[EvaluationCallback(reporter)],
     )
-    reporter.update(
-        message="building model",
-        global_batch_size=global_batch,
-        batch_size_per_replica=per_replica,
-        replicas=replicas,
-        steps_per_epoch=steps_per_epoch,
-        epochs=epochs,
-    )
-
-    with strategy.scope():
-        model = build_model(keras, learning_rate, seed)
-
-    if context.strategy == "parameter_server":
-
-        def dataset_fn(input_context):
-            batch = input_context.get_per_replica_batch_size(global_batch)
-            ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
-            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-            return ds.shuffle(len(x_train), seed=seed).repeat().batch(batch, drop_remainder=True).prefetch(2)
-
-        data = keras.utils.experimental.DatasetCreator(dataset_fn)
-    else:
-        ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
-        ds = ds.shuffle(len(x_train), seed=seed).repeat().batch(global_batch, drop_remainder=True)
-        data_options = tf.data.Options()
-        data_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-        data = ds.with_options(data_options).prefetch(2)
-
-    heartbeat = HeartbeatCallback(reporter, steps_per_epoch, global_batch, context.heartbeat_interval_s)
-    callbacks = [keras.callbacks.BackupAndRestore(backup_dir=context.backup_dir or os.path.join(context.task_dir, "backup"))]
-    callbacks.append(heartbeat)
-    history = model.fit(data, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=2)
-    final_loss = float(history.history["loss"][-1]) if history.history.get("loss") else heartbeat.last_loss
-
-    is_chief = context.is_chief
-    if is_chief:
-        reporter.update(phase=pb.PHASE_EVALUATING, message="evaluating on the test split")
-        plain = build_model(keras, learning_rate, seed)
-        plain.set_weights(model.get_weights())
-        test_loss, test_accuracy = plain.evaluate(x_test, y_test, batch_size=256, verbose=0)
-        print(f"{context.name}: test accuracy {test_accuracy:.4f}, test loss {test_loss:.4f}", flush=True)
-        reporter.update(test_accuracy=test_accuracy, test_loss=test_loss, final_loss=final_loss)
-
-    reporter.update(phase=pb.PHASE_SAVING, message="saving the model", step=heartbeat.last_step, loss=final_loss)
-    if context.strategy == "parameter_server" or is_chief:
-        target = context.model_dir or os.path.join(context.task_dir, "model")
-        model.save(target)
-        print(f"{context.name}: SavedModel written to {target}", flush=True)
-    else:
-        target = os.path.join(context.task_dir or ".", "scratch-model")
-        model.save(target)
-        shutil.rmtree(target, ignore_errors=True)
+    evaluator.start()

@@ -50,8 +50,8 @@ def task_row(supervisor: Supervisor, rt: TaskRuntime) -> dict[str, str]:
         "epoch": _num(hb, "epoch", "d"),
         "loss": _num(hb, "loss", ".4f"),
         "ex/s": _num(hb, "examples_per_second", ".0f"),
-        "cpu%": f"{hb.cpu_percent:.0f}" if hb is not None else "-",
-        "rss MB": f"{hb.rss_bytes / 1e6:.0f}" if hb is not None else "-",
+        "cpu%": f"{hb.cpu_percent:.0f}" if hb is not None else f"{rt.sample['cpu_percent']:.0f}" if rt.sample else "-",
+        "rss MB": f"{hb.rss_bytes / 1e6:.0f}" if hb is not None else f"{rt.sample['rss_bytes'] / 1e6:.0f}" if rt.sample else "-",
         "restarts": str(rt.restarts),
         "beat": age,
     }

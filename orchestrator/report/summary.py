@@ -11,6 +11,8 @@ from pathlib import Path
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.supervisor import JobResult, Supervisor, TaskRuntime, describe_exit
 
+_INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs",
+                    "resumed_from_step", "evaluated_step")
 _COORDINATOR_METRICS = ("test_accuracy", "test_loss", "final_loss", "global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs", "resumed_from_step")
 
 
@@ -54,6 +56,7 @@ def _task_dict(rt: TaskRuntime) -> dict:
         "stdout": str(rt.stdout_path) if rt.stdout_path else None,
         "stderr": str(rt.stderr_path) if rt.stderr_path else None,
         "last_heartbeat": heartbeat_dict(rt),
+        "process_sample": {k: v for k, v in rt.sample.items() if k != "at"} if rt.sample else None,
         "earlier_attempts": rt.history,
     }
 
@@ -70,10 +73,16 @@ def build_summary(supervisor: Supervisor, result: JobResult) -> dict:
             metrics["steps"] = hb.step
         if hb.HasField("loss"):
             metrics["final_loss"] = hb.loss
-        for name in _COORDINATOR_METRICS:
-            if name in hb.metrics:
-                value = hb.metrics[name]
-                metrics[name] = int(value) if name not in ("test_accuracy", "test_loss", "final_loss") else value
+        builtin = coordinator.plan.reports_heartbeats
+        for name, value in hb.metrics.items():
+            if name in _COORDINATOR_METRICS or not builtin:  # a user's program: every metric it reported
+                metrics[name] = int(value) if name in _INTEGER_METRICS else value
+    evaluation = None
+    evaluator = next((rt for rt in supervisor.tasks if rt.task.task_type == "evaluator"), None)
+    if evaluator is not None and evaluator.heartbeat is not None:
+        evaluation = {k: (int(v) if k == "evaluated_step" else v) for k, v in evaluator.heartbeat.heartbeat.metrics.items()
+                      if k.startswith("eval_") or k == "evaluated_step"} or None
+    user_program = next((tp.argv for tp in plan.tasks if not tp.reports_heartbeats), None)
     return {
         "run_id": plan.run_id,
         "run_dir": str(plan.run_dir),
@@ -86,7 +95,10 @@ def build_summary(supervisor: Supervisor, result: JobResult) -> dict:
         "topology": {"chief": spec.chief, "worker": spec.workers, "ps": spec.ps, "evaluator": spec.evaluator},
         "cluster": dict(plan.cluster),
         "threads_per_task": plan.threads_per_task,
-        "training": {
+        "program": list(user_program) if user_program else "built-in",
+        "training": None if user_program else {
+            "loop": spec.training.loop,
+            "data": spec.training.data or "digits",
             "epochs": spec.training.epochs,
             "batch_size_per_replica": spec.training.batch_size_per_replica,
             "replicas": spec.replicas,
@@ -94,7 +106,9 @@ def build_summary(supervisor: Supervisor, result: JobResult) -> dict:
             "steps_per_epoch": metrics.get("steps_per_epoch", spec.training.steps_per_epoch),
         },
         "metrics": metrics,
-        "model_dir": str(plan.run_dir / "model") if result.exit_code == 0 else None,
+        "evaluation": evaluation,
+        "model_dir": str(plan.run_dir / "model") if (plan.run_dir / "model").is_dir() else None,
+        "tensorboard_dir": str(plan.run_dir / "tensorboard") if (plan.run_dir / "tensorboard").is_dir() else None,
         "root_cause": result.root_cause.to_dict() if result.root_cause and result.exit_code != 0 else None,
         "restarts": supervisor.restarts_used,
         "max_restarts": spec.supervision.max_restarts,
@@ -118,13 +132,20 @@ def write_summary(run_dir: Path, summary: dict) -> Path:
 def format_final(summary: dict, root_cause_tail: int = 12) -> str:
     """The final text report shown in the terminal."""
     m = summary["metrics"]
+    t = summary["training"]
     lines = [
         f"Job {summary['status']} in {summary['wall_time_s']:.1f} s: {summary['reason']}",
         f"  run dir     {summary['run_dir']}",
-        f"  strategy    {summary['strategy']}, {summary['training']['replicas']} replica(s), global batch "
-        f"{summary['training']['global_batch_size']} = {summary['training']['batch_size_per_replica']} per replica"
-        + (f", {summary['training']['steps_per_epoch']} steps/epoch" if summary["training"].get("steps_per_epoch") else ""),
     ]
+    if t is None:
+        lines.append(f"  program     {' '.join(summary['program'][4:])} ({summary['strategy']})")
+    else:
+        lines.append(
+            f"  strategy    {summary['strategy']}, {t['loop']} loop, {t['replicas']} replica(s), global batch "
+            f"{t['global_batch_size']} = {t['batch_size_per_replica']} per replica"
+            + (f", {t['steps_per_epoch']} steps/epoch" if t.get("steps_per_epoch") else "")
+            + f", data {t['data']}"
+        )
     if m:
         parts = []
         if "steps" in m:
@@ -133,8 +154,13 @@ def format_final(summary: dict, root_cause_tail: int = 12) -> str:
             parts.append(f"final loss {m['final_loss']:.4f}")
         if "test_accuracy" in m:
             parts.append(f"test accuracy {m['test_accuracy']:.4f}")
+        parts += [f"{k} {v:.4g}" for k, v in m.items() if k not in _COORDINATOR_METRICS and k != "steps"]
         if parts:
             lines.append("  result      " + ", ".join(parts))
+    if summary.get("evaluation"):
+        ev = summary["evaluation"]
+        lines.append("  evaluator   " + ", ".join(
+            f"{k.removeprefix('eval_')} {v:.4f}" if k != "evaluated_step" else f"at step {v}" for k, v in ev.items()))
     lines.append("  tasks")
     for t in summary["tasks"]:
         restarts = f" ({t['restarts']} restart{'s' if t['restarts'] != 1 else ''})" if t["restarts"] else ""
@@ -158,5 +184,7 @@ def format_final(summary: dict, root_cause_tail: int = 12) -> str:
             lines.extend("    | " + ln for ln in tail)
     if summary.get("model_dir"):
         lines.append(f"  model       {summary['model_dir']}")
+    if summary.get("tensorboard_dir"):
+        lines.append(f"  tensorboard tensorboard --logdir {summary['tensorboard_dir']}")
     lines.append(f"  summary     {summary['run_dir']}/summary.json")
     return "\n".join(lines)

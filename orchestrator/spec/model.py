@@ -29,6 +29,9 @@ from orchestrator.spec.supervision import SupervisionSpec
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 """Task types in the order TF_CONFIG and every listing use."""
 
+LOOPS = ("fit", "custom")
+"""Training loops of the built-in program."""
+
 TRAINING_TASK_TYPES = ("chief", "worker", "ps")
 """Task types that belong to the training cluster (the evaluator does not)."""
 
@@ -36,6 +39,7 @@ TRAINING_TASK_TYPES = ("chief", "worker", "ps")
 class Strategy(str, enum.Enum):
     """The ``tf.distribute`` strategy the tasks train with."""
 
+    MIRRORED = "mirrored"
     MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
     PARAMETER_SERVER = "parameter_server"
 
@@ -112,6 +116,11 @@ class TrainingSpec:
             ``ceil(train examples / global batch size)``.
         learning_rate: Adam learning rate.
         seed: seed of the train/test split and of the model's initial weights.
+        loop: ``fit`` (tf-keras ``Model.fit``) or ``custom`` (``strategy.run`` +
+            ``strategy.reduce``; ``ClusterCoordinator.schedule`` under PSS).
+        data: ``None`` for the embedded digits, else a ``.npz`` file (x_train, y_train,
+            x_test, y_test) or a directory of TFRecord files (``train*``/``test*``).
+        replicas: replicas of the single ``mirrored`` task (logical CPU devices).
     """
 
     epochs: int = 10
@@ -119,6 +128,9 @@ class TrainingSpec:
     steps_per_epoch: int | None = None
     learning_rate: float = 0.005
     seed: int = 0
+    loop: str = "fit"
+    data: str | None = None
+    replicas: int = 2
 
     def validate(self) -> None:
         """Raises SpecError naming the first bad field."""
@@ -134,6 +146,11 @@ class TrainingSpec:
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise SpecError("training.seed", self.seed, "must be a whole number >= 0", "e.g. --seed 0")
+        if self.loop not in LOOPS:
+            raise SpecError("training.loop", self.loop, "unknown training loop", "use fit or custom")
+        _positive_int("training.replicas", self.replicas, "e.g. --replicas 2")
+        if self.data is not None:
+            check_data_path(self.data)
 
 
 @dataclass(frozen=True)
@@ -201,7 +218,16 @@ class JobSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SpecError(name, value, "must be a whole number >= 0", f"e.g. --{name} 2")
-        if self.strategy is Strategy.MULTI_WORKER_MIRRORED:
+        if self.strategy is Strategy.MIRRORED:
+            if self.ps or self.chief or self.workers != 1:
+                field_name, value = ("ps", self.ps) if self.ps else ("chief", self.chief) if self.chief else ("workers", self.workers)
+                raise SpecError(
+                    field_name,
+                    value,
+                    "MirroredStrategy runs in one task (replicas are devices of that task)",
+                    "use --workers 1 --replicas N, or --strategy multi_worker_mirrored",
+                )
+        elif self.strategy is Strategy.MULTI_WORKER_MIRRORED:
             if self.ps:
                 raise SpecError(
                     "ps",
@@ -284,9 +310,12 @@ class JobSpec:
     def replicas(self) -> int:
         """Replicas in sync per training step (one per CPU task in this orchestrator).
 
-        MWMS: every chief and worker holds one replica. PSS: each step runs on one
-        worker, so one replica per step (``strategy.num_replicas_in_sync`` == 1 on CPU).
+        Mirrored: ``training.replicas`` logical CPU devices of the one task. MWMS: every
+        chief and worker holds one replica. PSS: each step runs on one worker, so one
+        replica per step (``strategy.num_replicas_in_sync`` == 1 on CPU).
         """
+        if self.strategy is Strategy.MIRRORED:
+            return self.training.replicas
         if self.strategy is Strategy.MULTI_WORKER_MIRRORED:
             return self.chief + self.workers
         return 1
@@ -299,6 +328,36 @@ class JobSpec:
     def tf_process_count(self) -> int:
         """Processes that import TensorFlow (every task)."""
         return len(self.tasks())
+
+
+def check_data_path(path: str) -> None:
+    """Check a ``--data`` path without reading it (no TensorFlow needed).
+
+    Raises:
+        SpecError: when it is neither a ``.npz`` file with x_train, y_train, x_test, y_test
+            nor a directory holding ``train*`` and ``test*`` TFRecord files.
+    """
+    import os
+
+    fix = "give a .npz file with x_train, y_train, x_test, y_test, or a directory of train*/test* TFRecord files"
+    if os.path.isdir(path):
+        names = os.listdir(path)
+        if not any(n.startswith("train") for n in names) or not any(n.startswith("test") for n in names):
+            raise SpecError("training.data", path, "directory has no train* and test* TFRecord files", fix)
+        return
+    if not os.path.isfile(path):
+        raise SpecError("training.data", path, "no such file or directory", fix)
+    if not path.endswith(".npz"):
+        raise SpecError("training.data", path, "not a .npz file or a directory", fix)
+    import numpy as np
+
+    try:
+        with np.load(path) as data:
+            missing = {"x_train", "y_train", "x_test", "y_test"} - set(data.files)
+    except (OSError, ValueError) as exc:
+        raise SpecError("training.data", path, f"cannot be read as .npz ({exc})", fix) from None
+    if missing:
+        raise SpecError("training.data", path, f"lacks the arrays {sorted(missing)}", fix)
 
 
 def _positive_int(name: str, value: object, fix: str) -> None:

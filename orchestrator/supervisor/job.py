@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import logging
+
+import psutil
 import re
 import signal
 import threading
@@ -266,6 +268,8 @@ class Supervisor:
     def _start(self, rt: TaskRuntime) -> None:
         directory = task_dir(self.plan.run_dir, rt.attempt, rt.task)
         env = attempt_env(self.plan, rt.task, rt.attempt)
+        if not rt.plan.reports_heartbeats:  # a user's program binds its port without asking
+            self.backend.release_port(rt.task, rt.attempt)
         rt.process = self.backend.start(rt.plan.argv, env, directory)
         rt.pid = rt.process.pid
         rt.stdout_path, rt.stderr_path = rt.process.stdout_path, rt.process.stderr_path
@@ -288,6 +292,7 @@ class Supervisor:
         rt.restarts += 1
         rt.state = TaskState.PENDING
         rt.process = rt.pid = rt.exit_code = rt.heartbeat = rt.ended_at = rt.running_at = None
+        rt.sample = rt.sampler = None
         rt.stop_requested = False
         rt.reason = ""
         rt.last_step = None
@@ -321,12 +326,31 @@ class Supervisor:
         for rt, code in exited:
             self._on_exit(rt, code, now)
 
+    def _sample_process(self, rt: TaskRuntime, now: float) -> None:
+        """CPU and RSS of a task that sends no heartbeats (a user's program), once a second."""
+        if rt.sample is not None and now - rt.sample["at"] < 1.0:
+            return
+        try:
+            if rt.sampler is None:
+                rt.sampler = psutil.Process(rt.pid)
+                rt.sampler.cpu_percent(None)
+            with rt.sampler.oneshot():
+                rt.sample = {"at": now, "cpu_percent": rt.sampler.cpu_percent(None),
+                             "rss_bytes": rt.sampler.memory_info().rss}
+        except (psutil.Error, TypeError, ValueError):
+            rt.sample = {"at": now, "cpu_percent": 0.0, "rss_bytes": 0}
+        if rt.state is TaskState.STARTING:
+            rt.state = TaskState.RUNNING
+            rt.running_at = now
+
     def _take_heartbeats(self, now: float) -> None:
         for rt in self.tasks:
             if rt.process is None:
                 continue
             record = self.store.get(rt.task, rt.attempt)
             if record is None:
+                if not rt.plan.reports_heartbeats and not rt.state.terminal:
+                    self._sample_process(rt, now)
                 continue
             hb = record.heartbeat
             previous = rt.heartbeat.heartbeat if rt.heartbeat else None
@@ -371,6 +395,8 @@ class Supervisor:
         p = self.policy
         for rt in self._live():
             record = rt.heartbeat
+            if record is None and not rt.plan.reports_heartbeats:
+                continue  # a user's program that does not report: only its exit is watched
             if record is None or record.heartbeat.phase not in _WORKING_PHASES:
                 if rt.started_at is not None and now - rt.started_at > p.startup_timeout_s:
                     hung.append((rt, f"not training or serving {now - rt.started_at:.1f} s after its start "
@@ -533,7 +559,7 @@ class Supervisor:
         coordinator = self.plan.spec.coordinator
         self._end(JobState.SUCCEEDED, EXIT_SUCCEEDED, f"{coordinator.name} exited 0")
         self._restart_at.clear()
-        servers = [rt for rt in self._live() if rt.plan.serves_forever or rt.task.task_type == "evaluator"]
+        servers = [rt for rt in self._live() if rt.plan.serves_forever]
         if servers:
             self._stop(servers, f"stopped after {coordinator.name} succeeded (it serves until stopped)")
         self._grace_deadline = now + self.success_grace_s

@@ -80,6 +80,8 @@ class TaskRuntime:
     error_file: Path | None = None
     restarts: int = 0
     progress_at: float | None = None
+    sample: dict | None = None  # cpu_percent, rss_bytes of a task that sends no heartbeats
+    sampler: Any = None
     last_step: int | None = None
     history: list[dict] = field(default_factory=list)
 

@@ -1,0 +1,55 @@
+"""A user's own MultiWorkerMirroredStrategy script, as you would write it by hand.
+
+    python -m orchestrator launch --workers 2 -- python examples/mwms_train.py --epochs 3
+
+The orchestrator sets TF_CONFIG in every task; this script only opts in to progress
+reporting with ``orchestrator.client.keras_callback()`` (it runs by hand too, without it).
+"""
+
+import argparse
+import json
+import os
+import tempfile
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+from orchestrator.client import keras_callback  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32, help="per replica")
+    args = parser.parse_args()
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    global_batch = args.batch_size * strategy.num_replicas_in_sync
+    digits = load_digits()
+    x, y = (digits.data / 16.0).astype("float32"), digits.target.astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=1).repeat().batch(global_batch)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    ds = ds.with_options(options)
+
+    with strategy.scope():
+        model = keras.Sequential([keras.layers.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(10)])
+        model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    history = model.fit(ds, epochs=args.epochs, steps_per_epoch=len(x) // global_batch,
+                        callbacks=[keras_callback()], verbose=2)
+
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    is_chief = task.get("type", "worker") == "chief" or (task.get("type") == "worker" and task.get("index", 0) == 0)
+    # every worker saves (collectives); only the chief keeps its copy (TF multi-worker guide)
+    target = "saved_model" if is_chief else tempfile.mkdtemp()
+    model.save(target)
+    print("final accuracy", np.round(history.history["accuracy"][-1], 4))
+
+
+if __name__ == "__main__":
+    main()
