@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator import runner
 from orchestrator.backends import get_backend
+from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.errors import SpecError
 from orchestrator.faults import Fault
 from orchestrator.faults import check_tasks as check_fault_tasks
@@ -30,11 +31,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--spec", metavar="FILE", default=None,
                    help="cluster spec file (YAML or JSON, see cluster_specs/); flags given explicitly override its fields")
     topo = p.add_argument_group("topology")
-    topo.add_argument("--strategy", default=None, help="multi_worker_mirrored (default) or parameter_server")
+    topo.add_argument("--strategy", default=None,
+                      help="multi_worker_mirrored (default), parameter_server, or mirrored (one task, --replicas devices)")
     topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None, help="add a chief task (always present with parameter_server)")
-    train = p.add_argument_group("training (built-in digits program)")
+    topo.add_argument("--evaluator", action="store_const", const=1, default=None,
+                      help="add a sidecar evaluator task that evaluates the chief's checkpoints on the test split")
+    topo.add_argument("--replicas", type=int, default=None,
+                      help="replicas (logical CPU devices) of the one task under --strategy mirrored (default 2)")
+    train = p.add_argument_group("training (built-in program)")
+    train.add_argument("--loop", choices=("fit", "custom"), default=None,
+                       help="tf-keras Model.fit (default) or a custom loop (strategy.run / ClusterCoordinator.schedule)")
+    train.add_argument("--data", default=None, metavar="PATH",
+                       help="a .npz file (x_train, y_train, x_test, y_test) or a directory of train*/test* TFRecord "
+                       "files; default: the embedded digits")
     d = TrainingSpec()
     train.add_argument("--epochs", type=int, default=None, help=f"epochs (default {d.epochs})")
     train.add_argument("--batch-size", type=int, default=None, dest="batch_size",
@@ -64,6 +75,7 @@ def add_parser(subparsers) -> None:
     sup.add_argument("--startup-timeout", type=float, default=None,
                      help="a task not training or serving this long after its start is hung (default 180 s)")
     sup.add_argument("--deadline", type=float, default=None, help="fail the job after this many seconds (default none)")
+    add_backend_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")
     out.add_argument("--quiet", action="store_true", help="print only the final report")
@@ -92,15 +104,20 @@ def run_launch(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     if args.stop_timeout <= 0:
         raise SpecError("stop-timeout", args.stop_timeout, "must be > 0 seconds", "e.g. --stop-timeout 10")
+    command = list(getattr(args, "command_argv", None) or [])
+    if command:  # the user's program, wrapped so that it dies with the orchestrator
+        command = [sys.executable, "-m", "orchestrator.execwrap", "--", *command]
+    commands = {t: command for t in ("chief", "worker", "ps", "evaluator")} if command else None
     faults = [Fault.parse(text) for text in args.inject_fault]
     check_fault_tasks(faults, spec.tasks())
     if args.dry_run:
-        backend = get_backend("local")
+        backend = get_backend(args.backend)
         addresses = backend.allocate(spec)
         backend.close()
         run_id = args.run_id or new_run_id()
         plan = make_plan(spec, addresses, run_id=run_id, run_dir=Path(args.runs_dir).resolve() / run_id,
-                         health_address="127.0.0.1:<port>", token="", faults=faults)
+                         health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands,
+                         python=getattr(backend, "python", sys.executable))
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
 
@@ -110,8 +127,8 @@ def run_launch(args: argparse.Namespace) -> int:
         view = LinesView()
     else:
         view = None
-    job = runner.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view,
-                         stop_timeout_s=args.stop_timeout)
+    job = runner.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
+                         stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args))
     if view is None:
         view = job.supervisor.view = TableView()
     elif isinstance(view, LinesView):
