@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -44,6 +45,19 @@ class LocalProcess:
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+
+def _only_time_wait(port: int) -> bool:
+    """True when ``port`` can be bound and listened on with SO_REUSEADDR, as gRPC does: nothing
+    listens on it, and what blocked a plain bind was connections in TIME_WAIT."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+            probe.listen(1)
+        except OSError:
+            return False
+    return True
 
 
 def _field(task: TaskId) -> str:
@@ -83,12 +97,17 @@ class LocalBackend:
             if address.port < 1024 and os.geteuid() != 0:
                 raise SpecError(_field(task), str(address), "ports below 1024 need root",
                                 "use a port from 1024 to 65535, e.g. 2222")
-        try:
-            for task, address in fixed.items():
+        for task, address in fixed.items():
+            try:
                 self.ports.reserve(task, address.port)
-        except LaunchError:
-            self.ports.close()
-            raise
+            except LaunchError:
+                if _only_time_wait(address.port):
+                    # connections of a run that just ended linger in TIME_WAIT for up to 60 s;
+                    # they block the reservation (no SO_REUSEADDR) but not TensorFlow's server
+                    log.info("port %d of %s is in TIME_WAIT: not held, TensorFlow binds it anyway", address.port, task)
+                    continue
+                self.ports.close()
+                raise
         return {
             task: f"{LOOPBACK}:{address.port}" if address.host.lower().rstrip(".") == "localhost" else str(address)
             for task, address in fixed.items()

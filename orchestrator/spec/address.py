@@ -88,12 +88,15 @@ def parse_address(value: object, field: str) -> Address:
             raise SpecError(field, value, "not an IPv6 address inside the brackets", "e.g. [fe80::1]:2222") from None
     else:
         if text.count(":") > 1:
+            host_part, _, port_part = text.rpartition(":")
+            fix = f"put the IPv6 address in brackets: [{host_part}]:{port_part}"
             try:
-                ipaddress.IPv6Address(text)
-                fix = f"put the IPv6 address in brackets and add a port, e.g. [{text}]:2222"
+                ipaddress.IPv6Address(text)  # fe80::1 or fe80::1:2222: which part is the port?
+                fix = f"put the IPv6 address in brackets and add the port: [{text}]:2222"
+                if port_part.isdigit() and len(port_part) >= 3:
+                    fix = f"put the IPv6 address in brackets: [{host_part}]:{port_part} if {port_part} is the port"
             except ValueError:
-                host_part, _, port_part = text.rpartition(":")
-                fix = f"put the IPv6 address in brackets: [{host_part}]:{port_part}"
+                pass
             raise SpecError(field, value, "an IPv6 address must be in brackets", fix)
         host, sep, port_text = text.partition(":")
         if not sep:
