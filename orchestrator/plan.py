@@ -163,8 +163,9 @@ def make_plan(
         cores: cores to divide among tasks; default: this machine's.
         python: interpreter that runs the tasks.
         faults: faults to inject (``--inject-fault``); each lands in its task's env.
-        commands: argv per task type replacing the defaults (``python -m worker`` for
-            chief / worker / evaluator, ``python -m ps`` for ps).
+        commands: a user's program (argv) per task type replacing the built-in ones
+            (``python -m worker`` for chief / worker / evaluator, ``python -m ps`` for ps);
+            it runs through ``python -m orchestrator.execwrap --``.
 
     Returns:
         The plan.
@@ -203,7 +204,9 @@ def make_plan(
     tasks = []
     for task in spec.tasks():
         module = "ps" if task.task_type == "ps" else "worker"
-        argv = tuple((commands or {}).get(task.task_type) or (python, "-m", module))
+        user_program = (commands or {}).get(task.task_type)
+        # a user's program runs through execwrap, which makes it die with the orchestrator
+        argv = (python, "-m", "orchestrator.execwrap", "--", *user_program) if user_program else (python, "-m", module)
         task_env = {**common, "TF_CONFIG": tf_config_json(addresses, task)}
         mine = [f for f in faults if f.task == task]
         if mine:

@@ -105,8 +105,6 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.stop_timeout <= 0:
         raise SpecError("stop-timeout", args.stop_timeout, "must be > 0 seconds", "e.g. --stop-timeout 10")
     command = list(getattr(args, "command_argv", None) or [])
-    if command:  # the user's program, wrapped so that it dies with the orchestrator
-        command = [sys.executable, "-m", "orchestrator.execwrap", "--", *command]
     commands = {t: command for t in ("chief", "worker", "ps", "evaluator")} if command else None
     faults = [Fault.parse(text) for text in args.inject_fault]
     check_fault_tasks(faults, spec.tasks())

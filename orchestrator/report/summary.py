@@ -138,7 +138,7 @@ def format_final(summary: dict, root_cause_tail: int = 12) -> str:
         f"  run dir     {summary['run_dir']}",
     ]
     if t is None:
-        lines.append(f"  program     {' '.join(summary['program'][4:])} ({summary['strategy']})")
+        lines.append(f"  program     {' '.join(summary['program'][4:])} ({summary['strategy']})")  # after execwrap --
     else:
         lines.append(
             f"  strategy    {summary['strategy']}, {t['loop']} loop, {t['replicas']} replica(s), global batch "
