@@ -9,6 +9,7 @@ reporting with ``orchestrator.client.keras_callback()`` (it runs by hand too, wi
 import argparse
 import json
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -46,8 +47,11 @@ def main() -> None:
     task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
     is_chief = task.get("type", "worker") == "chief" or (task.get("type") == "worker" and task.get("index", 0) == 0)
     # every worker saves (collectives); only the chief keeps its copy (TF multi-worker guide)
-    target = "saved_model" if is_chief else tempfile.mkdtemp()
+    # ORCH_MODEL_DIR is runs/<run-id>/model when launched by the orchestrator
+    target = os.environ.get("ORCH_MODEL_DIR", "saved_model") if is_chief else tempfile.mkdtemp()
     model.save(target)
+    if not is_chief:
+        shutil.rmtree(target, ignore_errors=True)
     print("final accuracy", np.round(history.history["accuracy"][-1], 4))
 
 

@@ -65,7 +65,8 @@ def body(context, reporter) -> None:
         with open(os.path.join(context.task_dir, "child.pid"), "w") as fh:
             fh.write(str(child.pid))
     reporter.update(phase=pb.PHASE_SERVING)
-    open(os.path.join(context.task_dir, "ready"), "w").close()
+    if context.task_dir:
+        open(os.path.join(context.task_dir, "ready"), "w").close()
     forever.wait()
 
 
