@@ -131,43 +131,35 @@ def _load_tfrecord_dir(path: str) -> Data:
                 train_files=train, test_files=test)
 
 
-def train_dataset(tf, data: Data, batch_size: int, seed: int, pipelines: int = 1, pipeline_id: int = 0,
-                  shard_here: bool = False):
-    """A repeated, shuffled, batched training ``tf.data.Dataset`` and the shard policy used.
+def train_dataset(tf, data: Data, batch_size: int, seed: int | None, workers: int = 1):
+    """A repeated, shuffled, batched training ``tf.data.Dataset`` and its auto-shard policy.
 
     Args:
         tf: the tensorflow module.
         data: the data set.
         batch_size: examples per batch (the global batch under MWMS, per worker under PSS).
-        seed: shuffle seed (identical in every task: DATA sharding needs the same order).
-        pipelines, pipeline_id: input pipelines and this one's index.
-        shard_here: shard explicitly here (PSS ``DatasetCreator`` / per-worker datasets);
-            otherwise the auto-shard policy is set on the dataset for MWMS.
+        seed: shuffle seed; under MWMS identical in every task (DATA sharding needs the same
+            order everywhere); None for an unseeded order (each PSS worker its own).
+        workers: input pipelines the data is split across (MWMS workers).
 
     Returns:
-        ``(dataset, policy)`` with policy ``"FILE"`` or ``"DATA"``.
+        ``(dataset, policy)``: policy ``"FILE"`` when there are at least as many TFRecord
+        train files as workers, else ``"DATA"`` (tensorflow#35878), set as the dataset's
+        auto-shard policy for ``tf.distribute`` to apply.
     """
-    by_file = bool(data.train_files) and len(data.train_files) >= pipelines
+    by_file = bool(data.train_files) and len(data.train_files) >= workers
     if data.arrays is not None:
         ds = tf.data.Dataset.from_tensor_slices((data.arrays[0], data.arrays[1]))
-        if shard_here and pipelines > 1:
-            ds = ds.shard(pipelines, pipeline_id)
         ds = ds.shuffle(len(data.arrays[0]), seed=seed)
     else:
         files = tf.data.Dataset.from_tensor_slices(data.train_files)
-        if shard_here and by_file and pipelines > 1:
-            files = files.shard(pipelines, pipeline_id)
         ds = _parse(tf, files.interleave(tf.data.TFRecordDataset, cycle_length=2), data.num_features)
-        if shard_here and not by_file and pipelines > 1:
-            ds = ds.shard(pipelines, pipeline_id)
         ds = ds.shuffle(4096, seed=seed)
     ds = ds.repeat().batch(batch_size, drop_remainder=True)
     policy = "FILE" if by_file else "DATA"
-    if not shard_here:
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
-        ds = ds.with_options(options)
-    return ds.prefetch(2), policy
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
+    return ds.with_options(options).prefetch(2), policy
 
 
 def export(kind: str, out: str, seed: int = 0, shards: int = 4) -> None:

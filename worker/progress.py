@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from orchestrator.faults import FaultInjector
@@ -34,6 +35,8 @@ class Progress:
         self.resumed_from_step = self._last_step = self.step_now = resumed_from_step
         self._last_time = time.monotonic()
         self._reporter.update(phase=pb.PHASE_TRAINING, message="training", step=resumed_from_step)
+        if os.environ.get("BENCH_TIMING"):  # bench/: the same marker with and without the orchestrator
+            print(f"bench: first step {resumed_from_step + 1} done (unix {time.time():.3f})", flush=True)
         if resumed_from_step:
             self._reporter.update(resumed_from_step=resumed_from_step)
             print(f"resumed from step {resumed_from_step}", flush=True)
@@ -59,3 +62,5 @@ class Progress:
             rate = (self.step_now - self._last_step) * self._global_batch_size / (now - self._last_time)
             self._last_time, self._last_step = now, self.step_now
         self._reporter.update(step=self.step_now, epoch=epoch, loss=self.loss, examples_per_second=rate)
+        if epoch is not None and os.environ.get("BENCH_TIMING"):
+            print(f"bench: epoch {epoch} done at step {self.step_now} (unix {time.time():.3f})", flush=True)

@@ -127,9 +127,12 @@ class Job:
         return build_model(self.keras, self.learning_rate, self.seed, self.data.num_features, self.data.num_classes,
                            compile=compile)
 
-    def _dataset(self, batch: int, pipelines: int = 1, pipeline_id: int = 0, shard_here: bool = False):
-        ds, policy = datasets.train_dataset(self.tf, self.data, batch, self.seed, pipelines, pipeline_id, shard_here)
-        return ds, policy
+    def _dataset(self, shuffle_seed: int | None):
+        """The training dataset (global batches) and its auto-shard policy across the
+        MWMS input pipelines (one per chief / worker task)."""
+        cluster = self.context.tf_config.get("cluster", {})
+        pipelines = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1
+        return datasets.train_dataset(self.tf, self.data, self.global_batch, shuffle_seed, pipelines)
 
     # -- Model.fit ---------------------------------------------------------------------
     def _fit(self, model) -> float | None:
@@ -137,17 +140,10 @@ class Job:
         from worker.callbacks import HeartbeatCallback
 
         if self.context.strategy == "parameter_server":
-            global_batch = self.global_batch
-
-            def dataset_fn(input_context):
-                batch = input_context.get_per_replica_batch_size(global_batch)
-                ds, _ = self._dataset(batch, input_context.num_input_pipelines, input_context.input_pipeline_id, True)
-                return ds
-
-            data = keras.utils.experimental.DatasetCreator(dataset_fn)
-            self._log_policy("FILE" if len(self.data.train_files) >= self.context_workers() else "DATA")
+            data = keras.utils.experimental.DatasetCreator(self._pss_dataset_fn)
+            self._log_policy(None)
         else:
-            data, policy = self._dataset(self.global_batch)
+            data, policy = self._dataset(self.seed)
             self._log_policy(policy)
         callbacks = [
             keras.callbacks.BackupAndRestore(backup_dir=self.backup_dir),
@@ -161,16 +157,28 @@ class Job:
         losses = history.history.get("loss") or []
         return float(losses[-1]) if losses else self.progress.loss
 
+    def _pss_dataset_fn(self, input_context=None):
+        """A PSS worker's dataset. Under ParameterServerStrategy every worker reads the whole
+        data set (its input context is always pipeline 0 of 1) with its own shuffle order
+        (TF parameter-server tutorial), so the shuffle is not seeded here."""
+        ds, _ = self._dataset(shuffle_seed=None)
+        return ds
+
     def context_workers(self) -> int:
         return len(self.context.tf_config.get("cluster", {}).get("worker", [])) or 1
 
-    def _log_policy(self, policy: str) -> None:
+    def _log_policy(self, policy: str | None) -> None:
+        """Say in the log how the training data is split across workers."""
         if self.context.strategy == "mirrored":
             return
-        files = len(self.data.train_files)
-        why = f"{files} train files for {self.context_workers()} worker(s)" if files else "in-memory data"
-        print(f"{self.context.name}: dataset sharded by {policy} ({why})", flush=True)
-        self.reporter.update(message=f"sharded by {policy}")
+        if policy is None:
+            text = "not sharded: every PSS worker reads the whole dataset in its own shuffle order"
+        else:
+            files = len(self.data.train_files)
+            why = f"{files} train files for {self.context_workers()} worker(s)" if files else "in-memory data"
+            text = f"sharded by {policy} ({why})"
+        print(f"{self.context.name}: dataset {text}", flush=True)
+        self.reporter.update(message=f"dataset {text}")
 
     # -- custom loops ------------------------------------------------------------------
     def _custom_parts(self, model):
@@ -195,6 +203,18 @@ class Job:
 
         return step_fn
 
+    def _train_step(self, model, optimizer, loss_fn):
+        """``train_step(iterator)``: one step on every replica, the loss summed across them."""
+        tf, strategy = self.tf, self.strategy
+        step_fn = self._step_fn(model, optimizer, loss_fn, self.global_batch)
+
+        @tf.function
+        def train_step(it):
+            x, y = next(it)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(x, y)), axis=None)
+
+        return train_step
+
     def _custom_sync(self, model) -> float | None:
         """Mirrored / MWMS: ``strategy.run`` per step, ``strategy.reduce`` of the replica losses."""
         tf, strategy = self.tf, self.strategy
@@ -204,15 +224,10 @@ class Job:
         if restored:
             checkpoint.restore(restored)
         start_epoch = int(epoch_var.numpy())
-        ds, policy = self._dataset(self.global_batch)
+        ds, policy = self._dataset(self.seed)
         self._log_policy(policy)
         iterator = iter(strategy.experimental_distribute_dataset(ds))
-        step_fn = self._step_fn(model, optimizer, loss_fn, self.global_batch)
-
-        @tf.function
-        def train_step(it):
-            x, y = next(it)
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(x, y)), axis=None)
+        train_step = self._train_step(model, optimizer, loss_fn)
 
         self.progress.begin(start_epoch * self.steps_per_epoch)
         mean = None
@@ -240,21 +255,9 @@ class Job:
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint)
         start_epoch = int(epoch_var.numpy())
-        workers = self.context_workers()
-        counter = iter(range(10**9))
-
-        def per_worker_dataset_fn():
-            ds, _ = self._dataset(self.global_batch, workers, next(counter) % workers, shard_here=True)
-            return ds
-
-        self._log_policy("FILE" if len(self.data.train_files) >= workers else "DATA")
-        iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
-        step_fn = self._step_fn(model, optimizer, loss_fn, self.global_batch)
-
-        @tf.function
-        def train_step(it):
-            x, y = next(it)
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(x, y)), axis=None)
+        self._log_policy(None)
+        iterator = iter(coordinator.create_per_worker_dataset(self._pss_dataset_fn))
+        train_step = self._train_step(model, optimizer, loss_fn)
 
         self.progress.begin(start_epoch * self.steps_per_epoch)
         mean = None
