@@ -79,7 +79,7 @@ def run_validate(args: argparse.Namespace) -> int:
     if args.env or not inputs:
         if "TF_CONFIG" not in os.environ:
             raise SpecError("TF_CONFIG", None, "nothing to validate: no FILE, no --tf-config and $TF_CONFIG is not set",
-                            "e.g. python -m orchestrator validate cluster_specs/mwms-2-workers.yaml")
+                            "e.g. python -m orchestrator validate cluster_specs/mwms-4-workers.yaml")
         inputs.append(("$TF_CONFIG", parse_json(os.environ["TF_CONFIG"], "TF_CONFIG")))
     tf_configs: dict[str, ClusterReport] = {}
     lines = []

@@ -111,7 +111,7 @@ def read_document(path: str | Path, field: str = "spec") -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(field, str(path), "no such file", "check the path, e.g. cluster_specs/mwms-2-workers.yaml") from None
+        raise SpecError(field, str(path), "no such file", "check the path, e.g. cluster_specs/mwms-4-workers.yaml") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(field, str(path), f"cannot read it ({exc.__class__.__name__})", "pass a readable UTF-8 file") from None
     if path.suffix.lower() == ".json":
