@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import time
 
 from orchestrator.proto import supervisor_pb2 as pb
 from ps.server import configure_threads, serve
@@ -288,14 +289,17 @@ class Job:
         if final_loss is not None:
             self.reporter.update(final_loss=final_loss)
         self.reporter.update(phase=pb.PHASE_SAVING, message="saving the model", loss=final_loss)
+        started = time.monotonic()
         if self.is_chief or ctx.strategy == "parameter_server":
             target = ctx.model_dir or os.path.join(ctx.task_dir, "model")
             model.save(target)
-            print(f"{ctx.name}: SavedModel written to {target}", flush=True)
+            print(f"{ctx.name}: SavedModel written to {target} in {time.monotonic() - started:.1f} s", flush=True)
         else:
             target = os.path.join(ctx.task_dir or ".", "scratch-model")
             model.save(target)
             shutil.rmtree(target, ignore_errors=True)
+            print(f"{ctx.name}: saved into its scratch directory (MWMS: every worker saves) in "
+                  f"{time.monotonic() - started:.1f} s", flush=True)
             for name in ("checkpoints", "tensorboard"):
                 shutil.rmtree(self._scratch(name), ignore_errors=True)
 
