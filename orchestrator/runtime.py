@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, TypeVar
 from orchestrator import env
 
 _PR_SET_PDEATHSIG = 1
+_task_health = None
 _T = TypeVar("_T")
 
 
@@ -196,7 +197,8 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     if os.environ.get(env.TASK_HEALTH_PORT):  # containers: the healthcheck probes it
         from orchestrator.health.probe import serve_task_health
 
-        serve_task_health(int(os.environ[env.TASK_HEALTH_PORT]))
+        global _task_health  # keep a reference: a collected grpc.Server stops serving
+        _task_health = serve_task_health(int(os.environ[env.TASK_HEALTH_PORT]))
     reporter = HeartbeatReporter.from_context(context).start()
     try:
         record_errors(context, lambda: body(context, reporter))

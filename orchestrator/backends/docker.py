@@ -419,17 +419,27 @@ class DockerBackend:
                 for container in self.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.run_id}"}):
                     try:
                         container.remove(force=True)
-                    except docker.errors.DockerException as exc:
-                        log.warning("could not remove container %s: %s", container.name, exc)
+                    except docker.errors.NotFound:
+                        pass
+                    except docker.errors.APIError as exc:
+                        if exc.status_code != 409:  # 409: its removal is already under way (the task exited)
+                            log.warning("could not remove container %s: %s", container.name, exc)
+            deadline = time.monotonic() + 30.0
             for h in handles:
-                h.exited.wait(10.0)
+                h.exited.wait(max(0.0, deadline - time.monotonic()))
             if self.network is not None:
-                try:
-                    self.network.remove()
-                except docker.errors.NotFound:
-                    pass
-                except docker.errors.DockerException as exc:
-                    log.warning("could not remove network %s: %s", self.network.name, exc)
+                # a removal under way still holds its endpoint: retry, bounded
+                while True:
+                    try:
+                        self.network.remove()
+                        break
+                    except docker.errors.NotFound:
+                        break
+                    except docker.errors.DockerException as exc:
+                        if time.monotonic() > deadline:
+                            log.warning("could not remove network %s: %s", self.network.name, exc)
+                            break
+                        time.sleep(0.2)
                 self.network = None
         finally:
             self.client.close()

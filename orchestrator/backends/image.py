@@ -32,6 +32,7 @@ REPOSITORY = "tf-cluster-orchestrator"
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 BASE_IMAGE_ENV = "ORCH_DOCKER_BASE_IMAGE"
 DOCKERFILE = "docker/Dockerfile"
+CERTS_DIR = "docker/certs"
 BUILD_TIMEOUT_S = 1800
 _TOP_FILES = ("pyproject.toml", "README.md", DOCKERFILE)
 _PACKAGES = ("orchestrator", "worker", "ps")
@@ -79,15 +80,18 @@ def image_tag(base_image: str, root: Path | None = None) -> str:
 
 
 def write_context(root: Path, dest: Path, ca_bundle: str | Path | None = None) -> None:
-    """Copy the image's files into ``dest`` (the build context), plus ``ca_bundle`` as
-    ``docker/certs/host-ca.crt`` when given."""
-    for name in image_files(root):
+    """Copy the image's files into ``dest`` (the build context): what ``docker build .`` in
+    the checkout would send (so both share the engine's layer cache), plus ``ca_bundle``
+    as ``docker/certs/host-ca.crt`` when given."""
+    certs = root / CERTS_DIR
+    names = image_files(root) + [p.relative_to(root).as_posix() for p in sorted(certs.glob("*")) if p.is_file()]
+    for name in names:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / name, target)
-    (dest / "docker" / "certs").mkdir(parents=True, exist_ok=True)
+    (dest / CERTS_DIR).mkdir(parents=True, exist_ok=True)
     if ca_bundle:
-        shutil.copyfile(ca_bundle, dest / "docker" / "certs" / "host-ca.crt")
+        shutil.copyfile(ca_bundle, dest / CERTS_DIR / "host-ca.crt")
 
 
 def ensure_image(

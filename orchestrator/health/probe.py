@@ -22,8 +22,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from orchestrator import env
 
 
-def serve_task_health(port: int, host: str = "0.0.0.0") -> grpc.Server:
-    """Start a ``grpc.health.v1`` server reporting SERVING on ``host:port`` (a daemon thread pool).
+def serve_task_health(port: int, host: str = "0.0.0.0") -> tuple[grpc.Server, int]:
+    """Start a ``grpc.health.v1`` server reporting SERVING on ``host:port`` (0: any free port).
+
+    Returns:
+        The server and the port it bound.
 
     Raises:
         RuntimeError: when the port cannot be bound.
@@ -32,11 +35,12 @@ def serve_task_health(port: int, host: str = "0.0.0.0") -> grpc.Server:
                          options=[("grpc.so_reuseport", 0)])
     servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    if server.add_insecure_port(f"{host}:{port}") == 0:
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
         raise RuntimeError(f"cannot bind the task health server on {host}:{port}")
     servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     server.start()
-    return server
+    return server, bound
 
 
 def probe(address: str, service: str = "", timeout_s: float = 3.0) -> tuple[bool, str]:

@@ -1,0 +1,161 @@
+"""The job in containers, on a real Docker engine: ``launch --backend docker`` and the Compose file.
+
+Skipped, with the reason, when no engine is reachable or the Docker SDK is missing. The
+project image is built (or reused: its tag is a hash of what goes into it) once per session
+on ``$ORCH_DOCKER_BASE_IMAGE`` (CI: a debootstrap image, see .ci/docker-setup), else
+python:3.11-slim. After every test no container or network of the job may remain, and no
+task's host pid may still run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import runner
+from orchestrator.backends.docker import LABEL_RUN, engine_available
+from orchestrator.spec import JobSpec, TaskId, TrainingSpec
+from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
+
+pytestmark = pytest.mark.docker
+
+CHANCE = 0.1  # ten digit classes
+
+
+@pytest.fixture(scope="session")
+def engine():
+    why = engine_available()
+    if why:
+        pytest.skip(f"no Docker engine: {why}")
+    import docker
+
+    client = docker.from_env(timeout=120)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def image(engine):
+    from orchestrator.backends.image import ensure_image
+
+    return ensure_image(engine, progress=lambda line: print(line, file=sys.stderr))
+
+
+def assert_nothing_left(engine, run_id: str) -> None:
+    containers = engine.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    networks = engine.networks.list(filters={"label": f"{LABEL_RUN}={run_id}"})
+    assert not containers and not networks, f"left behind: {containers} {networks}"
+
+
+def by_task(summary: dict) -> dict[str, dict]:
+    return {t["task"]: t for t in summary["tasks"]}
+
+
+def test_mwms_two_workers_train_in_containers(tmp_path, engine, image):
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--backend", "docker", "--image", image, "--workers", "2", "--epochs", "2",
+                         "--runs-dir", str(tmp_path), "--run-id", "mwms", "--json"),
+        capture_output=True, text=True, timeout=420, cwd=REPO, env=test_env(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "Succeeded"
+    assert summary["metrics"]["test_accuracy"] >= 5 * CHANCE
+    assert summary["cluster"] == {"worker": ["worker-0:2222", "worker-1:2222"]}
+    run_dir = tmp_path / "mwms"
+    assert (run_dir / "model" / "saved_model.pb").exists()  # the run directory is mounted in the containers
+    for t in summary["tasks"]:
+        assert t["state"] == "Succeeded"
+        assert t["last_heartbeat"]["phase"] == "done"  # heartbeats crossed from the containers over gRPC
+        assert "CollectiveAllReduceStrategy" in Path(t["stdout"]).read_text()  # logs collected
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert all("ORCH_ORCHESTRATOR_PID" not in t["env"] for t in plan["tasks"])
+    assert_no_process_left(all_pids(summary))
+    assert_nothing_left(engine, "mwms")
+
+
+def test_pss_chief_worker_ps_train_in_containers_and_the_servers_are_stopped(tmp_path, engine, image):
+    spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1, training=TrainingSpec(epochs=2))
+    job = runner.prepare(spec, runs_dir=tmp_path, run_id="pss", backend="docker", backend_options={"image": image})
+    result, summary = runner.run(job)
+    assert (result.exit_code, summary["status"]) == (0, "Succeeded"), summary["reason"]
+    assert summary["metrics"]["test_accuracy"] >= 5 * CHANCE
+    states = {name: (t["state"], t["signal"]) for name, t in by_task(summary).items()}
+    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"), "ps:0": ("Stopped", "SIGTERM")}
+    assert by_task(summary)["ps:0"]["last_heartbeat"]["phase"] == "serving"
+    assert "tf.distribute.Server serving" in Path(by_task(summary)["ps:0"]["stdout"]).read_text()
+    assert_no_process_left(all_pids(summary))
+    assert_nothing_left(engine, "pss")
+
+
+def test_a_container_killed_mid_job_is_restarted_by_the_policy(tmp_path, engine, image):
+    spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1, training=TrainingSpec(epochs=4))
+    job = runner.prepare(spec, runs_dir=tmp_path, run_id="kill", backend="docker", backend_options={"image": image})
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.update(zip(("result", "summary"), runner.run(job))), daemon=True)
+    thread.start()
+    try:
+        def chief_step():
+            record = job.store.get(TaskId("chief", 0), 0)
+            return record is not None and record.heartbeat.HasField("step") and record.heartbeat.step >= 30
+
+        wait_until(chief_step, 240, 0.1, "the chief to train 30 steps")
+        (victim,) = engine.containers.list(filters={"label": [f"{LABEL_RUN}=kill", "io.tf-cluster-orchestrator.task=worker-0"]})
+        victim.kill()  # SIGKILL from outside: docker kill
+    finally:
+        thread.join(420)
+    assert not thread.is_alive(), "the job did not end"
+    summary = outcome["summary"]
+    assert summary["status"] == "Succeeded", summary["reason"]
+    (failure,) = summary["failures"]
+    assert (failure["task"], failure["attempt"], failure["signal"]) == ("worker:0", 0, "SIGKILL")  # not exit 137
+    (recovery,) = summary["recoveries"]
+    assert (recovery["scope"], recovery["tasks"]) == ("task", ["worker-0"])
+    assert {name: t["restarts"] for name, t in by_task(summary).items()} == {"chief:0": 0, "worker:0": 1, "ps:0": 0}
+    assert summary["metrics"]["test_accuracy"] >= 5 * CHANCE
+    assert (tmp_path / "kill" / "attempt-1" / "worker-0" / "stdout.log").read_text()
+    assert_no_process_left(all_pids(summary))
+    assert_nothing_left(engine, "kill")
+
+
+def compose_tool() -> list[str] | None:
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+@pytest.mark.parametrize(
+    ("flags", "coordinator"),
+    [(("--workers", "2"), "worker-0"), (("--strategy", "parameter_server", "--workers", "1", "--ps", "1"), "chief-0")],
+    ids=["mwms", "pss"],
+)
+def test_compose_up_runs_the_job_and_ends_with_the_coordinator(tmp_path, engine, image, flags, coordinator):
+    tool = compose_tool()
+    if tool is None:
+        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+    out = tmp_path / "docker-compose.yml"
+    rendered = subprocess.run(orchestrator_cmd("compose", *flags, "--epochs", "2", "--image", image, "-o", str(out)),
+                              capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert rendered.returncode == 0, rendered.stderr
+    document = yaml.safe_load(out.read_text())
+    run_id = document["services"][coordinator]["labels"][LABEL_RUN]
+    project = ["-p", f"tfjob{tmp_path.name.replace('_', '').replace('-', '').lower()}", "-f", str(out)]
+    try:
+        up = subprocess.run([*tool, *project, "up", "--abort-on-container-exit", "--exit-code-from", coordinator],
+                            capture_output=True, text=True, timeout=420, cwd=tmp_path)
+        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+        assert "test accuracy" in up.stdout
+    finally:
+        down = subprocess.run([*tool, *project, "down", "--volumes", "--timeout", "5"], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert_nothing_left(engine, run_id)
