@@ -17,7 +17,7 @@ from orchestrator.spec.address import check_addresses
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
-FORMATS = ("json", "env", "tf-config")
+FORMATS = ("json", "env", "tf-config", "tfjob")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 2222
 
@@ -28,7 +28,8 @@ def add_parser(subparsers) -> None:
         help="print every task's TF_CONFIG for processes you start yourself",
         description="Render the TF_CONFIG of every task (or one, --task) from a cluster spec file and/or flags. "
         "Formats: json (everything, default), env (export TF_CONFIG='...' lines for a shell), "
-        "tf-config (the bare compact JSON, one task per line). Exit codes: 0 ok, 2 bad input.",
+        "tf-config (the bare compact JSON, one task per line), tfjob (a Kubeflow TFJob manifest for Kubernetes: "
+        "needs --image). Exit codes: 0 ok, 2 bad input.",
     )
     add_spec_flags(p)
     p.add_argument("--host", action="append", default=None, metavar="HOST",
@@ -37,7 +38,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--base-port", type=int, default=None,
                    help=f"first port; tasks sharing a host take consecutive ports (default {DEFAULT_PORT})")
     p.add_argument("--task", default=None, metavar="TYPE:INDEX", help="only this task, e.g. worker:1")
-    p.add_argument("--format", choices=FORMATS, default="json", help="json (default), env or tf-config")
+    p.add_argument("--format", choices=FORMATS, default="json", help="json (default), env, tf-config or tfjob")
+    k8s = p.add_argument_group("--format tfjob (Kubernetes with Kubeflow's training operator)")
+    k8s.add_argument("--image", default=None, help="the project image, pullable by the cluster")
+    k8s.add_argument("--name", default="tf-orchestrator-job", help="TFJob name (default tf-orchestrator-job)")
+    k8s.add_argument("--volume-claim", default=None, metavar="PVC",
+                     help="ReadWriteMany claim mounted at /runs for checkpoints and the model")
     p.set_defaults(func=run_render)
 
 
@@ -103,6 +109,17 @@ def run_render(args: argparse.Namespace) -> int:
     only = TaskId.parse(args.task, "task") if args.task else None
     if only and only not in spec.tasks():
         raise SpecError("task", args.task, "the job has no such task", "use one of: " + ", ".join(map(str, spec.tasks())))
+    if args.format == "tfjob":
+        import yaml
+
+        from orchestrator.backends.kubernetes import tfjob_manifest
+
+        if only or args.host or args.base_port is not None:
+            raise SpecError("format", "tfjob", "the operator assigns addresses and renders every task",
+                            "drop --task/--host/--base-port")
+        manifest = tfjob_manifest(spec, name=args.name, image=args.image or "", volume_claim=args.volume_claim)
+        print(yaml.safe_dump(manifest, sort_keys=False), end="")
+        return 0
     addresses = addresses_for(spec, args.host, args.base_port)
     print(render(spec, addresses, args.format, only))
     return 0
