@@ -35,7 +35,6 @@ import yaml
 from orchestrator import env
 from orchestrator.backends.docker import LABEL, TASK_HEALTH_PORT, addresses
 from orchestrator.backends.image import DOCKERFILE, image_tag, source_root
-from orchestrator.errors import SpecError
 from orchestrator.plan import attempt_env, make_plan, new_run_id
 from orchestrator.spec.model import JobSpec
 
@@ -73,7 +72,7 @@ def render_compose(
     """The Compose file of ``spec`` as a dict (dump it with :func:`dump_compose`).
 
     Args:
-        spec: validated job spec (no fixed ``addresses``: services are addressed by name).
+        spec: validated job spec.
         image: an image to use as it is (no ``build:``); default: the project image, tagged
             by the hash of what goes into it, with ``build:`` from ``build_context``.
         base_image: the ``BASE_IMAGE`` build argument.
@@ -85,12 +84,8 @@ def render_compose(
         stop_grace_s: seconds between SIGTERM and SIGKILL when Compose stops a task.
         cores: cores to divide among the tasks (default: this machine's).
 
-    Raises:
-        SpecError: when the spec has fixed addresses.
+    Fixed addresses of a spec file are not used: services are addressed by name.
     """
-    if getattr(spec, "addresses", None):
-        raise SpecError("addresses", "...", "containers are addressed by service name (worker-0:2222)",
-                        "leave addresses out of the spec for compose and --backend docker")
     token = token or secrets.token_urlsafe(24)
     run_id = run_id or new_run_id()
     plan = make_plan(spec, addresses(spec), run_id=run_id, run_dir=Path(JOB_DIR), health_address=health_address,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from orchestrator import env as envvars
-from orchestrator.errors import LaunchError, SpecError
+from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
@@ -228,14 +228,10 @@ class DockerBackend:
                     pass
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
-        """Service-name addresses (:func:`addresses`); nothing to reserve.
-
-        Raises:
-            SpecError: when the spec fixes addresses (containers are addressed by name).
-        """
+        """Service-name addresses (:func:`addresses`); nothing to reserve. Fixed addresses
+        of a spec file (``127.0.0.1:62221``) are replaced: containers are addressed by name."""
         if getattr(spec, "addresses", None):
-            raise SpecError("addresses", "...", "the docker backend addresses tasks by service name (worker-0:2222)",
-                            "leave addresses out of the spec for --backend docker")
+            log.warning("the spec's addresses are replaced by service names (worker-0:%d) in containers", TF_PORT)
         return addresses(spec)
 
     def release_port(self, task: TaskId, attempt: int) -> int:

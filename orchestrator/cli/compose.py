@@ -85,6 +85,8 @@ def run_compose(args: argparse.Namespace) -> int:
         raise SpecError("stop-timeout", args.stop_timeout, "must be > 0 seconds", "e.g. --stop-timeout 10")
     if ":" not in args.health_address:
         raise SpecError("health-address", args.health_address, "must be HOST:PORT", f"e.g. {DEFAULT_HEALTH_ADDRESS}")
+    if spec.addresses:
+        print("note: the spec's addresses are replaced by service names (worker-0:2222) in containers", file=sys.stderr)
     to_stdout = args.output == "-"
     context = None if args.image or to_stdout else relative_context(args.output)
     document = render_compose(spec, image=args.image, base_image=args.base_image or default_base_image(),

@@ -12,7 +12,6 @@ import yaml
 
 from orchestrator import env
 from orchestrator.backends import compose, docker, image
-from orchestrator.errors import SpecError
 from orchestrator.spec import JobSpec
 from tests.conftest import REPO, test_env
 
@@ -90,14 +89,13 @@ def test_yaml_round_trips_without_anchors_and_names_the_up_command():
     )
 
 
-def test_fixed_addresses_are_refused():
+def test_fixed_addresses_of_a_spec_file_give_way_to_service_names():
     from orchestrator.spec.loader import build_spec
 
     spec = build_spec({"workers": 1, "addresses": {"worker": ["127.0.0.1:5000"]}})
-    with pytest.raises(SpecError, match="service name"):
-        compose.render_compose(spec)
-    with pytest.raises(SpecError, match="service name"):
-        docker.DockerBackend().allocate(spec)
+    tf_config = json.loads(services(spec)["worker-0"]["environment"]["TF_CONFIG"])
+    assert tf_config["cluster"] == {"worker": ["worker-0:2222"]}
+    assert docker.DockerBackend().allocate(spec) == {spec.tasks()[0]: "worker-0:2222"}
 
 
 def test_image_tag_follows_the_files_and_the_base(tmp_path):
