@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -159,3 +160,33 @@ def test_compose_up_runs_the_job_and_ends_with_the_coordinator(tmp_path, engine,
                               timeout=120, cwd=tmp_path)
     assert down.returncode == 0, down.stderr
     assert_nothing_left(engine, run_id)
+
+
+def test_tasks_stop_when_the_orchestrator_is_sigkilled_and_the_next_run_removes_them(tmp_path, engine, image):
+    launch = subprocess.Popen(
+        orchestrator_cmd("launch", "--backend", "docker", "--image", image, "--workers", "2", "--epochs", "50",
+                         "--runs-dir", str(tmp_path), "--run-id", "orphans", "--quiet"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=test_env(), start_new_session=True,
+    )
+    label = {"label": f"{LABEL_RUN}=orphans"}
+    try:
+        log = tmp_path / "orphans" / "attempt-0" / "worker-1" / "stdout.log"
+        wait_until(lambda: log.exists() and "Epoch 1/" in log.read_text(), 240, 0.2, "training in the containers")
+        pids = [c.attrs["State"]["Pid"] for c in engine.containers.list(filters=label)]
+        assert len(pids) == 2
+        launch.send_signal(signal.SIGKILL)
+        assert launch.wait(10) == -signal.SIGKILL
+        # no parent-death signal in a container: the heartbeat watchdog ends each task
+        wait_until(lambda: all(c.status == "exited" for c in engine.containers.list(all=True, filters=label)), 120, 0.5,
+                   "the orphaned containers to stop")
+        assert_no_process_left(pids)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait(10)
+    from orchestrator.backends.docker import DockerBackend
+
+    backend = DockerBackend()
+    backend.client = engine
+    backend.remove_orphans()  # what the next --backend docker run does first
+    assert_nothing_left(engine, "orphans")
