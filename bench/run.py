@@ -1,0 +1,334 @@
+"""``python -m bench [--quick] [--only SECTION ...]``: the whole benchmark suite.
+
+Sections (in order): ``tf`` (throughput and launch -> first step, orchestrated vs
+hand-launched, interleaved), ``recovery`` (MWMS worker SIGKILL: detection, recovery time,
+steps lost), ``hang`` (a frozen worker: detection), ``footprint`` (orchestrator RSS and CPU
+during a 5-task job), ``client`` (per-task cost of the health client), ``ingest``
+(heartbeats/s into the HealthServer), ``scale`` (detection with many simulated tasks).
+Writes ``bench/results/<name>.json`` and ``bench/results/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import client_cost, ingest
+from bench.stats import markdown_table, meets, ratios, summarize
+from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, run_hand, run_orchestrated
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale")
+
+
+def _r(value, digits: int = 1):
+    return None if value is None else round(value, digits)
+
+
+def _diff(record: dict, end: str, start: str):
+    return None if record.get(end) is None or record.get(start) is None else round(record[end] - record[start], 3)
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+class Suite:
+    def __init__(self, quick: bool, workdir: Path) -> None:
+        self.quick = quick
+        self.workdir = workdir
+        self.rows: list[dict] = []
+        self.notes: list[str] = []
+        self.n = 0
+
+    def _id(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}-{self.n:02d}"
+
+    def add(self, ident: str, name: str, measure: str, unit: str, values, target: str | None = None,
+            details: dict | None = None) -> dict:
+        stat = summarize(values)
+        row = {"id": ident, "name": name, "measure": measure, "unit": unit, "stat": stat, "target": target,
+               "met": meets(stat, target) if target else None, "details": details or {}}
+        self.rows.append(row)
+        (RESULTS / f"{name}.json").write_text(json.dumps({**{k: v for k, v in row.items() if k != "stat"}, **stat},
+                                                         indent=2, default=str) + "\n")
+        log(f"{name}: median {stat['median']} {unit} (min {stat['min']}, max {stat['max']}, {stat['runs']} runs)"
+            + (f", target {target}: {'met' if row['met'] else 'MISSED'}" if target else ""))
+        return row
+
+    # -- 1, 2: throughput and launch -> first step -----------------------------------------
+    def tf(self) -> None:
+        pairs = 1 if self.quick else 5
+        topos = [Topology("mwms2", "multi_worker_mirrored", 0, 2, 0, 3 if self.quick else 10),
+                 Topology("pss", "parameter_server", 1, 2, 1, 2 if self.quick else 8)]
+        for topo in topos:
+            orch, hand = [], []
+            for i in range(pairs):
+                order = ("o", "h") if i % 2 == 0 else ("h", "o")  # alternate who goes first: drift cancels
+                for side in order:
+                    if side == "o":
+                        r = run_orchestrated(self.workdir, self._id(f"{topo.name}-orch"), topo.launch_args(), topo.coordinator)
+                        orch.append(r)
+                    else:
+                        r = run_hand(self.workdir, self._id(f"{topo.name}-hand"), topo)
+                        hand.append(r)
+                    log(f"{topo.name} {r.side}: exit {r.exit_code}, first step {r.first_step_s()}, "
+                        f"{r.coordinator.examples_per_second()} ex/s, wall {r.wall_s:.1f} s")
+            o_rate = [r.coordinator.examples_per_second() for r in orch]
+            h_rate = [r.coordinator.examples_per_second() for r in hand]
+            o_first = [r.first_step_s() for r in orch]
+            h_first = [r.first_step_s() for r in hand]
+            # where the orchestrated side's extra time goes before the tasks run
+            started = [[t - r.launch_unix for t, line in r.events if re.search(r" started \(pid \d+, attempt 0\)", line)]
+                       for r in orch]
+            first_task = [st[0] if st else None for st in started]
+            last_task = [st[-1] if st else None for st in started]
+            label = {"mwms2": "MWMS 2 workers", "pss": "PSS chief + 2 workers + 1 ps"}[topo.name]
+            self.add("1", f"throughput_ratio_{topo.name}", f"training throughput orchestrated / hand-launched, {label}",
+                     "ratio", ratios(o_rate, h_rate), ">= 0.99",
+                     {"orchestrated_examples_per_s": summarize(o_rate), "hand_examples_per_s": summarize(h_rate),
+                      "epochs": topo.epochs, "measured": "coordinator's epoch-end markers, epoch 1 excluded"})
+            self.add("1", f"throughput_{topo.name}_orchestrated", f"throughput orchestrated, {label}", "examples/s", o_rate)
+            self.add("1", f"throughput_{topo.name}_hand", f"throughput hand-launched, {label}", "examples/s", h_rate)
+            self.add("2", f"first_step_ratio_{topo.name}", f"launch -> first step orchestrated / hand-launched, {label}",
+                     "ratio", ratios(o_first, h_first), "<= 1.10",
+                     {"orchestrated_s": summarize(o_first), "hand_s": summarize(h_first),
+                      "orchestrated_launch_to_first_task_started_s": summarize(first_task),
+                      "orchestrated_launch_to_last_task_started_s": summarize(last_task),
+                      "pairs_in_run_order": [[o, h] for o, h in zip(o_first, h_first)]})
+            self.add("2", f"first_step_{topo.name}_orchestrated", f"launch -> first step orchestrated, {label}", "s", o_first)
+            self.add("2", f"first_step_{topo.name}_hand", f"launch -> first step hand-launched, {label}", "s", h_first)
+            self._footprint_samples(orch, f"{topo.name} ({label})")
+
+    # -- 3, 4: SIGKILL detection and MWMS recovery -------------------------------------------
+    def recovery(self) -> None:
+        runs = 1 if self.quick else 3
+        epochs = 3 if self.quick else 5
+        detect, recover, cold, ratio, lost, details = [], [], [], [], [], []
+        for _ in range(runs):
+            r = run_orchestrated(self.workdir, self._id("recovery"),
+                                 ["--workers", "2", "--epochs", str(epochs), "--inject-fault", "worker:1:kill@step=60"],
+                                 "worker-0")
+            fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
+            resumed = TaskLog.read(r.run_dir / "attempt-1" / "worker-0" / "stdout.log")
+            s = r.summary or {}
+            if not fault or not s.get("failures") or not s.get("recoveries") or not resumed.first_step:
+                log(f"recovery run {r.run_dir.name}: incomplete (exit {r.exit_code})")
+                continue
+            kill_at = fault[2]
+            d = s["failures"][0]["wall_time"] - kill_at
+            rec = resumed.first_step[1] - kill_at
+            c = r.first_step_s()
+            resumed_from = s["recoveries"][0].get("resumed_from_step")
+            detect.append(d)
+            recover.append(rec)
+            cold.append(c)
+            ratio.append(rec / c if c else None)
+            steps_per_epoch = (s.get("training") or {}).get("steps_per_epoch") or 45
+            if resumed_from is None:  # the first heartbeat after the resume may precede the metric
+                resumed_from = resumed.first_step[0] - 1
+            lost.append(fault[1] - resumed_from)
+            details.append({"run": r.run_dir.name, "killed_at_step": fault[1], "resumed_from_step": resumed_from,
+                            "detect_s": d, "recovery_s": rec, "cold_start_s": c, "steps_per_epoch": steps_per_epoch,
+                            "supervisor_detection_to_resumed_s": s["recoveries"][0].get("detection_to_resumed_training_s"),
+                            "detected_to_restarted_s": _diff(s["recoveries"][0], "restarted_at_s", "detected_at_s"),
+                            "restarted_to_resumed_s": _diff(s["recoveries"][0], "resumed_at_s", "restarted_at_s")})
+            log(f"recovery: detect {d:.3f} s, kill -> first step after resume {rec:.1f} s, cold start {c:.1f} s, "
+                f"lost {lost[-1]} steps")
+        self.add("3", "detect_sigkill_tf", "detection of a SIGKILLed MWMS worker (fault -> decision)", "s", detect,
+                 "<= 0.2", {"runs": details})
+        self.add("4", "recovery_ratio_mwms", "MWMS recovery: SIGKILL -> first step after resume / cold start", "ratio",
+                 ratio, "<= 1.3", {"recovery_s": summarize(recover), "cold_start_s": summarize(cold),
+                                   "settings": "defaults: --restart-backoff 1, --stop-timeout 10",
+                                   "detected_to_restarted_s": summarize(d["detected_to_restarted_s"] for d in details),
+                                   "restarted_to_resumed_s": summarize(d["restarted_to_resumed_s"] for d in details)})
+        self.add("4", "recovery_mwms_s", "MWMS recovery: SIGKILL -> first step after resume", "s", recover)
+        self.add("4", "steps_lost_mwms", "MWMS recovery: steps lost (checkpoint interval 45 steps = 1 epoch)", "steps",
+                 lost, "<= 45")
+
+    # -- 3: hang detection --------------------------------------------------------------------
+    def hang(self) -> None:
+        runs = 1 if self.quick else 3
+        timeout = 4.0
+        decision, recorded = [], []
+        for _ in range(runs):
+            r = run_orchestrated(self.workdir, self._id("hang"),
+                                 ["--workers", "2", "--epochs", "3", "--heartbeat-timeout", str(timeout),
+                                  "--restart-policy", "never", "--inject-fault", "worker:1:stop@step=30"], "worker-0")
+            fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
+            hung_line = next((t for t, line in r.events if "worker-1 is hung" in line), None)
+            s = r.summary or {}
+            if not fault or hung_line is None:
+                log(f"hang run {r.run_dir.name}: incomplete (exit {r.exit_code})")
+                continue
+            decision.append(hung_line - fault[2])
+            if s.get("failures"):
+                recorded.append(s["failures"][0]["wall_time"] - fault[2])
+            log(f"hang: decision {decision[-1]:.2f} s after the freeze, failure recorded after the stack dump "
+                f"{recorded[-1] if recorded else None}")
+        self.add("3", "detect_hang_tf", f"detection of a frozen (SIGSTOP) MWMS worker, heartbeat timeout {timeout:g} s "
+                 "(fault -> decision)", "s", decision, f"<= {timeout + 1:g}",
+                 {"failure_recorded_after_stack_dump_s": summarize(recorded), "heartbeat_timeout_s": timeout})
+
+    # -- 6: footprint -------------------------------------------------------------------------
+    def _footprint_samples(self, runs, label: str) -> tuple[list, list, list]:
+        peaks, cpus, tf_mapped = [], [], []
+        for r in runs:
+            if r.summary:
+                peaks.append(r.summary["orchestrator"]["peak_rss_bytes"] / 2**20)
+            running = next((t for t, line in r.events if "training step" in line), None)
+            window = [s for s in r.samples if running and s["t"] >= running]
+            if len(window) >= 2 and window[-1]["t"] > window[0]["t"]:
+                cpus.append(100 * (window[-1]["cpu_s"] - window[0]["cpu_s"]) / (window[-1]["t"] - window[0]["t"]))
+            tf_mapped.append(r.maps_tensorflow)
+        if runs and runs[0].samples:
+            self.notes.append(f"orchestrator during {label}: peak RSS {_r(summarize(peaks)['median'])} MB, "
+                              f"CPU {_r(summarize(cpus)['median'])} % of a core while training")
+        return peaks, cpus, tf_mapped
+
+    def footprint(self) -> None:
+        runs = 1 if self.quick else 2
+        results = []
+        for _ in range(runs):
+            r = run_orchestrated(self.workdir, self._id("footprint"),
+                                 ["--strategy", "parameter_server", "--workers", "3", "--ps", "1", "--epochs",
+                                  "2" if self.quick else "4"], "chief-0", sample_s=0.25)
+            log(f"footprint run: exit {r.exit_code}, wall {r.wall_s:.1f} s, {len(r.samples)} samples")
+            results.append(r)
+        peaks, cpus, tf_mapped = self._footprint_samples(results, "the 5-task job")
+        total_cpu = [100 * r.samples[-1]["cpu_s"] / (r.samples[-1]["t"] - r.launch_unix) for r in results if r.samples]
+        self.add("6", "orchestrator_peak_rss", "orchestrator peak RSS, PSS chief + 3 workers + 1 ps", "MB", peaks,
+                 "<= 100", {"tensorflow_mapped_in_orchestrator": tf_mapped})
+        self.add("6", "orchestrator_cpu", "orchestrator CPU while the 5 tasks train", "% of a core", cpus, "<= 3",
+                 {"whole_run_incl_startup_percent": summarize(total_cpu)})
+
+    # -- 6: client cost -----------------------------------------------------------------------
+    def client(self) -> None:
+        runs = 1 if self.quick else 3
+        res = [client_cost.measure(5.0 if self.quick else 15.0) for _ in range(runs)]
+        self.add("6", "client_rss", "health client per task: RSS, reporter process - bare Python", "MB",
+                 [r["reporter_minus_bare_rss_mb"] for r in res], None,
+                 {"bare_mb": summarize([r["bare"]["rss_mb"] for r in res]),
+                  "imports_only_mb": summarize([r["imports_only"]["rss_mb"] for r in res]),
+                  "reporter_mb": summarize([r["reporter"]["rss_mb"] for r in res])})
+        self.add("6", "client_cpu", "health client per task: CPU at 1 heartbeat/s", "% of a core",
+                 [r["reporter_minus_bare_cpu_percent"] for r in res])
+
+    # -- 5: ingest ----------------------------------------------------------------------------
+    def ingest(self) -> None:
+        runs = 1 if self.quick else 3
+        res = [ingest.measure(200, 2, 3.0 if self.quick else 6.0) for _ in range(runs)]
+        for r in res:
+            log(f"ingest: {r}")
+        self.add("5", "ingest_rate", f"heartbeat ingest, {res[0]['streams']} streams from 2 processes, same 2 cores",
+                 "heartbeats/s", [r["heartbeats_per_s"] for r in res], ">= 20000",
+                 {"runs": res})
+        self.add("5", "ingest_server_cpu", "HealthServer CPU while ingesting", "% of a core",
+                 [r["server_cpu_percent"] for r in res])
+        self.add("5", "ingest_per_server_core", "heartbeats per second per core the server uses", "heartbeats/core-s",
+                 [r["heartbeats_per_server_cpu_s"] for r in res], ">= 20000")
+
+    # -- 7: scale -----------------------------------------------------------------------------
+    def scale(self) -> None:
+        sizes = [100] if self.quick else [250, 500, 1000, 2000]
+        kills, hangs = (1, 1) if self.quick else (3, 3)
+        timeout = 4.0
+        supported, per_size = [], []
+        for n in sizes:
+            proc = subprocess.run([PY, "-m", "bench.scale", "--tasks", str(n), "--kills", str(kills), "--hangs",
+                                   str(hangs), "--heartbeat-timeout", str(timeout)],
+                                  capture_output=True, text=True, cwd=REPO, env=base_env(), timeout=600)
+            try:
+                out = json.loads(proc.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                log(f"scale {n}: failed: {proc.stderr[-2000:]}")
+                continue
+            kd, hd = summarize(out["kill_detect_s"]), summarize(out["hang_detect_s"])
+            ok = (not out["errors"] and kd["runs"] == kills and hd["runs"] == hangs and kd["max"] <= 0.2
+                  and hd["max"] <= timeout + 1)
+            out["within_targets"] = ok
+            per_size.append(out)
+            log(f"scale {n}: kill {kd}, hang {hd}, tick {out.get('tick_ms')}, cpu {out.get('cpu_percent')}, ok {ok}")
+            if ok:
+                supported.append(n)
+            self.add("7", f"scale_{n}_detect_sigkill", f"{n} simulated tasks: SIGKILL detection", "s",
+                     out["kill_detect_s"], "<= 0.2", out)
+            self.add("7", f"scale_{n}_detect_hang", f"{n} simulated tasks: hang detection (timeout {timeout:g} s)", "s",
+                     out["hang_detect_s"], f"<= {timeout + 1:g}")
+            self.add("7", f"scale_{n}_tick", f"{n} simulated tasks: supervisor loop work per tick (median of ticks)",
+                     "ms", [out["tick_ms"]["median"]] if out.get("tick_ms") else [])
+            self.add("7", f"scale_{n}_cpu", f"{n} simulated tasks at 1 heartbeat/s: orchestrator CPU", "% of a core",
+                     [out.get("cpu_percent")])
+        self.add("7", "scale_supported_tasks", "most simulated tasks supervised with detection within targets "
+                 f"(sizes tried {sizes})", "tasks", [max(supported)] if supported else [0], ">= 500",
+                 {"sizes": per_size})
+
+
+def machine() -> dict:
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "memory_gib": round(mem_gib, 1),
+            "python": platform.python_version(), "kernel": platform.release()}
+
+
+def write_report(suite: Suite, meta: dict) -> str:
+    lines = [
+        "# Benchmark results",
+        "",
+        f"`python -m bench{' --quick' if suite.quick else ''}` on {meta['date']}: {meta['machine']['cores']} cores "
+        f"({meta['machine']['cpu']}), {meta['machine']['memory_gib']} GiB, Python {meta['machine']['python']}; "
+        f"load average {meta['load_before']} before, {meta['load_after']} after; {meta['duration_s']:.0f} s.",
+        "",
+        "Ratios are orchestrated / hand-launched runs done side by side (interleaved, alternating order). "
+        "Each figure is min / median / max over its runs; a target is met when the median meets it.",
+        "",
+        markdown_table(suite.rows),
+        "",
+    ]
+    if suite.notes:
+        lines += ["Notes:", ""] + [f"- {n}" for n in suite.notes] + [""]
+    text = "\n".join(lines)
+    (RESULTS / "README.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one short run of everything (smoke test)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
+    parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    args = parser.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-runs-"))
+    suite = Suite(args.quick, workdir)
+    started = time.monotonic()
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    log(f"runs in {workdir}; load average {load_before}")
+    try:
+        for section in args.only or SECTIONS:
+            log(f"section {section}")
+            getattr(suite, section)()
+    finally:
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(), "quick": args.quick,
+                "load_before": load_before, "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+                "duration_s": time.monotonic() - started, "sections": args.only or list(SECTIONS)}
+        (RESULTS / "suite.json").write_text(json.dumps(meta, indent=2) + "\n")
+        print(write_report(suite, meta))
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0

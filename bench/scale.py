@@ -1,0 +1,260 @@
+"""Scale: one real Supervisor + HealthServer over many simulated tasks; detection latency at N.
+
+``python -m bench.scale --tasks N [--kills K] [--hangs H] [--profile FILE]`` prints one JSON
+object. The job is ParameterServerStrategy (chief + N-2 workers + 1 ps, workers restarted
+alone on failure), so faults can be repeated in one job. Every task but one is a heartbeat
+stream carried by a few ``bench.simhost`` processes; ``worker-1`` is a real process
+(``bench.simtask``: the real HeartbeatReporter) that is SIGKILLed, so its exit is seen by
+waitpid as a real task's. A hang freezes a simulated task's stream (no more heartbeats,
+stream open). Latencies are from the fault to the supervisor's decision (``Failure.at``,
+its monotonic clock). Per-tick work of the supervisor loop is timed by wrapping its wake
+event (no change to the supervisor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.plan import make_plan
+from orchestrator.spec.model import JobSpec, Strategy, TaskId
+from orchestrator.spec.supervision import SupervisionSpec
+from orchestrator.supervisor import JobState, Supervisor, TaskState
+from bench.tfjobs import PY, REPO, base_env
+
+REAL = "worker-1"
+
+
+@dataclass
+class SimHandle:
+    name: str
+    key: str
+    host: subprocess.Popen | None
+    popen: subprocess.Popen | None
+    stdout_path: Path
+    stderr_path: Path
+    exit_code: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid if self.popen else self.host.pid
+
+
+class SimBackend:
+    """Starts simulated tasks on host processes (one real process for ``worker-1``)."""
+
+    name = "sim"
+
+    def __init__(self, hosts: list[subprocess.Popen], logs: Path) -> None:
+        self.hosts = hosts
+        self.logs = logs  # files under it are never created: no stack dump to wait for
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+        return {task: f"127.0.0.1:{20000 + i}" for i, task in enumerate(spec.tasks())}
+
+    def release_port(self, task, attempt) -> int:
+        return 0
+
+    def reserve_again(self, task) -> None:
+        pass
+
+    def _send(self, host: subprocess.Popen, line: str) -> None:
+        with self._lock:
+            host.stdin.write(line + "\n")
+            host.stdin.flush()
+
+    def start(self, argv, env, log_dir) -> SimHandle:
+        tf_config = json.loads(env["TF_CONFIG"])["task"]
+        name = f"{tf_config['type']}-{tf_config['index']}"
+        key = f"{tf_config['type']} {tf_config['index']} {env['ORCH_ATTEMPT']}"
+        out, err = self.logs / f"{name}.out", self.logs / f"{name}.err"
+        if name == REAL:
+            popen = subprocess.Popen([PY, "-m", "bench.simtask"], env={**base_env(), **env}, cwd=REPO,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+            return SimHandle(name, key, None, popen, out, err)
+        host = self.hosts[self._next % len(self.hosts)]
+        self._next += 1
+        self._send(host, f"start {key}")
+        return SimHandle(name, key, host, None, out, err)
+
+    def poll(self, p: SimHandle) -> int | None:
+        return p.popen.poll() if p.popen else p.exit_code
+
+    def wait(self, p: SimHandle, timeout_s: float) -> int | None:
+        if p.popen:
+            try:
+                return p.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                return None
+        return p.exit_code
+
+    def signal(self, p: SimHandle, signum: int) -> None:
+        if p.popen:
+            if p.popen.poll() is None:
+                os.killpg(p.popen.pid, signum)
+        elif signum in (signal.SIGKILL, signal.SIGTERM) and p.exit_code is None:
+            self._send(p.host, f"kill {p.key}")
+            p.exit_code = -signum
+
+    def freeze(self, p: SimHandle) -> None:
+        self._send(p.host, f"freeze {p.key}")
+
+    def stop(self, processes, timeout_s: float = 10.0) -> None:
+        for p in processes:
+            self.signal(p, signal.SIGTERM)
+        for p in processes:
+            if p.popen:
+                try:
+                    p.popen.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                    p.popen.wait(10)
+
+    def close(self) -> None:
+        pass
+
+
+class TimedWake(threading.Event):
+    """The supervisor's wake event, timing the work done between two waits (one tick)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.work_s: list[float] = []
+        self._woke = None
+
+    def wait(self, timeout=None):
+        now = time.perf_counter()
+        if self._woke is not None:
+            self.work_s.append(now - self._woke)
+        result = super().wait(timeout)
+        self._woke = time.perf_counter()
+        return result
+
+
+def _runtime(sup: Supervisor, name: str):
+    return next(rt for rt in sup.tasks if rt.task.name == name)
+
+
+def _wait(cond, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n: int, profile: str | None) -> dict:
+    token = "t" + secrets.token_urlsafe(16)  # never starts with "-" (argv)
+    store = HeartbeatStore()
+    server = HealthServer(token, store).start()
+    hosts = [subprocess.Popen([PY, "-m", "bench.simhost", server.address, token, "--mode", "scale"],
+                              stdin=subprocess.PIPE, text=True, cwd=REPO, env=base_env()) for _ in range(hosts_n)]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    supervision = SupervisionSpec.create(restart_policy={"worker": "on-failure"}, max_restarts=1000, backoff_s=0.1,
+                                         backoff_max_s=0.2, heartbeat_timeout_s=heartbeat_timeout_s)
+    spec = JobSpec.create(strategy=Strategy.PARAMETER_SERVER, workers=tasks - 2, ps=1, supervision=supervision)
+    backend = SimBackend(hosts, tmp / "logs")
+    plan = make_plan(spec, backend.allocate(spec), run_id="scale", run_dir=tmp / "run", health_address=server.address,
+                     token=token, orchestrator_pid=os.getpid())
+    sup = Supervisor(plan, backend, store, stop_timeout_s=5.0)
+    wake = sup._wake = TimedWake()
+    me = psutil.Process()
+    out: dict = {"tasks": len(sup.tasks), "heartbeat_timeout_s": heartbeat_timeout_s, "kill_detect_s": [],
+                 "hang_detect_s": [], "errors": []}
+
+    def faults() -> None:
+        try:
+            t0 = time.monotonic()
+            if not _wait(lambda: sup.state is JobState.RUNNING, 120):
+                out["errors"].append("job never Running")
+                return
+            out["all_running_s"] = time.monotonic() - t0
+            time.sleep(heartbeat_timeout_s + 1)  # steady state
+            cpu0, beats0, w0, n0 = sum(me.cpu_times()[:2]), store.total, time.monotonic(), len(wake.work_s)
+            for _ in range(kills):
+                rt = _runtime(sup, REAL)
+                if not _wait(lambda: rt.state is TaskState.RUNNING and rt.heartbeat is not None, 30):
+                    out["errors"].append("victim not running")
+                    return
+                before = len(sup.failures)
+                at = time.monotonic()
+                os.kill(rt.pid, signal.SIGKILL)
+                if _wait(lambda: len(sup.failures) > before, 30):
+                    out["kill_detect_s"].append(sup.failures[before].at - at)
+                _wait(lambda: _runtime(sup, REAL).state is TaskState.RUNNING, 30)
+            for i in range(hangs):
+                rt = _runtime(sup, f"worker-{2 + i}")
+                before = len(sup.failures)
+                at = time.monotonic()
+                backend.freeze(rt.process)
+                if _wait(lambda: len(sup.failures) > before, heartbeat_timeout_s + 30):
+                    out["hang_detect_s"].append(sup.failures[before].at - at)
+            span = time.monotonic() - w0
+            out["cpu_percent"] = 100 * (sum(me.cpu_times()[:2]) - cpu0) / span
+            out["heartbeats_per_s"] = (store.total - beats0) / span
+            ticks = wake.work_s[n0:]
+            out["tick_ms"] = {"median": 1000 * statistics.median(ticks), "p99": 1000 * sorted(ticks)[int(0.99 * (len(ticks) - 1))],
+                              "max": 1000 * max(ticks), "ticks": len(ticks)}
+            out["rss_mb"] = me.memory_info().rss / 2**20
+        except Exception as exc:  # noqa: BLE001
+            out["errors"].append(repr(exc))
+        finally:
+            sup.request_stop("benchmark done")
+
+    threading.Thread(target=faults, daemon=True).start()
+    try:
+        if profile:
+            prof = cProfile.Profile()
+            prof.runcall(sup.run)
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
+            Path(profile).write_text(text.getvalue())
+        else:
+            sup.run()
+    finally:
+        server.stop()
+        for h in hosts:
+            h.stdin.close()
+        for h in hosts:
+            try:
+                h.wait(20)
+            except subprocess.TimeoutExpired:
+                h.kill()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=500)
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--hangs", type=int, default=3)
+    parser.add_argument("--heartbeat-timeout", type=float, default=4.0)
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--profile")
+    args = parser.parse_args()
+    print(json.dumps(run(args.tasks, args.kills, args.hangs, args.heartbeat_timeout, args.hosts, args.profile)))
+
+
+if __name__ == "__main__":
+    main()
