@@ -20,6 +20,7 @@ import json
 import os
 import pstats
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -241,6 +242,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
                 h.wait(20)
             except subprocess.TimeoutExpired:
                 h.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
