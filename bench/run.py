@@ -16,9 +16,7 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -136,7 +137,9 @@ class FaultInjector:
 
     @staticmethod
     def _fire(fault: dict) -> None:
-        print(f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g} (unix {time.time():.3f})", flush=True)
+        line = f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g} (unix {time.time():.3f})"
+        print(line, flush=True)
+        print(line, file=sys.stderr, flush=True)  # so the failure report's stderr tail shows it
         kind = fault["kind"]
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

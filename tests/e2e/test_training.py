@@ -61,7 +61,7 @@ def test_a_task_exiting_with_code_3_fails_the_job_naming_it(tmp_path):
     assert summary["status"] == "Failed"
     assert (summary["root_cause"]["task"], summary["root_cause"]["exit_code"]) == ("worker:1", 3)
     assert "worker-1 (attempt 0) failed: exit code 3" in result.stdout
-    assert "last lines of its stderr" in result.stdout
+    assert "last lines of its stderr" in result.stdout and "injecting fault: exit at step=5" in result.stdout
 
 
 def test_two_launches_at_the_same_moment_do_not_collide(tmp_path):
