@@ -16,7 +16,8 @@ from orchestrator.backends.compose import (
 from orchestrator.backends.image import default_base_image
 from orchestrator.cli.backend import add_backend_arguments
 from orchestrator.errors import SpecError
-from orchestrator.spec.model import JobSpec, TrainingSpec
+from orchestrator.cli.specflags import spec_from_flags
+from orchestrator.spec.model import JobSpec
 
 
 def add_parser(subparsers) -> None:
@@ -52,30 +53,12 @@ def add_parser(subparsers) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    """The job spec from SPEC (if given) and the flags.
+    """The job spec from SPEC (if given) and the flags given explicitly on top.
 
     Raises:
         SpecError: naming the bad flag or field.
     """
-    try:
-        from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
-    except ImportError:  # spec files not supported by this version: flags only
-        if args.spec:
-            raise SpecError("SPEC", args.spec, "spec files are not supported here", "use --workers/--ps flags") from None
-        strategy = args.strategy or "multi_worker_mirrored"
-        pss = strategy in ("parameter_server", "pss")
-        d = TrainingSpec()
-        training = TrainingSpec(
-            epochs=args.epochs or d.epochs, batch_size_per_replica=args.batch_size or d.batch_size_per_replica,
-            steps_per_epoch=args.steps_per_epoch, learning_rate=args.learning_rate or d.learning_rate,
-            seed=args.seed if args.seed is not None else d.seed,
-        )
-        return JobSpec.create(strategy=strategy, chief=1 if (args.chief or pss) else 0,
-                              workers=args.workers if args.workers is not None else (2 if pss else 4),
-                              ps=args.ps if args.ps is not None else (1 if pss else 0), training=training,
-                              heartbeat_interval_s=args.heartbeat_interval or 1.0, threads_per_task=args.threads_per_task)
-    raw = read_spec_file(args.spec) if args.spec else {}
-    return build_spec(raw, overrides_from_flags(args))
+    return spec_from_flags(args)
 
 
 def run_compose(args: argparse.Namespace) -> int:
