@@ -18,6 +18,7 @@ from orchestrator.backends import get_backend
 from orchestrator.errors import SpecError
 from orchestrator.faults import Fault
 from orchestrator.faults import check_tasks as check_fault_tasks
+from orchestrator.backends.local import check_memory
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.summary import build_summary, write_summary
@@ -65,6 +66,8 @@ def prepare(
         LaunchError: when ports cannot be reserved.
     """
     check_fault_tasks(list(faults), spec.tasks())
+    if backend == "local" and not commands:
+        check_memory(spec)
     run_id = run_id or new_run_id()
     run_dir = Path(runs_dir).resolve() / run_id
     if run_dir.exists():

@@ -29,6 +29,31 @@ LOOPBACK = "127.0.0.1"
 """Addresses are IPv4 literals: ``localhost`` may resolve to IPv6 where it is off (tensorflow#19900)."""
 
 
+TASK_RSS_BYTES = 700 * 2**20
+"""Resident memory of one task of the built-in program (TensorFlow + tf-keras + the model), measured."""
+
+
+def check_memory(spec: JobSpec, available_bytes: int | None = None) -> None:
+    """Refuse a job whose TensorFlow processes cannot fit in this machine's memory.
+
+    Raises:
+        SpecError: when ``tasks x ~700 MiB`` exceeds the available memory (the tasks would be
+            OOM-killed one after the other), naming the task count and what fits.
+    """
+    import psutil
+
+    available = psutil.virtual_memory().available if available_bytes is None else available_bytes
+    tasks = spec.tf_process_count()
+    if tasks * TASK_RSS_BYTES > available:
+        fits = max(1, available // TASK_RSS_BYTES)
+        raise SpecError(
+            "tasks", tasks,
+            f"{tasks} TensorFlow processes need ~{tasks * TASK_RSS_BYTES / 2**30:.0f} GiB, "
+            f"{available / 2**30:.1f} GiB is available",
+            f"use at most {fits} tasks on this machine, or run it on Kubernetes (render --format tfjob)",
+        )
+
+
 @dataclass
 class LocalProcess:
     """A started task process.

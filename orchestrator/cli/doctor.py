@@ -22,14 +22,13 @@ from pathlib import Path
 
 import psutil
 
+from orchestrator.backends.local import TASK_RSS_BYTES  # one estimate for doctor and launch
 from orchestrator.backends.ports import port_range
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.plan import available_cores
 from orchestrator.spec.address import parse_address
 from orchestrator.spec.model import TASK_TYPES, JobSpec
 
-TASK_RSS_BYTES = 700 * 2**20
-"""Resident memory of one task running the built-in program (TF + tf-keras: ~525-740 MB)."""
 MIN_FREE_DISK_BYTES = 2**30
 IMPORT_TIMEOUT_S = 120.0
 DISTRIBUTION = "tf-cluster-orchestrator"

@@ -50,3 +50,20 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
     assert len(plan["cluster"]["worker"]) == 3
     assert [t["tf_config"]["task"]["index"] for t in plan["tasks"]] == [0, 1, 2]
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_cluster_that_cannot_fit_in_memory_is_refused_before_anything_starts(tmp_path):
+    import psutil
+
+    from orchestrator.backends.local import TASK_RSS_BYTES
+
+    too_many = int(psutil.virtual_memory().total // TASK_RSS_BYTES) + 1
+    runs = tmp_path / "runs"
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--runs-dir", str(runs), "--workers", str(too_many)),
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env(),
+    )
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert f"tasks={too_many}: {too_many} TensorFlow processes need" in line and "use at most" in line
+    assert not runs.exists()
