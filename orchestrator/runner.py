@@ -26,6 +26,26 @@ from orchestrator.spec.model import JobSpec
 from orchestrator.supervisor import JobResult, Supervisor
 
 
+def check_runs_dir(runs_dir: str | Path) -> None:
+    """Make sure the runs directory is a writable directory (created when missing).
+
+    Raises:
+        SpecError: naming ``runs-dir`` when a file is in the way or it cannot be written.
+    """
+    path = Path(runs_dir).resolve()
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecError("runs-dir", str(runs_dir), f"{existing} is not a directory", "pick a directory, e.g. --runs-dir runs")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError("runs-dir", str(runs_dir), f"cannot be created ({exc.strerror})", "pick a directory you can write to") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise SpecError("runs-dir", str(runs_dir), f"{path} is not writable", "pick a directory you can write to")
+
+
 @dataclass
 class Job:
     """A prepared job: plan written, ports held, health server up, nothing started yet."""
@@ -80,6 +100,7 @@ def prepare(
         if hasattr(engine, "open"):  # docker: engine, image, the job's network
             engine.open(run_id, run_dir)
         addresses = engine.allocate(spec)
+        check_runs_dir(runs_dir)  # the last check: it creates the runs directory
         server = HealthServer(token, store, engine.release_port, host=getattr(engine, "health_host", "127.0.0.1")).start()
         plan = make_plan(
             spec,

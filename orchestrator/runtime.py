@@ -114,8 +114,9 @@ class TaskContext:
         return self.task_type == "worker" and self.task_index == 0 and not cluster.get("chief")
 
 
-def die_with_orchestrator(orchestrator_pid: int) -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux ``PR_SET_PDEATHSIG``).
+def die_with_orchestrator(orchestrator_pid: int, signum: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``signum`` (default SIGKILL) to this process when its parent
+    dies (Linux ``PR_SET_PDEATHSIG``).
 
     The parent must be the orchestrator (the local backend starts tasks directly).
     If the orchestrator is already gone when this runs, exit at once.
@@ -124,7 +125,7 @@ def die_with_orchestrator(orchestrator_pid: int) -> None:
         return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
     except (OSError, AttributeError):
         return
     if os.getppid() != orchestrator_pid:
@@ -137,6 +138,18 @@ def install(context: TaskContext) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+
+
+def restore_sigterm() -> None:
+    """Make SIGTERM terminate the task again, at once.
+
+    TensorFlow's coordination service installs a preemption notifier that catches SIGTERM
+    (``preemption_notifier.cc: SIGTERM caught``) when a multi-worker strategy or server
+    starts, so the orchestrator's two-phase stop would always wait for SIGKILL. The default
+    action also ends a task blocked inside a collective, where no Python handler could run.
+    Call it right after the strategy or server is created.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def write_error_file(path: str, exc: BaseException, task: str = "") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.runtime import restore_sigterm
 
 
 def configure_threads(tf) -> None:
@@ -41,6 +42,7 @@ def serve(context, reporter) -> None:
         protocol=resolver.rpc_layer or "grpc",
         start=True,
     )
+    restore_sigterm()  # TF's preemption notifier caught SIGTERM: stops must stay prompt
     reporter.update(phase=pb.PHASE_SERVING, message=f"serving {server.target}")
     print(f"{context.name}: tf.distribute.Server serving at {server.target}", flush=True)
     server.join()

@@ -28,6 +28,7 @@ import shutil
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.runtime import restore_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
 from worker.progress import Progress
@@ -85,8 +86,11 @@ class Job:
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.reporter.release_port()
         if strategy_name == "parameter_server":
-            return tf.distribute.ParameterServerStrategy(resolver)
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+            strategy = tf.distribute.ParameterServerStrategy(resolver)
+        else:
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+        restore_sigterm()  # TF's preemption notifier caught SIGTERM: stops must stay prompt
+        return strategy
 
     def _scratch(self, name: str) -> str:
         """The chief's real directory, or this worker's own scratch one (TF multi-worker guide)."""

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,7 @@ class LocalProcess:
     popen: subprocess.Popen
     stdout_path: Path
     stderr_path: Path
+    group_reaped: bool = False
 
     @property
     def pid(self) -> int:
@@ -173,8 +175,19 @@ class LocalBackend:
 
     @staticmethod
     def poll(process: LocalProcess) -> int | None:
-        """Exit code (negative: killed by that signal), or None while running."""
-        return process.popen.poll()
+        """Exit code (negative: killed by that signal), or None while running.
+
+        When the task's process exits, whatever it left in its process group (background
+        children of a user's program) is killed: a task is its whole group.
+        """
+        code = process.popen.poll()
+        if code is not None and not process.group_reaped:
+            process.group_reaped = True
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return code
 
     @staticmethod
     def wait(process: LocalProcess, timeout_s: float) -> int | None:
@@ -204,17 +217,19 @@ class LocalBackend:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def stop(self, processes: Iterable[LocalProcess], timeout_s: float = 10.0) -> None:
+    def stop(self, processes: Iterable[LocalProcess], timeout_s: float = 10.0,
+             abort: threading.Event | None = None) -> None:
         """Stop processes in two phases on one monotonic deadline.
 
-        SIGTERM to every process group, wait until ``timeout_s`` seconds have passed, then
-        SIGKILL what is left and reap it (torch elastic ``PContext.close``).
+        SIGTERM to every process group, wait until ``timeout_s`` seconds have passed (or
+        ``abort`` is set: a second Ctrl-C), then SIGKILL what is left and reap it (torch
+        elastic ``PContext.close``).
         """
         pending = [p for p in processes if p.popen.poll() is None]
         for p in pending:
             self.signal(p, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
+        while pending and time.monotonic() < deadline and not (abort is not None and abort.is_set()):
             pending = [p for p in pending if p.popen.poll() is None]
             if pending:
                 time.sleep(0.05)

@@ -35,13 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
-    if "--" in argv:  # launch ... -- python train.py --epochs 3: the user's own program
+    separator = "--" in argv
+    if separator:  # launch ... -- python train.py --epochs 3: the user's own program
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
     if command and args.command != "launch":
         parser.error(f"a program after -- is only for launch, not {args.command}")
     args.command_argv = command
+    args.program_separator = separator
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)

@@ -18,7 +18,8 @@ from orchestrator.plan import make_plan, new_run_id
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
-from orchestrator.spec.model import JobSpec, TrainingSpec
+from orchestrator.backends.local import check_memory
+from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 
 
 def add_parser(subparsers) -> None:
@@ -102,9 +103,16 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 def run_launch(args: argparse.Namespace) -> int:
     """Run ``launch``. Returns the exit code (0, 1, 2 or 130)."""
     spec = spec_from_args(args)
-    if args.stop_timeout <= 0:
-        raise SpecError("stop-timeout", args.stop_timeout, "must be > 0 seconds", "e.g. --stop-timeout 10")
+    if not 0 < args.stop_timeout < 3600:  # also rejects nan and inf
+        raise SpecError("stop-timeout", args.stop_timeout, "must be a number of seconds in (0, 3600)", "e.g. --stop-timeout 10")
+    if args.replicas is not None and spec.strategy is not Strategy.MIRRORED:
+        raise SpecError("replicas", args.replicas, f"{spec.strategy.value} has one replica per task",
+                        "drop --replicas (it is for --strategy mirrored), or change --workers")
+    if getattr(args, "command_argv", None) == [] and getattr(args, "program_separator", False):
+        raise SpecError("--", "", "no program after --", "write the program to run, e.g. -- python train.py")
     command = list(getattr(args, "command_argv", None) or [])
+    if args.backend == "local" and not command:
+        check_memory(spec)
     commands = {t: command for t in ("chief", "worker", "ps", "evaluator")} if command else None
     faults = [Fault.parse(text) for text in args.inject_fault]
     check_fault_tasks(faults, spec.tasks())

@@ -199,6 +199,7 @@ class Supervisor:
         self.ended_at: float | None = None
         self._interrupt: str | None = None
         self._wake = threading.Event()
+        self._force_stop = threading.Event()
         self._grace_deadline: float | None = None
         self._restart_at: dict[str, float] = {}  # task name -> when to start its next attempt
         self._exit_code = EXIT_FAILED
@@ -206,7 +207,13 @@ class Supervisor:
 
     # -- control from outside ------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
-        """Ask the loop to stop every task and end the job (safe from a signal handler)."""
+        """Ask the loop to stop every task and end the job (safe from a signal handler).
+
+        A second request while tasks are being stopped skips the rest of the SIGTERM grace:
+        what is left gets SIGKILL at once.
+        """
+        if self._interrupt is not None:
+            self._force_stop.set()
         self._interrupt = reason
         self._wake.set()
 
@@ -327,16 +334,26 @@ class Supervisor:
             self._on_exit(rt, code, now)
 
     def _sample_process(self, rt: TaskRuntime, now: float) -> None:
-        """CPU and RSS of a task that sends no heartbeats (a user's program), once a second."""
+        """CPU and RSS of a task that sends no heartbeats (a user's program and the processes
+        it started), once a second."""
         if rt.sample is not None and now - rt.sample["at"] < 1.0:
             return
         try:
             if rt.sampler is None:
-                rt.sampler = psutil.Process(rt.pid)
-                rt.sampler.cpu_percent(None)
-            with rt.sampler.oneshot():
-                rt.sample = {"at": now, "cpu_percent": rt.sampler.cpu_percent(None),
-                             "rss_bytes": rt.sampler.memory_info().rss}
+                rt.sampler = {}
+            root = rt.sampler.get(rt.pid) or psutil.Process(rt.pid)
+            processes = {p.pid: rt.sampler.get(p.pid, p) for p in [root, *root.children(recursive=True)]}
+            cpu = rss = 0.0
+            for pid, proc in processes.items():
+                try:
+                    first = pid not in rt.sampler
+                    value = proc.cpu_percent(None)
+                    cpu += 0.0 if first else value
+                    rss += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+            rt.sampler = processes
+            rt.sample = {"at": now, "cpu_percent": cpu, "rss_bytes": int(rss)}
         except (psutil.Error, TypeError, ValueError):
             rt.sample = {"at": now, "cpu_percent": 0.0, "rss_bytes": 0}
         if rt.state is TaskState.STARTING:
@@ -582,7 +599,7 @@ class Supervisor:
         for rt in tasks:
             rt.stop_requested = True
             rt.reason = reason
-        self.backend.stop([rt.process for rt in tasks], timeout_s=self.stop_timeout_s)
+        self.backend.stop([rt.process for rt in tasks], timeout_s=self.stop_timeout_s, abort=self._force_stop)
         now = self.clock()
         for rt in tasks:
             code = self.backend.poll(rt.process)

@@ -67,3 +67,21 @@ def test_a_cluster_that_cannot_fit_in_memory_is_refused_before_anything_starts(t
     (line,) = result.stderr.strip().splitlines()
     assert f"tasks={too_many}: {too_many} TensorFlow processes need" in line and "use at most" in line
     assert not runs.exists()
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--workers", "2", "--replicas", "3"], "replicas=3"),
+        (["--stop-timeout", "nan"], "stop-timeout=nan"),
+        (["--workers", "1", "--"], "no program after --"),
+        (["--workers", "2", "--runs-dir", "/etc/passwd"], "is not a directory"),
+        (["--workers", "2", "--runs-dir", "/proc/no-such-dir"], "runs-dir='/proc/no-such-dir': cannot be created"),
+    ],
+)
+def test_more_bad_launch_input_exits_2_with_one_line(args, fragment):
+    result = subprocess.run(orchestrator_cmd("launch", *args), capture_output=True, text=True, timeout=60, cwd=REPO,
+                            env=test_env())
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert fragment in line

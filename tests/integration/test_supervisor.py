@@ -293,3 +293,39 @@ def test_an_evaluator_failure_is_retried_and_never_fails_the_job(tmp_path, monke
     assert ev["restarts"] == 1 and ev["earlier_attempts"][0]["state"] == "Failed"
     assert ev["state"] in ("Failed", "Stopped")  # its second failure may race the worker's success
     assert summary["restarts"] == 0  # the evaluator does not use up the training's restarts
+
+
+# -- a user's program and the processes it starts (launch ... -- PROGRAM) ----------------
+
+
+def test_background_children_of_a_users_program_die_with_the_task(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "launch", "--quiet", "--workers", "1", "--runs-dir", str(tmp_path / "runs"),
+         "--", "sh", "-c", f"sleep 600 & echo $! > {pidfile}; exit 0"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert_no_process_left([int(pidfile.read_text())])
+
+
+def test_a_users_program_and_its_children_die_when_the_orchestrator_is_sigkilled(tmp_path):
+    import psutil
+
+    pidfile = tmp_path / "child.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "launch", "--quiet", "--workers", "1", "--runs-dir", str(tmp_path / "runs"),
+         "--", "sh", "-c", f"sleep 600 & echo $! > {pidfile}; wait"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, what="the program's child")
+        tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert int(pidfile.read_text()) in tree and len(tree) >= 3  # execwrap, sh, sleep
+        proc.kill()
+        proc.wait(10)
+        assert_no_process_left(tree, timeout_s=5.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
