@@ -369,9 +369,10 @@ class DockerBackend:
         except docker.errors.DockerException:
             pass  # not running any more
 
-    def stop(self, handles: Iterable[Container], timeout_s: float = 10.0) -> None:
+    def stop(self, handles: Iterable[Container], timeout_s: float = 10.0,
+             abort: threading.Event | None = None) -> None:
         """Stop containers in two phases on one monotonic deadline: SIGTERM, then SIGKILL
-        what is left after ``timeout_s`` seconds.
+        what is left after ``timeout_s`` seconds (at once when ``abort`` is set: a second Ctrl-C).
 
         Raises:
             LaunchError: when a container has not exited 20 s after SIGKILL.
@@ -382,7 +383,8 @@ class DockerBackend:
             self.signal(h, signals.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for h in pending:
-            h.exited.wait(max(0.0, deadline - time.monotonic()))
+            while not h.exited.is_set() and time.monotonic() < deadline and not (abort is not None and abort.is_set()):
+                h.exited.wait(min(0.1, max(0.0, deadline - time.monotonic())))
         left = [h for h in pending if not h.exited.is_set()]
         for h in left:
             log.warning("container %s did not stop within %.1f s of SIGTERM; sending SIGKILL", h.name, timeout_s)
