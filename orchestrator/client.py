@@ -76,44 +76,14 @@ def done(**metrics: float) -> None:
 
 
 def keras_callback(interval_s: float = 1.0):
-    """A tf-keras callback reporting step, epoch, loss and examples/s (imports tf_keras).
+    """A tf-keras callback reporting step, epoch, loss and examples/s.
+
+    It lives in the task-side package :mod:`worker.report_callback` (which imports tf_keras),
+    so this module stays free of TensorFlow.
 
     Args:
         interval_s: least seconds between two loss fetches.
     """
-    import tf_keras as keras
-    from tf_keras.src.utils import tf_utils
-    import time
+    from worker.report_callback import ReportCallback
 
-    class ReportCallback(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self._supports_tf_logs = True  # fetch logs only when due (RemoteValues under PSS)
-            self._epoch = 0
-            self._steps = None
-            self._last = (time.monotonic(), 0)
-
-        def on_train_begin(self, logs=None):
-            self._steps = self.params.get("steps") or 0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._epoch = epoch
-
-        def on_train_batch_end(self, batch, logs=None):
-            step = self._epoch * (self._steps or 0) + int(batch) + 1
-            now = time.monotonic()
-            if now - self._last[0] < interval_s:
-                return
-            logs = tf_utils.sync_to_numpy_or_python_type(logs or {})
-            batch_size = self.params.get("batch_size") or 0
-            rate = (step - self._last[1]) * batch_size / (now - self._last[0]) if batch_size else None
-            report(step=step, loss=float(logs["loss"]) if "loss" in logs else None, examples_per_second=rate)
-            self._last = (now, step)
-
-        def on_epoch_end(self, epoch, logs=None):
-            logs = tf_utils.sync_to_numpy_or_python_type(logs or {})
-            extra = {k: float(v) for k, v in logs.items() if k != "loss"}
-            report(step=(epoch + 1) * (self._steps or 0) or None, epoch=epoch + 1,
-                   loss=float(logs["loss"]) if "loss" in logs else None, **extra)
-
-    return ReportCallback()
+    return ReportCallback(interval_s)

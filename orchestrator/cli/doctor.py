@@ -34,12 +34,12 @@ IMPORT_TIMEOUT_S = 120.0
 DISTRIBUTION = "tf-cluster-orchestrator"
 
 _IMPORT_PROBE = """
-import json, os, sys, time
+import importlib, json, os, sys, time
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 t = time.monotonic()
-import tensorflow as tf
-import tf_keras
+tf = importlib.import_module("tensorflow")  # in the probe subprocess, never in the orchestrator
+tf_keras = importlib.import_module("tf_keras")
 print(json.dumps({"import_s": time.monotonic() - t, "tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
                   "tf_keras_is_tf_keras": tf.keras.__name__.startswith("tf_keras") or tf.keras.__version__.startswith("2."),
                   "cpus": len(tf.config.list_physical_devices("CPU"))}))
