@@ -56,6 +56,10 @@ def body(context, reporter) -> None:
     if behavior == "stall":  # heartbeats go on, the step never moves
         forever.wait()
     if behavior == "freeze":  # SIGSTOP itself: heartbeats stop too
+        # first let a few heartbeats out (bounded), so the orchestrator knows this task reports
+        deadline = time.monotonic() + 30
+        while reporter._sequence < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGSTOP)
     if behavior == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
