@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.supervisor import JobResult, Supervisor, TaskRuntime, describe_exit
+from orchestrator.supervisor.states import exit_fields
 
 _INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs",
                     "resumed_from_step", "evaluated_step")
@@ -49,8 +50,7 @@ def _task_dict(rt: TaskRuntime) -> dict:
         "attempts": rt.attempt + 1,
         "restarts": rt.restarts,
         "pid": rt.pid,
-        "exit_code": code if code is None or code >= 0 else None,
-        "signal": describe_exit(code).split()[1] if code is not None and code < 0 else None,
+        **exit_fields(code),
         "exit": describe_exit(code) if code is not None else None,
         "reason": rt.reason,
         "stdout": str(rt.stdout_path) if rt.stdout_path else None,

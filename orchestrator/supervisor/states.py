@@ -56,6 +56,14 @@ def describe_exit(exit_code: int | None) -> str:
     return f"exit code {exit_code}"
 
 
+def exit_fields(exit_code: int | None) -> dict:
+    """``{"exit_code": 3, "signal": None}`` or ``{"exit_code": None, "signal": "SIGKILL"}``
+    for summary.json (Popen's negative return codes are signals)."""
+    if exit_code is not None and exit_code < 0:
+        return {"exit_code": None, "signal": describe_exit(exit_code).split()[1]}
+    return {"exit_code": exit_code, "signal": None}
+
+
 @dataclass
 class TaskRuntime:
     """What the supervisor knows about one task (its current attempt).
@@ -123,8 +131,7 @@ class Failure:
         return {
             "task": str(self.task),
             "attempt": self.attempt,
-            "exit_code": self.exit_code if self.exit_code is None or self.exit_code >= 0 else None,
-            "signal": describe_exit(self.exit_code).split()[1] if self.exit_code is not None and self.exit_code < 0 else None,
+            **exit_fields(self.exit_code),
             "message": self.message,
             "wall_time": self.wall_time,
             "stderr_tail": self.stderr_tail,
