@@ -35,9 +35,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from orchestrator import env as envvars
+from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle, faulthandler_dump
 from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -118,33 +119,25 @@ def _owner_alive(owner: str) -> bool:
         return False
 
 
-@dataclass
-class Container:
-    """A started task container.
+@dataclass(eq=False)
+class Container(TaskHandle):
+    """A started task container (see :class:`TaskHandle`; ``pid`` is the host pid of its
+    init process, and the log files are where its output streams into).
 
     Attributes:
         container: the SDK's container object.
         name: container name.
-        task: its task.
-        attempt: its attempt.
-        pid: host pid of its init process.
-        stdout_path, stderr_path: the log files its output streams into.
     """
 
-    container: Any
-    name: str
-    task: TaskId
-    attempt: int
-    pid: int
-    stdout_path: Path
-    stderr_path: Path
+    container: Any = None
+    name: str = ""
     exited: threading.Event = field(default_factory=threading.Event)
     status: int | None = None
     oom_killed: bool = False
     threads: list[threading.Thread] = field(default_factory=list)
 
 
-class DockerBackend:
+class DockerBackend(Backend[Container]):
     """Runs each task in its own container; see the module docstring.
 
     Args:
@@ -242,13 +235,10 @@ class DockerBackend:
         """Nothing to hold."""
 
     # -- tasks -----------------------------------------------------------------------------
-    def start(self, argv: Iterable[str], env: Mapping[str, str], log_dir: Path) -> Container:
-        """Create and start the container of one task attempt.
-
-        Args:
-            argv: the command, run inside the image.
-            env: the task's whole environment (nothing of the orchestrator's is passed).
-            log_dir: where ``stdout.log`` and ``stderr.log`` go (created).
+    def start(self, request: LaunchRequest) -> Container:
+        """Create and start the container of one task attempt: ``request.argv`` runs inside
+        the image with ``request.env`` as its whole environment (nothing of the
+        orchestrator's is passed); output goes to ``request.log_dir``.
 
         Raises:
             LaunchError: when the engine refuses.
@@ -257,7 +247,7 @@ class DockerBackend:
 
         if self.client is None or self.network is None:
             raise LaunchError("the docker backend was not opened")
-        task, attempt = _task_of(env)
+        task, attempt, argv, env, log_dir = request.task, request.attempt, request.argv, request.env, request.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
         for path in (stdout_path, stderr_path):
@@ -294,7 +284,8 @@ class DockerBackend:
             container.reload()
         except docker.errors.DockerException as exc:
             raise LaunchError(f"cannot start the container of {task.name}: {exc}") from None
-        handle = Container(container, name, task, attempt, int(container.attrs["State"]["Pid"]), stdout_path, stderr_path)
+        handle = Container(task, attempt, int(container.attrs["State"]["Pid"]), stdout_path, stderr_path,
+                           container=container, name=name)
         for stream, path in (("stdout", stdout_path), ("stderr", stderr_path)):
             t = threading.Thread(target=self._copy_logs, args=(handle, stream, path), name=f"logs-{name}-{stream}",
                                  daemon=True)
@@ -345,8 +336,7 @@ class DockerBackend:
         except docker.errors.DockerException:
             pass
 
-    @staticmethod
-    def poll(handle: Container) -> int | None:
+    def poll(self, handle: Container) -> int | None:
         """Exit code (negative: killed by that signal), or None while running."""
         if not handle.exited.is_set():
             return None
@@ -357,8 +347,7 @@ class DockerBackend:
         handle.exited.wait(timeout_s)
         return self.poll(handle)
 
-    @staticmethod
-    def signal(handle: Container, signum: int) -> None:
+    def signal(self, handle: Container, signum: int) -> None:
         """Send ``signum`` to the task (through the container's init; no-op once it exited)."""
         import docker.errors
 
@@ -368,6 +357,10 @@ class DockerBackend:
             handle.container.kill(signal=int(signum))
         except docker.errors.DockerException:
             pass  # not running any more
+
+    def dump_stacks(self, handle: Container, timeout_s: float) -> str:
+        """The task's stacks through its runtime's ``faulthandler`` (SIGUSR1 through the init)."""
+        return faulthandler_dump(self, handle, timeout_s)
 
     def stop(self, handles: Iterable[Container], timeout_s: float = 10.0,
              abort: threading.Event | None = None) -> None:
@@ -443,9 +436,3 @@ class DockerBackend:
             self.client.close()
             self.client = None
 
-
-def _task_of(env: Mapping[str, str]) -> tuple[TaskId, int]:
-    import json
-
-    task = json.loads(env["TF_CONFIG"])["task"]
-    return TaskId(str(task["type"]), int(task["index"])), int(env.get(envvars.ATTEMPT, "0"))

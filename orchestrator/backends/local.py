@@ -15,10 +15,12 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Iterable
 
+import psutil
+
+from orchestrator.backends.base import Backend, LaunchRequest, ProcessSample, TaskHandle, faulthandler_dump
 from orchestrator.backends.ports import PortReservations
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.spec.address import parse_address
@@ -41,8 +43,6 @@ def check_memory(spec: JobSpec, available_bytes: int | None = None) -> None:
         SpecError: when ``tasks x ~700 MiB`` exceeds the available memory (the tasks would be
             OOM-killed one after the other), naming the task count and what fits.
     """
-    import psutil
-
     available = psutil.virtual_memory().available if available_bytes is None else available_bytes
     tasks = spec.tf_process_count()
     if tasks * TASK_RSS_BYTES > available:
@@ -55,23 +55,25 @@ def check_memory(spec: JobSpec, available_bytes: int | None = None) -> None:
         )
 
 
-@dataclass
-class LocalProcess:
-    """A started task process.
+@dataclass(eq=False)
+class LocalProcess(TaskHandle):
+    """A started task process (see :class:`TaskHandle`).
 
     Attributes:
         popen: the process.
-        stdout_path, stderr_path: its log files.
+        group_reaped: its process group was killed after it exited.
+        sampled: psutil handles of the task's processes, kept between samples (CPU percent
+            is measured between two calls).
     """
 
-    popen: subprocess.Popen
-    stdout_path: Path
-    stderr_path: Path
+    popen: subprocess.Popen[bytes] | None = None
     group_reaped: bool = False
+    sampled: dict[int, psutil.Process] = field(default_factory=dict)
 
     @property
-    def pid(self) -> int:
-        return self.popen.pid
+    def process(self) -> subprocess.Popen[bytes]:
+        assert self.popen is not None
+        return self.popen
 
 
 def _only_time_wait(port: int) -> bool:
@@ -91,7 +93,7 @@ def _field(task: TaskId) -> str:
     return f"addresses.{task.task_type}[{task.task_index}]"
 
 
-class LocalBackend:
+class LocalBackend(Backend[LocalProcess]):
     """Runs tasks as local subprocesses; holds their ports until they bind."""
 
     name = "local"
@@ -144,17 +146,14 @@ class LocalBackend:
         """Called (from the health server thread) when a task is about to bind its port."""
         return self.ports.release(task)
 
-    def start(self, argv: Iterable[str], env: Mapping[str, str], log_dir: Path) -> LocalProcess:
-        """Start one task process in its own session.
-
-        Args:
-            argv: the command.
-            env: variables added to the orchestrator's environment.
-            log_dir: directory for ``stdout.log`` and ``stderr.log`` (created).
+    def start(self, request: LaunchRequest) -> LocalProcess:
+        """Start one task process in its own session, its variables added to this process's
+        environment, its output in ``request.log_dir/{stdout,stderr}.log``.
 
         Raises:
             LaunchError: when the command cannot be executed.
         """
+        argv, env, log_dir = request.argv, request.env, request.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
         full_env = {**os.environ, **env}
@@ -171,16 +170,15 @@ class LocalBackend:
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start {' '.join(argv)}: {exc}") from exc
-        return LocalProcess(popen, stdout_path, stderr_path)
+        return LocalProcess(request.task, request.attempt, popen.pid, stdout_path, stderr_path, popen)
 
-    @staticmethod
-    def poll(process: LocalProcess) -> int | None:
+    def poll(self, process: LocalProcess) -> int | None:
         """Exit code (negative: killed by that signal), or None while running.
 
         When the task's process exits, whatever it left in its process group (background
         children of a user's program) is killed: a task is its whole group.
         """
-        code = process.popen.poll()
+        code = process.process.poll()
         if code is not None and not process.group_reaped:
             process.group_reaped = True
             try:
@@ -189,11 +187,10 @@ class LocalBackend:
                 pass
         return code
 
-    @staticmethod
-    def wait(process: LocalProcess, timeout_s: float) -> int | None:
+    def wait(self, process: LocalProcess, timeout_s: float) -> int | None:
         """Wait at most ``timeout_s`` seconds for the process to exit; its exit code or None."""
         try:
-            return process.popen.wait(timeout=timeout_s)
+            return process.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return None
 
@@ -207,10 +204,9 @@ class LocalBackend:
             except LaunchError:
                 pass
 
-    @staticmethod
-    def signal(process: LocalProcess, signum: int) -> None:
+    def signal(self, process: LocalProcess, signum: int) -> None:
         """Send ``signum`` to the task's whole process group (no-op if it is gone)."""
-        if process.popen.returncode is not None:
+        if process.process.returncode is not None:
             return
         try:
             os.killpg(process.pid, signum)
@@ -225,12 +221,13 @@ class LocalBackend:
         ``abort`` is set: a second Ctrl-C), then SIGKILL what is left and reap it (torch
         elastic ``PContext.close``).
         """
-        pending = [p for p in processes if p.popen.poll() is None]
+        processes = list(processes)
+        pending = [p for p in processes if p.process.poll() is None]
         for p in pending:
             self.signal(p, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline and not (abort is not None and abort.is_set()):
-            pending = [p for p in pending if p.popen.poll() is None]
+            pending = [p for p in pending if p.process.poll() is None]
             if pending:
                 time.sleep(0.05)
         for p in pending:
@@ -238,7 +235,7 @@ class LocalBackend:
             self.signal(p, signal.SIGKILL)
         for p in pending:
             try:
-                p.popen.wait(timeout=10.0)
+                p.process.wait(timeout=10.0)
             except subprocess.TimeoutExpired:
                 raise LaunchError(f"pid {p.pid} survived SIGKILL for 10 s") from None
         for p in processes:
@@ -247,6 +244,29 @@ class LocalBackend:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def sample(self, process: LocalProcess) -> ProcessSample | None:
+        """CPU (percent of a core) and RSS (bytes) of the task's process and every process it
+        started, summed; None once it is gone. CPU counts from the second sample of a process."""
+        try:
+            root = process.sampled.get(process.pid) or psutil.Process(process.pid)
+            current = {p.pid: process.sampled.get(p.pid, p) for p in [root, *root.children(recursive=True)]}
+        except psutil.Error:
+            return None
+        cpu, rss = 0.0, 0
+        for pid, proc in current.items():
+            try:
+                value = proc.cpu_percent(None)
+                cpu += value if pid in process.sampled else 0.0
+                rss += proc.memory_info().rss
+            except psutil.Error:
+                continue
+        process.sampled = current
+        return ProcessSample(cpu_percent=cpu, rss_bytes=rss)
+
+    def dump_stacks(self, process: LocalProcess, timeout_s: float) -> str:
+        """The task's stacks through its runtime's ``faulthandler`` (:func:`faulthandler_dump`)."""
+        return faulthandler_dump(self, process, timeout_s)
 
     def close(self) -> None:
         """Release every port reservation still held."""

@@ -6,19 +6,14 @@ import argparse
 import json
 import signal
 import sys
-from pathlib import Path
 
-from orchestrator import runner
-from orchestrator.backends import get_backend
+from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.errors import SpecError
 from orchestrator.faults import Fault
-from orchestrator.faults import check_tasks as check_fault_tasks
-from orchestrator.plan import make_plan, new_run_id
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
-from orchestrator.backends.local import check_memory
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 
 
@@ -111,19 +106,11 @@ def run_launch(args: argparse.Namespace) -> int:
     if getattr(args, "command_argv", None) == [] and getattr(args, "program_separator", False):
         raise SpecError("--", "", "no program after --", "write the program to run, e.g. -- python train.py")
     command = list(getattr(args, "command_argv", None) or [])
-    if args.backend == "local" and not command:
-        check_memory(spec)
     commands = {t: command for t in ("chief", "worker", "ps", "evaluator")} if command else None
     faults = [Fault.parse(text) for text in args.inject_fault]
-    check_fault_tasks(faults, spec.tasks())
     if args.dry_run:
-        backend = get_backend(args.backend)
-        addresses = backend.allocate(spec)
-        backend.close()
-        run_id = args.run_id or new_run_id()
-        plan = make_plan(spec, addresses, run_id=run_id, run_dir=Path(args.runs_dir).resolve() / run_id,
-                         health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands,
-                         python=getattr(backend, "python", sys.executable))
+        plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
+                           backend=args.backend)
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
 
@@ -133,7 +120,7 @@ def run_launch(args: argparse.Namespace) -> int:
         view = LinesView()
     else:
         view = None
-    job = runner.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
+    job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
                          stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args))
     if view is None:
         view = job.supervisor.view = TableView()
@@ -146,7 +133,7 @@ def run_launch(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result, summary = runner.run(job)
+        result, summary = api.run(job)
     finally:
         view.close()
         for s, handler in previous.items():

@@ -109,7 +109,9 @@ def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(deny)
 
 
-class _Supervisor(pb_grpc.SupervisorServicer):
+class SupervisorServicer(pb_grpc.SupervisorServicer):
+    """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port releases."""
+
     def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int]) -> None:
         self._store = store
         self._release_port = release_port
@@ -207,7 +209,7 @@ class HealthServer:
             interceptors=[_TokenInterceptor(self._token)],
             options=[("grpc.so_reuseport", 0)],
         )
-        pb_grpc.add_SupervisorServicer_to_server(_Supervisor(self._store, self._release_port), server)
+        pb_grpc.add_SupervisorServicer_to_server(SupervisorServicer(self._store, self._release_port), server)
         health = grpc_health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         self.port = server.add_insecure_port(f"{self._host}:{self._port}")

@@ -13,46 +13,36 @@ import sys
 import time
 from typing import TextIO
 
-from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.supervisor import Supervisor, TaskRuntime, describe_exit
+from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
+from orchestrator.supervisor.states import describe_exit
 
 
-def _phase(rt: TaskRuntime) -> str:
-    if rt.heartbeat is None:
-        return ""
-    return pb.Phase.Name(rt.heartbeat.heartbeat.phase).removeprefix("PHASE_").lower()
+def _num(hb: LastHeartbeat | None, name: str, fmt: str) -> str:
+    value = getattr(hb, name) if hb is not None else None
+    return format(value, fmt) if value is not None else "-"
 
 
-def _num(hb, name: str, fmt: str) -> str:
-    return format(getattr(hb, name), fmt) if hb is not None and hb.HasField(name) else "-"
-
-
-def _elapsed(supervisor: Supervisor) -> float:
-    end = supervisor.ended_at if supervisor.ended_at is not None else supervisor.clock()
-    return end - supervisor.started_at
-
-
-def task_row(supervisor: Supervisor, rt: TaskRuntime) -> dict[str, str]:
+def task_row(t: TaskSnapshot) -> dict[str, str]:
     """Display strings of one task's row."""
-    hb = rt.heartbeat.heartbeat if rt.heartbeat else None
-    age = "-"
-    if rt.heartbeat is not None and not rt.state.terminal:
-        age = f"{supervisor.clock() - rt.heartbeat.received_at:.1f}s"
-    state = rt.state.value
-    if rt.state.terminal and rt.exit_code is not None:
-        state = f"{state} ({describe_exit(rt.exit_code).replace('exit code ', 'exit ')})"
+    hb = t.heartbeat
+    age = f"{hb.age_s:.1f}s" if hb is not None and not t.state.terminal else "-"
+    state = t.state.value
+    if t.state.terminal and t.exit_code is not None:
+        state = f"{state} ({describe_exit(t.exit_code).replace('exit code ', 'exit ')})"
+    cpu = hb.cpu_percent if hb is not None else t.cpu_percent
+    rss = hb.rss_bytes if hb is not None else t.rss_bytes
     return {
-        "task": rt.task.name,
+        "task": t.name,
         "state": state,
-        "phase": _phase(rt),
-        "pid": str(rt.pid or "-"),
+        "phase": hb.phase if hb is not None else "",
+        "pid": str(t.pid or "-"),
         "step": _num(hb, "step", "d"),
         "epoch": _num(hb, "epoch", "d"),
         "loss": _num(hb, "loss", ".4f"),
         "ex/s": _num(hb, "examples_per_second", ".0f"),
-        "cpu%": f"{hb.cpu_percent:.0f}" if hb is not None else f"{rt.sample['cpu_percent']:.0f}" if rt.sample else "-",
-        "rss MB": f"{hb.rss_bytes / 1e6:.0f}" if hb is not None else f"{rt.sample['rss_bytes'] / 1e6:.0f}" if rt.sample else "-",
-        "restarts": str(rt.restarts),
+        "cpu%": f"{cpu:.0f}" if cpu is not None else "-",
+        "rss MB": f"{rss / 1e6:.0f}" if rss is not None else "-",
+        "restarts": str(t.restarts),
         "beat": age,
     }
 
@@ -60,10 +50,10 @@ def task_row(supervisor: Supervisor, rt: TaskRuntime) -> dict[str, str]:
 class QuietView:
     """Shows nothing while the job runs."""
 
-    def update(self, supervisor: Supervisor) -> None:
+    def update(self, snapshot: JobSnapshot) -> None:
         pass
 
-    def event(self, supervisor: Supervisor, text: str) -> None:
+    def event(self, elapsed_s: float, text: str) -> None:
         pass
 
     def close(self) -> None:
@@ -78,27 +68,27 @@ class LinesView:
         self._interval_s = progress_interval_s
         self._next = time.monotonic() + progress_interval_s
 
-    def _print(self, supervisor: Supervisor, text: str) -> None:
-        print(f"[{_elapsed(supervisor):7.1f}s] {text}", file=self._stream, flush=True)
+    def _print(self, elapsed_s: float, text: str) -> None:
+        print(f"[{elapsed_s:7.1f}s] {text}", file=self._stream, flush=True)
 
-    def event(self, supervisor: Supervisor, text: str) -> None:
-        self._print(supervisor, text)
+    def event(self, elapsed_s: float, text: str) -> None:
+        self._print(elapsed_s, text)
 
-    def update(self, supervisor: Supervisor) -> None:
+    def update(self, snapshot: JobSnapshot) -> None:
         now = time.monotonic()
         if now < self._next:
             return
         self._next = now + self._interval_s
         parts = []
-        for rt in supervisor.tasks:
-            row = task_row(supervisor, rt)
+        for t in snapshot.tasks:
+            row = task_row(t)
             bit = f"{row['task']} {row['state']}"
             if row["phase"]:
                 bit += f"/{row['phase']}"
             if row["step"] != "-":
                 bit += f" step {row['step']} loss {row['loss']} {row['ex/s']} ex/s"
             parts.append(bit)
-        self._print(supervisor, f"{supervisor.state.value}: " + " | ".join(parts))
+        self._print(snapshot.elapsed_s, f"{snapshot.state.value}: " + " | ".join(parts))
 
     def close(self) -> None:
         pass
@@ -120,35 +110,35 @@ class TableView:
         self._events: list[str] = []
         self._live.start()
 
-    def event(self, supervisor: Supervisor, text: str) -> None:
-        self._events.append(f"[{_elapsed(supervisor):6.1f}s] {text}")
+    def event(self, elapsed_s: float, text: str) -> None:
+        self._events.append(f"[{elapsed_s:6.1f}s] {text}")
         del self._events[:-6]
         self._next = 0.0
 
-    def update(self, supervisor: Supervisor) -> None:
+    def update(self, snapshot: JobSnapshot) -> None:
         now = time.monotonic()
-        if now < self._next:
+        if now < self._next and not snapshot.ended:
             return
         self._next = now + self._refresh_s
-        self._live.update(self._render(supervisor), refresh=True)
+        self._live.update(self._render(snapshot), refresh=True)
 
-    def _render(self, supervisor: Supervisor):
+    def _render(self, snapshot: JobSnapshot):
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text
 
-        plan = supervisor.plan
+        plan = snapshot.plan
         title = (
-            f"run {plan.run_id} · {plan.spec.strategy.value} · {supervisor.state.value} · "
-            f"{_elapsed(supervisor):.1f}s · global batch {plan.spec.global_batch_size}"
+            f"run {plan.run_id} · {plan.spec.strategy.value} · {snapshot.state.value} · "
+            f"{snapshot.elapsed_s:.1f}s · global batch {plan.spec.global_batch_size}"
         )
         table = Table(title=title, title_justify="left", expand=False)
         for col in self.COLUMNS:
             table.add_column(col, justify="right" if col not in ("task", "state", "phase") else "left")
         styles = {"Running": "green", "Succeeded": "bold green", "Failed": "bold red", "Stopped": "yellow"}
-        for rt in supervisor.tasks:
-            row = task_row(supervisor, rt)
-            table.add_row(*(row[c] for c in self.COLUMNS), style=styles.get(rt.state.value, ""))
+        for t in snapshot.tasks:
+            row = task_row(t)
+            table.add_row(*(row[c] for c in self.COLUMNS), style=styles.get(t.state.value, ""))
         return Group(table, Text("\n".join(self._events), style="dim"))
 
     def close(self) -> None:

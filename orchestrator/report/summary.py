@@ -8,9 +8,8 @@ import resource
 import time
 from pathlib import Path
 
-from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.supervisor import JobResult, Supervisor, TaskRuntime, describe_exit
-from orchestrator.supervisor.states import exit_fields
+from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
+from orchestrator.supervisor.states import describe_exit, exit_fields
 
 _INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs",
                     "resumed_from_step", "evaluated_step")
@@ -22,75 +21,77 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def heartbeat_dict(rt: TaskRuntime) -> dict | None:
+def heartbeat_dict(beat: LastHeartbeat | None) -> dict | None:
     """The latest heartbeat of a task as plain JSON, or None."""
-    if rt.heartbeat is None:
+    if beat is None:
         return None
-    hb = rt.heartbeat.heartbeat
     out: dict = {
-        "phase": pb.Phase.Name(hb.phase).removeprefix("PHASE_").lower(),
-        "cpu_percent": round(hb.cpu_percent, 1),
-        "rss_bytes": hb.rss_bytes,
-        "heartbeats": rt.heartbeat.count,
+        "phase": beat.phase,
+        "cpu_percent": round(beat.cpu_percent, 1),
+        "rss_bytes": beat.rss_bytes,
+        "heartbeats": beat.count,
     }
     for name in ("step", "epoch", "loss", "examples_per_second"):
-        if hb.HasField(name):
-            out[name] = getattr(hb, name)
-    if hb.metrics:
-        out["metrics"] = dict(hb.metrics)
+        value = getattr(beat, name)
+        if value is not None:
+            out[name] = value
+    if beat.metrics:
+        out["metrics"] = dict(beat.metrics)
     return out
 
 
-def _task_dict(rt: TaskRuntime) -> dict:
-    code = rt.exit_code
+def _task_dict(t: TaskSnapshot) -> dict:
+    code = t.exit_code
+    sample = None if t.cpu_percent is None else {"cpu_percent": t.cpu_percent, "rss_bytes": t.rss_bytes}
     return {
-        "task": str(rt.task),
-        "state": rt.state.value,
-        "address": rt.plan.address,
-        "attempts": rt.attempt + 1,
-        "restarts": rt.restarts,
-        "pid": rt.pid,
+        "task": str(t.task),
+        "state": t.state.value,
+        "address": t.address,
+        "attempts": t.attempt + 1,
+        "restarts": t.restarts,
+        "pid": t.pid,
         **exit_fields(code),
         "exit": describe_exit(code) if code is not None else None,
-        "reason": rt.reason,
-        "stdout": str(rt.stdout_path) if rt.stdout_path else None,
-        "stderr": str(rt.stderr_path) if rt.stderr_path else None,
-        "last_heartbeat": heartbeat_dict(rt),
-        "process_sample": {k: v for k, v in rt.sample.items() if k != "at"} if rt.sample else None,
-        "earlier_attempts": rt.history,
+        "reason": t.reason,
+        "stdout": str(t.stdout_path) if t.stdout_path else None,
+        "stderr": str(t.stderr_path) if t.stderr_path else None,
+        "last_heartbeat": heartbeat_dict(t.heartbeat),
+        "process_sample": sample,
+        "earlier_attempts": [dict(h) for h in t.history],
     }
 
 
-def build_summary(supervisor: Supervisor, result: JobResult) -> dict:
-    """Everything the user needs after the job, as JSON-ready data."""
-    plan = supervisor.plan
+def build_summary(snapshot: JobSnapshot) -> dict:
+    """Everything the user needs after the job, as JSON-ready data, from the job's final snapshot."""
+    plan = snapshot.plan
     spec = plan.spec
-    coordinator = next(rt for rt in supervisor.tasks if rt.task == spec.coordinator)
+    coordinator = snapshot.task(spec.coordinator)
     metrics: dict = {}
     if coordinator.heartbeat is not None:
-        hb = coordinator.heartbeat.heartbeat
-        if hb.HasField("step"):
+        hb = coordinator.heartbeat
+        if hb.step is not None:
             metrics["steps"] = hb.step
-        if hb.HasField("loss"):
+        if hb.loss is not None:
             metrics["final_loss"] = hb.loss
-        builtin = coordinator.plan.reports_heartbeats
+        builtin = coordinator.reports_heartbeats
         for name, value in hb.metrics.items():
             if name in _COORDINATOR_METRICS or not builtin:  # a user's program: every metric it reported
                 metrics[name] = int(value) if name in _INTEGER_METRICS else value
     evaluation = None
-    evaluator = next((rt for rt in supervisor.tasks if rt.task.task_type == "evaluator"), None)
+    evaluator = next((t for t in snapshot.tasks if t.task.task_type == "evaluator"), None)
     if evaluator is not None and evaluator.heartbeat is not None:
-        evaluation = {k: (int(v) if k == "evaluated_step" else v) for k, v in evaluator.heartbeat.heartbeat.metrics.items()
+        evaluation = {k: (int(v) if k == "evaluated_step" else v) for k, v in evaluator.heartbeat.metrics.items()
                       if k.startswith("eval_") or k == "evaluated_step"} or None
     user_program = next((tp.argv for tp in plan.tasks if not tp.reports_heartbeats), None)
+    root_cause = snapshot.root_cause
     return {
         "run_id": plan.run_id,
         "run_dir": str(plan.run_dir),
-        "status": result.state.value,
-        "exit_code": result.exit_code,
-        "reason": result.reason,
-        "wall_time_s": round(result.wall_time_s, 3),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(supervisor.started_wall)),
+        "status": snapshot.state.value,
+        "exit_code": snapshot.exit_code,
+        "reason": snapshot.reason,
+        "wall_time_s": round(snapshot.elapsed_s, 3),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(snapshot.started_wall)),
         "strategy": spec.strategy.value,
         "topology": {"chief": spec.chief, "worker": spec.workers, "ps": spec.ps, "evaluator": spec.evaluator},
         "cluster": dict(plan.cluster),
@@ -109,13 +110,13 @@ def build_summary(supervisor: Supervisor, result: JobResult) -> dict:
         "evaluation": evaluation,
         "model_dir": str(plan.run_dir / "model") if (plan.run_dir / "model").is_dir() else None,
         "tensorboard_dir": str(plan.run_dir / "tensorboard") if (plan.run_dir / "tensorboard").is_dir() else None,
-        "root_cause": result.root_cause.to_dict() if result.root_cause and result.exit_code != 0 else None,
-        "restarts": supervisor.restarts_used,
+        "root_cause": root_cause.to_dict() if root_cause and snapshot.exit_code != 0 else None,
+        "restarts": snapshot.restarts_used,
         "max_restarts": spec.supervision.max_restarts,
         "restart_policy": {role: p.value for role, p in spec.supervision.restart_policy.items()},
-        "recoveries": [r.to_dict(supervisor.started_at) for r in result.recoveries],
-        "failures": [f.to_dict() for f in result.failures],
-        "tasks": [_task_dict(rt) for rt in supervisor.tasks],
+        "recoveries": [r.to_dict() for r in snapshot.recoveries],
+        "failures": [f.to_dict() for f in snapshot.failures],
+        "tasks": [_task_dict(t) for t in snapshot.tasks],
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
     }
 

@@ -1,4 +1,4 @@
-"""Supervision: the job state machine, task states, failures and root cause."""
+"""Supervision: decisions (pure), the loop that acts on them, task states, failures, snapshots."""
 
 from orchestrator.supervisor.job import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED, JobResult, Supervisor
 from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState, describe_exit

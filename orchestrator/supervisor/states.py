@@ -11,8 +11,8 @@ import enum
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from orchestrator.backends.base import ProcessSample, TaskHandle
 from orchestrator.health.server import HeartbeatRecord
 from orchestrator.plan import TaskPlan
 from orchestrator.spec.model import TaskId
@@ -56,7 +56,7 @@ def describe_exit(exit_code: int | None) -> str:
     return f"exit code {exit_code}"
 
 
-def exit_fields(exit_code: int | None) -> dict:
+def exit_fields(exit_code: int | None) -> dict[str, object]:
     """``{"exit_code": 3, "signal": None}`` or ``{"exit_code": None, "signal": "SIGKILL"}``
     for summary.json (Popen's negative return codes are signals)."""
     if exit_code is not None and exit_code < 0:
@@ -66,7 +66,8 @@ def exit_fields(exit_code: int | None) -> dict:
 
 @dataclass
 class TaskRuntime:
-    """What the supervisor knows about one task (its current attempt).
+    """What the supervisor knows about one task (its current attempt). Only the supervisor
+    reads or writes it; everyone else reads a :class:`~orchestrator.supervisor.snapshot.TaskSnapshot`.
 
     Times are orchestrator ``time.monotonic()`` seconds.
     """
@@ -74,7 +75,7 @@ class TaskRuntime:
     plan: TaskPlan
     attempt: int = 0
     state: TaskState = TaskState.PENDING
-    process: Any = None
+    process: TaskHandle | None = None
     pid: int | None = None
     started_at: float | None = None
     running_at: float | None = None
@@ -88,10 +89,10 @@ class TaskRuntime:
     error_file: Path | None = None
     restarts: int = 0
     progress_at: float | None = None
-    sample: dict | None = None  # cpu_percent, rss_bytes of a task that sends no heartbeats
-    sampler: Any = None
+    sample: ProcessSample | None = None  # of a task that sends no heartbeats
+    sampled_at: float | None = None
     last_step: int | None = None
-    history: list[dict] = field(default_factory=list)
+    history: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def task(self) -> TaskId:
@@ -127,7 +128,7 @@ class Failure:
         text = f"{self.task.name} (attempt {self.attempt}) failed: {describe_exit(self.exit_code)}"
         return f"{text}: {self.message}" if self.message else text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "task": str(self.task),
             "attempt": self.attempt,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import runner
+from orchestrator import api
 from orchestrator.backends.docker import LABEL_RUN, engine_available
 from orchestrator.spec import JobSpec, TaskId, TrainingSpec
 from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
@@ -84,8 +84,8 @@ def test_mwms_two_workers_train_in_containers(tmp_path, engine, image):
 
 def test_pss_chief_worker_ps_train_in_containers_and_the_servers_are_stopped(tmp_path, engine, image):
     spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1, training=TrainingSpec(epochs=2))
-    job = runner.prepare(spec, runs_dir=tmp_path, run_id="pss", backend="docker", backend_options={"image": image})
-    result, summary = runner.run(job)
+    job = api.prepare(spec, runs_dir=tmp_path, run_id="pss", backend="docker", backend_options={"image": image})
+    result, summary = api.run(job)
     assert (result.exit_code, summary["status"]) == (0, "Succeeded"), summary["reason"]
     assert summary["metrics"]["test_accuracy"] >= 5 * CHANCE
     states = {name: (t["state"], t["signal"]) for name, t in by_task(summary).items()}
@@ -98,9 +98,9 @@ def test_pss_chief_worker_ps_train_in_containers_and_the_servers_are_stopped(tmp
 
 def test_a_container_killed_mid_job_is_restarted_by_the_policy(tmp_path, engine, image):
     spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1, training=TrainingSpec(epochs=4))
-    job = runner.prepare(spec, runs_dir=tmp_path, run_id="kill", backend="docker", backend_options={"image": image})
+    job = api.prepare(spec, runs_dir=tmp_path, run_id="kill", backend="docker", backend_options={"image": image})
     outcome: dict = {}
-    thread = threading.Thread(target=lambda: outcome.update(zip(("result", "summary"), runner.run(job))), daemon=True)
+    thread = threading.Thread(target=lambda: outcome.update(zip(("result", "summary"), api.run(job))), daemon=True)
     thread.start()
     try:
         def chief_step():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import runner
+from orchestrator import api
 from orchestrator.spec import JobSpec
 from orchestrator.spec.supervision import SupervisionSpec
 from tests.conftest import REPO, all_pids, assert_no_process_left, wait_until
@@ -30,8 +30,8 @@ def _env(monkeypatch):
 def launch(tmp_path: Path, spec: JobSpec, behaviors: dict[str, str], monkeypatch, **options):
     for key, value in behaviors.items():
         monkeypatch.setenv(key, value)
-    job = runner.prepare(spec, runs_dir=tmp_path, commands=COMMANDS, **options)
-    result, summary = runner.run(job)
+    job = api.prepare(spec, runs_dir=tmp_path, commands=COMMANDS, **options)
+    result, summary = api.run(job)
     assert_no_process_left(all_pids(summary))
     assert json.loads((job.plan.run_dir / "summary.json").read_text())["status"] == summary["status"]
     return job, result, summary
@@ -111,7 +111,7 @@ def test_sigterm_is_followed_by_sigkill_and_children_of_a_task_die_too(tmp_path,
 
 def test_request_stop_stops_everything_with_exit_130(tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_BEHAVIOR", "serve")
-    job = runner.prepare(JobSpec.create(workers=2), runs_dir=tmp_path, commands=COMMANDS)
+    job = api.prepare(JobSpec.create(workers=2), runs_dir=tmp_path, commands=COMMANDS)
     sup = job.supervisor
 
     def interrupt_when_running():
@@ -120,7 +120,7 @@ def test_request_stop_stops_everything_with_exit_130(tmp_path, monkeypatch):
 
     thread = threading.Thread(target=interrupt_when_running)
     thread.start()
-    result, summary = runner.run(job)
+    result, summary = api.run(job)
     thread.join(5)
     assert (result.exit_code, summary["status"], summary["reason"]) == (130, "Failed", "interrupted by SIGINT")
     assert [t["state"] for t in summary["tasks"]] == ["Stopped", "Stopped"]
@@ -129,11 +129,11 @@ def test_request_stop_stops_everything_with_exit_130(tmp_path, monkeypatch):
 
 DRIVER = """
 import sys
-from orchestrator import runner
+from orchestrator import api
 from orchestrator.spec import JobSpec
 prog = [sys.executable, "-m", "tests.programs.task"]
-job = runner.prepare(JobSpec.create(workers=2), runs_dir=sys.argv[1], run_id="r", commands={"worker": prog})
-runner.run(job)
+job = api.prepare(JobSpec.create(workers=2), runs_dir=sys.argv[1], run_id="r", commands={"worker": prog})
+api.run(job)
 """
 
 
@@ -285,8 +285,8 @@ def test_an_evaluator_failure_is_retried_and_never_fails_the_job(tmp_path, monke
                  "TEST_BEHAVIOR_worker_0": "succeed-when:attempt-*/evaluator-0/error.json:2"}
     for key, value in behaviors.items():
         monkeypatch.setenv(key, value)
-    job = runner.prepare(spec, runs_dir=tmp_path, commands={**COMMANDS, "evaluator": PROGRAM})
-    result, summary = runner.run(job)
+    job = api.prepare(spec, runs_dir=tmp_path, commands={**COMMANDS, "evaluator": PROGRAM})
+    result, summary = api.run(job)
     assert_no_process_left(all_pids(summary))
     assert result.exit_code == 0, summary["reason"]
     ev = by_task(summary)["evaluator:0"]

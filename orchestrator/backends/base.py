@@ -1,0 +1,209 @@
+"""The backend contract: what every backend must do, and what it may do.
+
+A backend runs the planned tasks somewhere (this machine, containers, later a Slurm
+allocation); the supervisor decides everything else. The shape follows the models of the
+field: TorchX's ``Scheduler`` (a small interface with a side-effect-free dry run) and
+torch.distributed.elastic's ``PContext`` (start, poll, two-phase close), with Ray Train's
+``Backend`` habit of optional hooks that do nothing by default.
+
+Must (abstract): :meth:`Backend.allocate`, :meth:`Backend.start`, :meth:`Backend.poll`,
+:meth:`Backend.wait`, :meth:`Backend.signal`, :meth:`Backend.stop`.
+
+May (defaults do nothing): :meth:`Backend.open`, :meth:`Backend.release_port`,
+:meth:`Backend.reserve_again`, :meth:`Backend.sample`, :meth:`Backend.dump_stacks`,
+:meth:`Backend.close`; and the class attributes :attr:`Backend.python`,
+:attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
+
+Exit codes everywhere follow ``subprocess.Popen.returncode``: ``>= 0`` an exit code,
+``< 0`` death by that signal.
+"""
+
+from __future__ import annotations
+
+import abc
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Generic, Iterable, Mapping, TypeVar
+
+from orchestrator.spec.model import JobSpec, TaskId
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One task attempt to start.
+
+    Attributes:
+        task: type and index of the task.
+        attempt: 0 for the first attempt, +1 for each restart.
+        argv: the command.
+        env: every variable the orchestrator sets for this attempt (TF_CONFIG included);
+            a local backend adds them to its own environment, a container backend passes
+            only these.
+        log_dir: ``runs/<run-id>/attempt-<n>/<task>``: where ``stdout.log`` and
+            ``stderr.log`` go (the backend creates it).
+    """
+
+    task: TaskId
+    attempt: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    log_dir: Path
+
+
+@dataclass(eq=False)
+class TaskHandle:
+    """A started task attempt, as the backend knows it.
+
+    Attributes:
+        task: type and index.
+        attempt: the attempt number.
+        pid: pid of the task's first process as this machine sees it (0 when unknown).
+        stdout_path, stderr_path: its log files.
+    """
+
+    task: TaskId
+    attempt: int
+    pid: int
+    stdout_path: Path
+    stderr_path: Path
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """CPU and memory of a task's processes, sampled by the backend.
+
+    Attributes:
+        cpu_percent: percent of one core, summed over the task's processes.
+        rss_bytes: resident memory, bytes, summed over the task's processes.
+    """
+
+    cpu_percent: float
+    rss_bytes: int
+
+
+H = TypeVar("H", bound=TaskHandle)
+
+
+class Backend(abc.ABC, Generic[H]):
+    """Runs task attempts; the supervisor decides when.
+
+    Class attributes (override where they differ):
+        name: the ``--backend`` value.
+        python: interpreter of the built-in task commands (``python -m worker``).
+        parent_death_signal: True when tasks are this process's children and may set
+            ``PR_SET_PDEATHSIG`` (the plan then carries ``ORCH_ORCHESTRATOR_PID``).
+        health_host: the address the health endpoint binds, reachable by the tasks.
+    """
+
+    name: ClassVar[str] = ""
+    python: str = sys.executable
+    parent_death_signal: bool = True
+    health_host: str = "127.0.0.1"
+
+    # -- optional hooks ----------------------------------------------------------------------
+    def open(self, run_id: str, run_dir: Path) -> None:
+        """Get ready for one job (connect to an engine, build an image, create a network).
+
+        Called once, before :meth:`allocate`. Default: nothing.
+
+        Raises:
+            LaunchError: when the backend cannot run the job.
+        """
+
+    def release_port(self, task: TaskId, attempt: int) -> int:
+        """Release the port held for ``task`` right before it binds it; returns the port, 0
+        when none was held. Called from the health server thread: keep it quick. Default: 0."""
+        return 0
+
+    def reserve_again(self, task: TaskId) -> None:
+        """Hold ``task``'s address again until its next attempt binds it. Default: nothing."""
+
+    def sample(self, handle: H) -> ProcessSample | None:
+        """CPU and RSS of a task that sends no heartbeats (a user's program), or None when
+        the backend cannot see its processes. Default: None."""
+        return None
+
+    def dump_stacks(self, handle: H, timeout_s: float) -> str:
+        """The Python stacks of every thread of a (hung) task, as text, without killing it;
+        "" when they cannot be had within ``timeout_s`` seconds. Default: ""."""
+        return ""
+
+    def close(self) -> None:
+        """Release everything the job held (ports, containers, networks). Must not raise:
+        a failure to clean up is logged, it never costs the summary. Default: nothing."""
+
+    # -- required ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+        """``host:port`` of every task of ``spec`` (side-effect free apart from holding ports).
+
+        Raises:
+            SpecError: a fixed address the backend cannot use.
+            LaunchError: when addresses cannot be had.
+        """
+
+    @abc.abstractmethod
+    def start(self, request: LaunchRequest) -> H:
+        """Start one task attempt; returns its handle at once (do not wait for the task).
+
+        Raises:
+            LaunchError: when it cannot be started.
+        """
+
+    @abc.abstractmethod
+    def poll(self, handle: H) -> int | None:
+        """The attempt's exit code (negative: signal), or None while it runs. Cheap: called
+        for every live task every tick."""
+
+    @abc.abstractmethod
+    def wait(self, handle: H, timeout_s: float) -> int | None:
+        """Wait at most ``timeout_s`` seconds for the attempt to end; its exit code or None."""
+
+    @abc.abstractmethod
+    def signal(self, handle: H, signum: int) -> None:
+        """Send ``signum`` to the task (its whole process group); no-op once it ended."""
+
+    @abc.abstractmethod
+    def stop(self, handles: Iterable[H], timeout_s: float, abort: threading.Event | None = None) -> None:
+        """Stop tasks in two phases on one monotonic deadline: SIGTERM, then SIGKILL what is
+        left after ``timeout_s`` seconds, or at once when ``abort`` is set (a second Ctrl-C).
+        Returns once every one of them has ended.
+
+        Raises:
+            LaunchError: when a task survives SIGKILL.
+        """
+
+
+def faulthandler_dump(backend: Backend[H], handle: H, timeout_s: float) -> str:
+    """Stacks of a task whose runtime registered ``faulthandler`` on SIGUSR1 (the built-in
+    programs do): send SIGUSR1, and SIGCONT (a stopped task handles it once continued), and
+    return what the task appended to its ``stderr.log`` once that stopped growing; "" when
+    nothing came within ``timeout_s`` seconds."""
+    path = handle.stderr_path
+    try:
+        before = path.stat().st_size
+    except OSError:
+        return ""
+    backend.signal(handle, signal.SIGUSR1)
+    backend.signal(handle, signal.SIGCONT)
+    deadline = time.monotonic() + timeout_s
+    size, stable_since = before, None
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        current = path.stat().st_size
+        if current > before and current == size:
+            stable_since = stable_since or time.monotonic()
+            if time.monotonic() - stable_since >= 0.2:
+                break
+        else:
+            stable_since = None
+        size = current
+    if size <= before:
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(before)
+        return fh.read().decode("utf-8", errors="replace")

@@ -1,0 +1,213 @@
+"""The supervisor's decisions as pure functions over plain data (no processes, no clock, no I/O).
+
+:class:`orchestrator.supervisor.job.Supervisor` is the one place that acts; it asks these
+functions what to do. They are tested by tables (strategy x role x policy x exit) in
+``tests/unit/test_decisions.py``.
+
+Rules and their sources:
+
+* Exit of a task (:func:`classify_exit`): exit 0 is success, except for a task that serves
+  until stopped (ps, PSS worker: TF's ``tf.distribute.Server.join()`` never returns), for
+  which any exit is a failure; an exit the orchestrator asked for is a stop.
+* Job success (:func:`ends_job_successfully`): the coordinator (the chief, or worker 0
+  without one: TF ``multi_worker_util.is_chief``) exits 0, as Kubeflow TFJob's default
+  ``successPolicy``.
+* Hang (:func:`hang_reason`): no heartbeat for ``heartbeat_timeout_s``; training with no new
+  step for ``stall_timeout_s``; not training or serving ``startup_timeout_s`` after start.
+  A timeout is passed when the time since is strictly greater than it.
+* Retry (:func:`retry_verdict`): the role's restart policy (Kubeflow's ``never`` /
+  ``OnFailure`` / ``ExitCode``: exit codes 1-127 permanent, 128-255 and signals retryable)
+  and the job's ``max_restarts`` (Kubeflow ``backoffLimit``).
+* Scope (:func:`restart_scope`): TF's "Handling task failure" guide. MWMS: every worker is in
+  every collective, so the whole group restarts. PSS: a worker restarts alone (the
+  coordinator re-dispatches its closures); a ps or the coordinator failing restarts the
+  whole cluster from the last checkpoint. The evaluator restarts alone, never fails the job.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Sequence
+
+from orchestrator.spec.model import Strategy, TaskId
+from orchestrator.spec.supervision import RestartPolicy, SupervisionSpec
+from orchestrator.supervisor.states import TaskState, describe_exit
+
+WORKING_PHASES = frozenset({"training", "serving", "evaluating", "saving", "done"})
+"""Phases of a task past its start-up (heartbeat ``phase`` names, lower case)."""
+
+
+class RestartScope(str, enum.Enum):
+    """What one restart covers."""
+
+    TASK = "task"
+    """The failed task(s) alone: a PSS worker, the evaluator."""
+    GROUP = "group"
+    """Every training task (chief, workers, ps): MWMS, or a PSS ps / coordinator failure."""
+
+
+@dataclass(frozen=True)
+class RestartTargets:
+    """The scope of a restart and the tasks it covers, in plan order."""
+
+    scope: RestartScope
+    tasks: tuple[TaskId, ...]
+
+
+def restart_scope(strategy: Strategy, failed: Sequence[TaskId], training_tasks: Sequence[TaskId]) -> RestartTargets:
+    """What to restart after training tasks failed (the evaluator is never passed here).
+
+    Args:
+        strategy: the job's strategy.
+        failed: the training tasks that failed in one look, earliest first (not empty).
+        training_tasks: every task of the training cluster, in plan order.
+
+    Returns:
+        Under ParameterServerStrategy, when only workers failed: those workers alone.
+        Otherwise every training task.
+    """
+    if strategy is Strategy.PARAMETER_SERVER and all(t.task_type == "worker" for t in failed):
+        return RestartTargets(RestartScope.TASK, tuple(dict.fromkeys(failed)))
+    return RestartTargets(RestartScope.GROUP, tuple(training_tasks))
+
+
+@dataclass(frozen=True)
+class RetryVerdict:
+    """Whether a failure is retried, and if not, why (one clause for the report)."""
+
+    retry: bool
+    why_not: str = ""
+
+
+def retry_verdict(
+    policy: RestartPolicy,
+    role: str,
+    exit_code: int | None,
+    *,
+    restarts_used: int,
+    max_restarts: int,
+    task_name: str,
+    attempt: int,
+) -> RetryVerdict:
+    """Decide whether a failure may be restarted.
+
+    Args:
+        policy: the failed role's restart policy.
+        role: its task type.
+        exit_code: Popen return code (negative: signal; None: killed as hung, no code).
+        restarts_used: restarts already counted against ``max_restarts``.
+        max_restarts: the bound (the job's; the evaluator's own for the evaluator).
+        task_name: ``worker-1``, for the message.
+        attempt: the attempt that failed (0 first), for the message.
+    """
+    if not policy.retryable(exit_code):
+        why = f"the {policy.value} restart policy of {role} does not retry {describe_exit(exit_code)}"
+        if policy is RestartPolicy.EXIT_CODE:
+            why += " (exit codes 1-127 are permanent)"
+        return RetryVerdict(False, why)
+    if restarts_used >= max_restarts:
+        return RetryVerdict(
+            False,
+            f"restarts exhausted: {task_name} failed on attempt {attempt + 1} of {attempt + 1}, "
+            f"{restarts_used} of --max-restarts {max_restarts} used",
+        )
+    return RetryVerdict(True)
+
+
+def backoff_s(supervision: SupervisionSpec, restart_number: int) -> float:
+    """Seconds to wait before restart number ``restart_number`` (1 for the first):
+    ``backoff_s * 2**(n-1)``, capped at ``backoff_max_s``."""
+    return supervision.backoff_for(restart_number)
+
+
+@dataclass(frozen=True)
+class ExitVerdict:
+    """What an exit means for the task.
+
+    Attributes:
+        state: Succeeded, Stopped or Failed.
+        message: a reason when the exit is a failure the exit code does not explain.
+    """
+
+    state: TaskState
+    message: str = ""
+
+
+def classify_exit(exit_code: int, *, stop_requested: bool, serves_forever: bool, task_type: str) -> ExitVerdict:
+    """Classify a task's exit (Popen return code).
+
+    Args:
+        exit_code: the code (negative: signal).
+        stop_requested: the orchestrator asked it to stop (then any exit is a stop).
+        serves_forever: a ps or PSS worker: it never exits on its own unless something broke.
+        task_type: for the message.
+    """
+    if stop_requested:
+        return ExitVerdict(TaskState.STOPPED)
+    if exit_code == 0 and not serves_forever:
+        return ExitVerdict(TaskState.SUCCEEDED)
+    if exit_code == 0:
+        return ExitVerdict(TaskState.FAILED, f"a {task_type} task serves until stopped, but it exited on its own")
+    return ExitVerdict(TaskState.FAILED)
+
+
+def ends_job_successfully(task: TaskId, verdict: ExitVerdict, coordinator: TaskId) -> bool:
+    """True when this exit makes the job Succeeded: the coordinator succeeded."""
+    return verdict.state is TaskState.SUCCEEDED and task == coordinator
+
+
+@dataclass(frozen=True)
+class TaskWatch:
+    """What the hang checks need to know about one live task attempt.
+
+    Times are the orchestrator's monotonic seconds.
+
+    Attributes:
+        reports: the task reports heartbeats (the built-in programs always; a user's program
+            once it called ``report()`` / ``keras_callback()``).
+        started_at: when the attempt was started.
+        heartbeat_at: when its latest heartbeat arrived; None before the first.
+        phase: phase of that heartbeat (``training``, ``serving``, ...); None before it.
+        progress_at: when it last made progress (a new step, or a phase change).
+        step: its latest step, if any.
+    """
+
+    reports: bool
+    started_at: float
+    heartbeat_at: float | None = None
+    phase: str | None = None
+    progress_at: float | None = None
+    step: int | None = None
+
+
+def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
+    """Why a live task counts as hung at ``now``, or None.
+
+    Checked in this order: start-up (no working phase ``startup_timeout_s`` after start),
+    heartbeat (none for ``heartbeat_timeout_s``), stall (``training`` without a new step for
+    ``stall_timeout_s``). A task that does not report is never hung: only its exit is watched.
+    """
+    if not watch.reports and watch.heartbeat_at is None:
+        return None
+    s = supervision
+    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
+        since = now - watch.started_at
+        if since > s.startup_timeout_s:
+            return f"not training or serving {since:.1f} s after its start (startup timeout {s.startup_timeout_s:g} s)"
+    if watch.heartbeat_at is None:
+        return None
+    silent = now - watch.heartbeat_at
+    if silent > s.heartbeat_timeout_s:
+        return f"no heartbeat for {silent:.1f} s (heartbeat timeout {s.heartbeat_timeout_s:g} s)"
+    if watch.phase == "training" and watch.progress_at is not None and now - watch.progress_at > s.stall_timeout_s:
+        step = watch.step if watch.step is not None else "-"
+        return (f"no training progress for {now - watch.progress_at:.1f} s at step {step} "
+                f"(stall timeout {s.stall_timeout_s:g} s)")
+    return None
+
+
+def culprit_order(steps: Sequence[int | None]) -> list[int]:
+    """Indices of hung tasks, the one furthest behind first (peers blocked in a collective
+    stall with the task that stopped first; a task with no step yet counts as furthest)."""
+    return sorted(range(len(steps)), key=lambda i: steps[i] if steps[i] is not None else -1)

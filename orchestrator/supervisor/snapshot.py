@@ -1,0 +1,175 @@
+"""An immutable picture of a job: what reports, status queries and pages read.
+
+The supervisor builds a :class:`JobSnapshot` (:meth:`Supervisor.snapshot`) from its live
+records; nothing outside the supervisor reads those records. A snapshot holds plain values
+(strings, numbers, frozen dataclasses, the immutable :class:`~orchestrator.plan.Plan`), so it
+can be handed to another thread, rendered, or turned into JSON at any time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from orchestrator.plan import Plan
+from orchestrator.spec.model import TaskId
+from orchestrator.supervisor.states import Failure, JobState, TaskState
+
+
+@dataclass(frozen=True)
+class LastHeartbeat:
+    """The latest heartbeat of a task attempt.
+
+    Attributes:
+        phase: ``initializing``, ``serving``, ``training``, ``evaluating``, ``saving``, ``done``.
+        step, epoch, loss, examples_per_second: training progress, when reported.
+        cpu_percent: percent of one core.
+        rss_bytes: resident memory, bytes.
+        metrics: other numbers the task reported (``test_accuracy``, ...).
+        count: heartbeats received from this attempt.
+        age_s: seconds since it arrived (orchestrator clock), at snapshot time.
+        message: free text from the task.
+    """
+
+    phase: str
+    cpu_percent: float
+    rss_bytes: int
+    count: int
+    age_s: float
+    step: int | None = None
+    epoch: int | None = None
+    loss: float | None = None
+    examples_per_second: float | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """One task (its current attempt, and the history of earlier ones).
+
+    Attributes:
+        task: type and index.
+        address: ``host:port`` in the cluster spec.
+        state: its state.
+        attempt: current attempt (0 first).
+        restarts: times it was restarted.
+        pid: pid of the current attempt, when started.
+        exit_code: Popen return code of the attempt once ended (negative: signal).
+        reason: why it is in its state (one line).
+        stdout_path, stderr_path: log files of the current attempt.
+        heartbeat: its latest heartbeat, if any.
+        cpu_percent, rss_bytes: sampled by the backend for a task that sends no heartbeats.
+        history: earlier attempts: ``{"attempt", "pid", "state", "exit", "reason"}``.
+        reports_heartbeats: the built-in program (always reports).
+        serves_forever: a ps or PSS worker.
+    """
+
+    task: TaskId
+    address: str
+    state: TaskState
+    attempt: int
+    restarts: int
+    pid: int | None
+    exit_code: int | None
+    reason: str
+    stdout_path: Path | None
+    stderr_path: Path | None
+    heartbeat: LastHeartbeat | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    history: tuple[Mapping[str, object], ...]
+    reports_heartbeats: bool
+    serves_forever: bool
+
+    @property
+    def name(self) -> str:
+        """``worker-1``."""
+        return self.task.name
+
+
+@dataclass(frozen=True)
+class RecoveryRecord:
+    """One restart decision; times are seconds since the job started.
+
+    Attributes:
+        cause: headline of the failure that triggered it.
+        scope: ``group`` or ``task``.
+        tasks: names of the restarted tasks.
+        detected_at_s, restarted_at_s, resumed_at_s: when the failure was seen, the new
+            attempts started, and the first training step (or serving) after it came.
+        resumed_from_step: the step training resumed from, when reported.
+    """
+
+    cause: str
+    scope: str
+    tasks: tuple[str, ...]
+    detected_at_s: float
+    restarted_at_s: float | None
+    resumed_at_s: float | None
+    resumed_from_step: int | None
+
+    @property
+    def detection_to_resumed_s(self) -> float | None:
+        """Seconds from the failure to training (or serving) again."""
+        return None if self.resumed_at_s is None else self.resumed_at_s - self.detected_at_s
+
+    def to_dict(self) -> dict[str, object]:
+        def r(value: float | None) -> float | None:
+            return None if value is None else round(value, 3)
+
+        resumed = self.detection_to_resumed_s
+        return {
+            "cause": self.cause,
+            "scope": self.scope,
+            "tasks": list(self.tasks),
+            "detected_at_s": r(self.detected_at_s),
+            "restarted_at_s": r(self.restarted_at_s),
+            "resumed_at_s": r(self.resumed_at_s),
+            "detection_to_resumed_training_s": r(resumed),
+            "resumed_from_step": self.resumed_from_step,
+        }
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """The whole job at one moment.
+
+    Attributes:
+        plan: the job's plan (immutable).
+        state: the job state.
+        reason: why it ended (empty while it runs).
+        exit_code: the CLI exit code once ended (0, 1, 130), None while it runs.
+        elapsed_s: seconds since the job started (to its end once ended).
+        started_wall: Unix seconds when it started.
+        ended: True once every task has ended and the result is final.
+        restarts_used: restarts counted against ``max_restarts``.
+        tasks: every task, in plan order.
+        failures: every task failure, earliest first.
+        recoveries: every restart decision, earliest first.
+    """
+
+    plan: Plan
+    state: JobState
+    reason: str
+    exit_code: int | None
+    elapsed_s: float
+    started_wall: float
+    ended: bool
+    restarts_used: int
+    tasks: tuple[TaskSnapshot, ...]
+    failures: tuple[Failure, ...]
+    recoveries: tuple[RecoveryRecord, ...]
+
+    @property
+    def root_cause(self) -> Failure | None:
+        """The earliest failure, if any."""
+        return self.failures[0] if self.failures else None
+
+    def task(self, task: TaskId) -> TaskSnapshot:
+        """The snapshot of one task. Raises KeyError when the job has no such task."""
+        for t in self.tasks:
+            if t.task == task:
+                return t
+        raise KeyError(str(task))
