@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
@@ -42,23 +43,18 @@ from bench.tfjobs import PY, REPO, base_env
 REAL = "worker-1"
 
 
-@dataclass
-class SimHandle:
-    name: str
-    key: str
-    host: subprocess.Popen | None
-    popen: subprocess.Popen | None
-    stdout_path: Path
-    stderr_path: Path
+@dataclass(eq=False)
+class SimHandle(TaskHandle):
+    name: str = ""
+    key: str = ""
+    host: subprocess.Popen | None = None
+    popen: subprocess.Popen | None = None
     exit_code: int | None = None
 
-    @property
-    def pid(self) -> int:
-        return self.popen.pid if self.popen else self.host.pid
 
-
-class SimBackend:
-    """Starts simulated tasks on host processes (one real process for ``worker-1``)."""
+class SimBackend(Backend[SimHandle]):
+    """Starts simulated tasks on host processes (one real process for ``worker-1``); implements
+    the declared backend contract, so the supervisor drives it exactly as a real backend."""
 
     name = "sim"
 
@@ -71,31 +67,25 @@ class SimBackend:
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         return {task: f"127.0.0.1:{20000 + i}" for i, task in enumerate(spec.tasks())}
 
-    def release_port(self, task, attempt) -> int:
-        return 0
-
-    def reserve_again(self, task) -> None:
-        pass
-
     def _send(self, host: subprocess.Popen, line: str) -> None:
         with self._lock:
             host.stdin.write(line + "\n")
             host.stdin.flush()
 
-    def start(self, argv, env, log_dir) -> SimHandle:
-        tf_config = json.loads(env["TF_CONFIG"])["task"]
-        name = f"{tf_config['type']}-{tf_config['index']}"
-        key = f"{tf_config['type']} {tf_config['index']} {env['ORCH_ATTEMPT']}"
+    def start(self, request: LaunchRequest) -> SimHandle:
+        env, task = request.env, request.task
+        name = task.name
+        key = f"{task.task_type} {task.task_index} {request.attempt}"
         out, err = self.logs / f"{name}.out", self.logs / f"{name}.err"
         if name == REAL:
             popen = subprocess.Popen([PY, "-m", "bench.simtask"], env={**base_env(), **env}, cwd=REPO,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
-            return SimHandle(name, key, None, popen, out, err)
+            return SimHandle(task, request.attempt, popen.pid, out, err, name=name, key=key, popen=popen)
         host = self.hosts[self._next % len(self.hosts)]
         self._next += 1
         self._send(host, f"start {key}")
-        return SimHandle(name, key, host, None, out, err)
+        return SimHandle(task, request.attempt, host.pid, out, err, name=name, key=key, host=host)
 
     def poll(self, p: SimHandle) -> int | None:
         return p.popen.poll() if p.popen else p.exit_code
@@ -119,7 +109,7 @@ class SimBackend:
     def freeze(self, p: SimHandle) -> None:
         self._send(p.host, f"freeze {p.key}")
 
-    def stop(self, processes, timeout_s: float = 10.0) -> None:
+    def stop(self, processes, timeout_s: float = 10.0, abort: threading.Event | None = None) -> None:
         for p in processes:
             self.signal(p, signal.SIGTERM)
         for p in processes:
@@ -129,10 +119,6 @@ class SimBackend:
                 except subprocess.TimeoutExpired:
                     os.killpg(p.popen.pid, signal.SIGKILL)
                     p.popen.wait(10)
-
-    def close(self) -> None:
-        pass
-
 
 class TimedWake(threading.Event):
     """The supervisor's wake event, timing the work done between two waits (one tick)."""
