@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -27,9 +28,16 @@ def _env(monkeypatch):
     monkeypatch.chdir(REPO)
 
 
+DEADLINE_S = 30.0
+"""Every job of these tests ends within this: a wrong decision (a restart that never ends, a
+success never seen) fails in seconds with its reason instead of at pytest's timeout."""
+
+
 def launch(tmp_path: Path, spec: JobSpec, behaviors: dict[str, str], monkeypatch, **options):
     for key, value in behaviors.items():
         monkeypatch.setenv(key, value)
+    if spec.supervision.deadline_s is None:
+        spec = dataclasses.replace(spec, supervision=dataclasses.replace(spec.supervision, deadline_s=DEADLINE_S))
     job = api.prepare(spec, runs_dir=tmp_path, commands=COMMANDS, **options)
     result, summary = api.run(job)
     assert_no_process_left(all_pids(summary))
@@ -114,14 +122,21 @@ def test_request_stop_stops_everything_with_exit_130(tmp_path, monkeypatch):
     job = api.prepare(JobSpec.create(workers=2), runs_dir=tmp_path, commands=COMMANDS)
     sup = job.supervisor
 
+    errors: list[BaseException] = []
+
     def interrupt_when_running():
-        wait_until(lambda: sup.state.value == "Running", 30, what="job running")
-        sup.request_stop("interrupted by SIGINT")
+        try:
+            wait_until(lambda: sup.state.value == "Running", 30, what="job running")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+        finally:
+            sup.request_stop("interrupted by SIGINT")  # never leave the job running
 
     thread = threading.Thread(target=interrupt_when_running)
     thread.start()
     result, summary = api.run(job)
     thread.join(5)
+    assert not errors, errors
     assert (result.exit_code, summary["status"], summary["reason"]) == (130, "Failed", "interrupted by SIGINT")
     assert [t["state"] for t in summary["tasks"]] == ["Stopped", "Stopped"]
     assert_no_process_left([t["pid"] for t in summary["tasks"]])
@@ -197,7 +212,7 @@ def test_pss_worker_failure_restarts_that_worker_alone(tmp_path, monkeypatch):
     assert result.exit_code == 0, summary["reason"]
     (recovery,) = summary["recoveries"]
     assert (recovery["scope"], recovery["tasks"]) == ("task", ["worker-1"])
-    assert recovery["detection_to_resumed_training_s"] is not None
+    assert 0 < recovery["detection_to_resumed_training_s"] < DEADLINE_S
     assert {t: v["restarts"] for t, v in by_task(summary).items()} == {"chief:0": 0, "worker:0": 0, "worker:1": 1, "ps:0": 0}
 
 
@@ -248,8 +263,8 @@ def test_a_stalled_task_is_dumped_killed_and_restarted(tmp_path, monkeypatch):
     assert "no training progress" in failure["message"] and "stall timeout 1.5 s" in failure["message"]
     stacks = job.plan.run_dir / "attempt-0" / "worker-0" / "stacks.txt"
     dump = stacks.read_text()
-    assert "most recent call first" in dump and "forever.wait()" not in dump or "task.py" in dump
-    assert "task.py" in dump  # the frame the task is stuck in
+    assert "most recent call first" in dump  # a faulthandler dump
+    assert "tests/programs/task.py" in dump  # the frame the task is stuck in
     assert dump in (job.plan.run_dir / "attempt-0" / "worker-0" / "stderr.log").read_text()
 
 

@@ -26,7 +26,8 @@ def test_every_task_gets_its_tf_config_token_and_thread_limits():
     for tp in plan.tasks:
         cfg = json.loads(tp.env["TF_CONFIG"])
         assert cfg["task"] == {"type": tp.task.task_type, "index": tp.task.task_index}
-        assert cfg["cluster"] == plan.cluster
+        assert cfg["cluster"] == {"chief": ["127.0.0.1:20000"], "worker": ["127.0.0.1:20001", "127.0.0.1:20002"],
+                                  "ps": ["127.0.0.1:20003"]}
         assert tp.env[env.JOB_TOKEN] == "secret"
         assert tp.env["TF_NUM_INTRAOP_THREADS"] == "1"
         assert tp.env[env.ORCHESTRATOR_PID] == "42"

@@ -1,0 +1,304 @@
+"""The supervision loop driven tick by tick with a fake backend and a fake clock (no processes).
+
+The fake backend implements the declared contract (:class:`orchestrator.backends.base.Backend`);
+heartbeats go into the real :class:`HeartbeatStore` on the same fake clock. A wrong decision
+fails here in milliseconds, with its reason.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pytest
+
+from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle
+from orchestrator.health.server import HeartbeatStore
+from orchestrator.plan import make_plan
+from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.spec import JobSpec, TaskId
+from orchestrator.spec.supervision import SupervisionSpec
+from orchestrator.supervisor import JobState, Supervisor, TaskState
+
+PHASES = {"initializing": pb.PHASE_INITIALIZING, "serving": pb.PHASE_SERVING, "training": pb.PHASE_TRAINING,
+          "done": pb.PHASE_DONE}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(eq=False)
+class FakeHandle(TaskHandle):
+    code: int | None = None
+    signals: list[int] = field(default_factory=list)
+
+
+class FakeBackend(Backend[FakeHandle]):
+    """Tasks that run until the test ends them; SIGTERM/SIGKILL end them at once."""
+
+    name = "fake"
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.started: list[tuple[float, FakeHandle]] = []
+        self.stopped: list[list[str]] = []
+        self.closed = False
+
+    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+        return {t: f"127.0.0.1:{30000 + i}" for i, t in enumerate(spec.tasks())}
+
+    def start(self, request: LaunchRequest) -> FakeHandle:
+        request.log_dir.mkdir(parents=True, exist_ok=True)
+        handle = FakeHandle(request.task, request.attempt, 1000 + len(self.started),
+                            request.log_dir / "stdout.log", request.log_dir / "stderr.log")
+        self.started.append((self.clock(), handle))
+        return handle
+
+    def poll(self, handle: FakeHandle) -> int | None:
+        return handle.code
+
+    def wait(self, handle: FakeHandle, timeout_s: float) -> int | None:
+        return handle.code
+
+    def signal(self, handle: FakeHandle, signum: int) -> None:
+        handle.signals.append(signum)
+        if signum in (signal.SIGKILL, signal.SIGTERM) and handle.code is None:
+            handle.code = -signum
+
+    def stop(self, handles: Iterable[FakeHandle], timeout_s: float, abort: threading.Event | None = None) -> None:
+        handles = list(handles)
+        self.stopped.append([h.task.name for h in handles])
+        for h in handles:
+            self.signal(h, signal.SIGTERM)
+
+    def dump_stacks(self, handle: FakeHandle, timeout_s: float) -> str:
+        return "Thread 0x01 (most recent call first):\n  File \"train.py\", line 3 in step\n"
+
+    def close(self) -> None:
+        self.closed = True
+
+    def latest(self, name: str) -> FakeHandle:
+        return [h for _, h in self.started if h.task.name == name][-1]
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, spec: JobSpec) -> None:
+        self.clock = FakeClock()
+        self.store = HeartbeatStore(clock=self.clock)
+        self.backend = FakeBackend(self.clock)
+        plan = make_plan(spec, self.backend.allocate(spec), run_id="t", run_dir=tmp_path, health_address="127.0.0.1:1",
+                         token="x", cores=2)
+        self.sup = Supervisor(plan, self.backend, self.store, clock=self.clock, stop_timeout_s=1.0)
+        self.sup.start()
+
+    def task(self, name: str):
+        return next(t for t in self.sup.snapshot().tasks if t.name == name)
+
+    def beat(self, name: str, phase: str = "training", step: int | None = None) -> None:
+        t = self.task(name)
+        hb = pb.Heartbeat(task=pb.TaskKey(task_type=t.task.task_type, task_index=t.task.task_index, attempt=t.attempt),
+                          phase=PHASES[phase])
+        if step is not None:
+            hb.step = step
+        self.store.record(hb)
+
+    def all_beat(self, phase: str = "training", step: int | None = None) -> None:
+        for t in self.sup.snapshot().tasks:
+            if not t.state.terminal:
+                self.beat(t.name, "serving" if t.serves_forever else phase, None if t.serves_forever else step)
+
+    def exit(self, name: str, code: int) -> None:
+        self.backend.latest(name).code = code
+
+    def tick(self, advance_s: float = 0.0) -> bool:
+        self.clock.now += advance_s
+        return self.sup.tick()
+
+    def finish(self, max_ticks: int = 100):
+        for _ in range(max_ticks):
+            if self.tick(0.1):
+                return self.sup.finish()
+        raise AssertionError(f"the job did not end: {self.sup.state}, {self.sup.reason}")
+
+
+def spec_of(**kw) -> JobSpec:
+    sup = kw.pop("supervision", {})
+    return JobSpec.create(supervision=SupervisionSpec.create(**{"backoff_s": 1.0, **sup}), **kw)
+
+
+def test_only_the_coordinator_exiting_0_makes_the_job_succeed(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=1)
+    h.tick()
+    h.exit("worker-1", 0)  # not the coordinator: worker 0 is
+    h.tick(0.1)
+    assert h.sup.state is JobState.RUNNING
+    assert h.task("worker-1").state is TaskState.SUCCEEDED
+    h.exit("worker-0", 0)
+    result = h.finish()
+    assert (result.state, result.exit_code, result.reason) == (JobState.SUCCEEDED, 0, "worker-0 exited 0")
+
+
+def test_a_ps_failure_under_pss_restarts_the_whole_cluster(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("ps-0", -signal.SIGKILL)
+    h.tick(0.1)
+    assert h.sup.state is JobState.RESTARTING
+    assert h.backend.stopped == [["chief-0", "worker-0", "worker-1"]]  # the survivors, at once
+    h.tick(1.0)  # the backoff
+    assert {t.name: t.attempt for t in h.sup.snapshot().tasks} == {"chief-0": 1, "worker-0": 1, "worker-1": 1, "ps-0": 1}
+    (recovery,) = h.sup.snapshot().recoveries
+    assert (recovery.scope, recovery.tasks) == ("group", ("chief-0", "worker-0", "worker-1", "ps-0"))
+
+
+def test_a_worker_failure_under_pss_restarts_that_worker_alone(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)
+    h.tick(0.1)
+    assert h.backend.stopped == []
+    h.tick(1.0)
+    assert {t.name: t.attempt for t in h.sup.snapshot().tasks} == {"chief-0": 0, "worker-0": 0, "worker-1": 1, "ps-0": 0}
+    assert h.sup.state is not JobState.RESTARTING
+
+
+def test_a_worker_failure_under_mwms_restarts_the_group(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=3))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-2", -signal.SIGKILL)
+    h.tick(0.1)
+    assert h.backend.stopped == [["worker-0", "worker-1"]]
+    h.tick(1.0)
+    assert [t.attempt for t in h.sup.snapshot().tasks] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("code, restarted", [(127, False), (128, True), (137, True), (1, False), (-9, True)])
+def test_exit_code_policy_boundaries_in_the_loop(tmp_path, code, restarted):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-1", code)
+    h.tick(0.1)
+    if restarted:
+        assert h.sup.state is JobState.RESTARTING and h.sup.restarts_used == 1
+    else:
+        assert h.sup.state is JobState.FAILED and h.sup.restarts_used == 0
+        assert "exit codes 1-127 are permanent" in h.sup.reason
+
+
+def test_the_first_restart_waits_backoff_s_exactly(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=1, supervision={"backoff_s": 2.0}))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-0", -signal.SIGKILL)
+    h.tick(0.1)
+    failed_at = h.clock.now
+    assert len(h.backend.started) == 1
+    h.tick(1.9)
+    assert len(h.backend.started) == 1, "restarted before the backoff"
+    h.tick(0.1)
+    assert len(h.backend.started) == 2, "the first restart waited longer than backoff_s"
+    assert h.backend.started[1][0] == pytest.approx(failed_at + 2.0)
+    # the second restart waits twice as long
+    h.beat("worker-0", step=6)
+    h.tick()
+    h.exit("worker-0", -signal.SIGKILL)
+    h.tick(0.1)
+    h.tick(3.9)
+    assert len(h.backend.started) == 2
+    h.tick(0.1)
+    assert len(h.backend.started) == 3
+
+
+def test_the_heartbeat_timeout_is_strictly_exceeded_before_a_task_is_hung(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"heartbeat_timeout_s": 4.0}))
+    h.all_beat(step=5)
+    h.tick()
+    h.beat("worker-0", step=6)
+    h.tick(4.0)  # worker-1 silent for exactly 4 s: not yet
+    assert h.sup.failures == []
+    h.beat("worker-0", step=7)
+    h.tick(0.25)
+    (failure,) = h.sup.failures
+    assert failure.task == TaskId("worker", 1) and "no heartbeat for 4.2 s" in failure.message
+    assert h.backend.latest("worker-1").signals[-1] == signal.SIGKILL
+    stacks = tmp_path / "attempt-0" / "worker-1" / "stacks.txt"
+    assert "most recent call first" in stacks.read_text() and str(stacks) in failure.message
+
+
+def test_a_stalled_step_is_a_hang_and_the_furthest_behind_is_blamed_first(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"stall_timeout_s": 5.0, "restart_policy": {"all": "never"}}))
+    h.beat("worker-0", step=12)
+    h.beat("worker-1", step=9)
+    h.tick()
+    for _ in range(6):  # heartbeats go on, steps do not move
+        h.all_beat()
+        h.tick(1.0)
+    assert h.sup.state is JobState.FAILED
+    assert h.sup.failures[0].task == TaskId("worker", 1)  # step 9: it stopped first
+    assert "no training progress" in h.sup.failures[0].message
+
+
+def test_an_evaluator_failure_never_fails_the_job_nor_uses_the_jobs_restarts(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=1, evaluator=1, supervision={"max_restarts": 1}))
+    h.all_beat(step=1)
+    h.tick()
+    for step in range(2, 5):
+        h.exit("evaluator-0", 1)
+        h.tick(0.1)
+        h.beat("worker-0", step=step)
+        h.tick(5.0)
+    assert h.sup.state is JobState.RUNNING and h.sup.restarts_used == 0
+    assert h.task("evaluator-0").state is TaskState.FAILED  # its own restarts ran out; the job goes on
+    h.exit("worker-0", 0)
+    assert h.finish().exit_code == 0
+
+
+def test_the_deadline_fails_the_job_and_stops_every_task(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"deadline_s": 30.0}))
+    for step in range(1, 30):
+        h.all_beat(step=step)
+        h.tick(1.0)
+    h.all_beat(step=30)
+    h.tick(0.9)
+    assert not h.sup.state.terminal
+    h.tick(0.1)
+    result = h.finish()
+    assert (result.exit_code, result.reason) == (1, "the job deadline of 30 s passed")
+    assert [t.state for t in h.sup.snapshot().tasks] == [TaskState.STOPPED, TaskState.STOPPED]
+
+
+def test_request_stop_ends_with_130_and_closes_the_backend(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=1)
+    h.tick()
+    h.sup.request_stop("interrupted by SIGINT")
+    result = h.finish()
+    assert (result.exit_code, result.reason) == (130, "interrupted by SIGINT")
+    assert h.sup.snapshot().ended and h.sup.snapshot().exit_code == 130
+
+
+def test_restarts_exhausted_fail_the_job(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=1, supervision={"max_restarts": 1, "backoff_s": 0.0}))
+    h.all_beat(step=1)
+    h.tick()
+    h.exit("worker-0", -9)
+    h.tick(0.1)
+    h.tick(0.1)
+    h.exit("worker-0", -9)
+    result = h.finish()
+    assert result.exit_code == 1
+    assert "restarts exhausted: worker-0 failed on attempt 2 of 2, 1 of --max-restarts 1 used" in result.reason
+    assert result.root_cause is not None and result.root_cause.attempt == 0
