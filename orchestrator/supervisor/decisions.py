@@ -210,4 +210,8 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
 def culprit_order(steps: Sequence[int | None]) -> list[int]:
     """Indices of hung tasks, the one furthest behind first (peers blocked in a collective
     stall with the task that stopped first; a task with no step yet counts as furthest)."""
-    return sorted(range(len(steps)), key=lambda i: steps[i] if steps[i] is not None else -1)
+    def behind(i: int) -> int:
+        step = steps[i]
+        return -1 if step is None else step
+
+    return sorted(range(len(steps)), key=behind)
