@@ -61,6 +61,10 @@ def addresses_for(spec: JobSpec, hosts: list[str] | None, base_port: int | None)
                             "drop --host/--base-port, or the spec's addresses")
         return {t: spec.addresses[t] for t in tasks}
     hosts = hosts or [DEFAULT_HOST]
+    for host in hosts:
+        if "," in host:
+            raise SpecError("host", host, "TF1 comma-separated hosts: one host per --host",
+                            "repeat the flag: " + " ".join(f"--host {h.strip()}" for h in host.split(",") if h.strip()))
     port = DEFAULT_PORT if base_port is None else base_port
     last = port + (len(tasks) - 1 if len(hosts) == 1 else 0)
     if not (1 <= port and last <= 65535):

@@ -5,6 +5,9 @@ Rules, and the bug each one prevents:
 
 * ``host:port`` with a port in 1..65535 and nothing else (no ``grpc://`` scheme, no path:
   TF_CONFIG's ``rpc_layer`` carries the protocol);
+* one address per task: TF1's comma-separated ``"h1:2222,h2:2222"`` (its ``--worker_hosts``
+  flag) is a list in TF2, and says so wherever it appears (it would otherwise read as an
+  unbracketed IPv6 address);
 * IPv6 literals in brackets, ``[fe80::1]:2222``: gRPC cannot tell the port from an
   unbracketed IPv6 address;
 * one task per ``host:port``: two servers cannot bind one port;
@@ -71,6 +74,8 @@ def parse_address(value: object, field: str) -> Address:
     if not isinstance(value, str):
         raise SpecError(field, value, "an address must be a 'host:port' string", f"quote it, {_EXAMPLE}")
     text = value
+    if "," in text:
+        raise tf1_hosts_error(field, value)
     if text != text.strip() or not text:
         raise SpecError(field, value, "an address must be 'host:port' with no spaces", _EXAMPLE)
     if "://" in text:
@@ -107,6 +112,24 @@ def parse_address(value: object, field: str) -> Address:
             raise SpecError(field, value, f"{host!r} is not a hostname or IP address", _EXAMPLE)
     port = _parse_port(port_text, value, field)
     return Address(host, port)
+
+
+def tf1_hosts_error(field: str, value: str) -> SpecError:
+    """The error for a TF1 comma-separated host string (``"h1:2222,h2:2222"``, the format of
+    TF1's ``--worker_hosts``), wherever it appears: a cluster spec's task type, one of its list
+    items, a spec file's ``addresses``, a TF_CONFIG.
+
+    Args:
+        field: dotted field name, e.g. ``cluster.worker`` or ``addresses.worker[0]``.
+        value: the string as given.
+
+    Returns:
+        The SpecError to raise: it says to write a list, with the string's own items.
+    """
+    items = [part.strip() for part in value.split(",") if part.strip()]
+    shown = ", ".join(f'"{item}"' for item in items[:3]) + (", ..." if len(items) > 3 else "")
+    return SpecError(field, value, "TF1 comma-separated hosts (the --worker_hosts format): one address per task",
+                     f"write a list: [{shown}]")
 
 
 def _parse_port(text: str, value: object, field: str) -> int:
