@@ -21,12 +21,12 @@ from typing import Iterable, Mapping
 
 from orchestrator.backends.ports import PortReservations
 from orchestrator.errors import LaunchError, SpecError
-from orchestrator.spec.address import parse_address
+from orchestrator.spec.address import LOOPBACK_IPV4, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
+LOOPBACK = LOOPBACK_IPV4
 """Addresses are IPv4 literals: ``localhost`` may resolve to IPv6 where it is off (tensorflow#19900)."""
 
 
@@ -135,10 +135,7 @@ class LocalBackend:
                     continue
                 self.ports.close()
                 raise
-        return {
-            task: f"{LOOPBACK}:{address.port}" if address.host.lower().rstrip(".") == "localhost" else str(address)
-            for task, address in fixed.items()
-        }
+        return {task: localhost_as_ipv4(address) for task, address in fixed.items()}
 
     def release_port(self, task: TaskId, attempt: int) -> int:
         """Called (from the health server thread) when a task is about to bind its port."""

@@ -12,7 +12,10 @@ Rules, and the bug each one prevents:
   unbracketed IPv6 address;
 * one task per ``host:port``: two servers cannot bind one port;
 * ``localhost`` / ``127.x`` only when every task is on loopback: a task on another host
-  dials its own loopback, not yours, and waits forever.
+  dials its own loopback, not yours, and waits forever;
+* ``localhost`` is written ``127.0.0.1`` in every TF_CONFIG we emit (``launch`` and
+  ``render`` alike, :func:`localhost_as_ipv4`): it may resolve to IPv6 ``::1`` where the
+  server listens on IPv4 only, or where IPv6 is off (tensorflow#19900).
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from orchestrator.errors import SpecError
 
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62}))*\.?$")
 _EXAMPLE = "e.g. 10.0.0.5:2222, worker-1.example:2222 or [fe80::1]:2222"
+
+
+LOOPBACK_IPV4 = "127.0.0.1"
+"""What ``localhost`` is written as in a TF_CONFIG (tensorflow#19900)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,26 @@ class Address:
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if self.is_ipv6 else f"{self.host}:{self.port}"
+
+
+def localhost_as_ipv4(address: Address | str, field: str = "address") -> str:
+    """The address as it goes into a TF_CONFIG: ``localhost:2222`` (any case, trailing dot)
+    becomes ``127.0.0.1:2222``, every other address is returned as given.
+
+    The one rule ``launch`` (local backend) and ``render`` share: ``localhost`` may resolve to
+    IPv6 where TensorFlow's server is on IPv4 only, or where IPv6 is off (tensorflow#19900).
+
+    Args:
+        address: a parsed address, or a ``host:port`` string.
+        field: dotted field name for the error when ``address`` is a bad string.
+
+    Raises:
+        SpecError: when ``address`` is a string that is not a valid address.
+    """
+    parsed = address if isinstance(address, Address) else parse_address(address, field)
+    if parsed.host.lower().rstrip(".") == "localhost":
+        return f"{LOOPBACK_IPV4}:{parsed.port}"
+    return str(address)
 
 
 def parse_address(value: object, field: str) -> Address:
