@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from orchestrator.backends.ports import PortReservations
+from orchestrator.backends.ports import PortReservations, port_holder
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.spec.address import LOOPBACK_IPV4, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
@@ -107,8 +107,9 @@ class LocalBackend:
         and ``localhost`` becomes ``127.0.0.1`` (it may resolve to IPv6: tensorflow#19900).
 
         Raises:
-            SpecError: a fixed address is not loopback, or its port needs root.
-            LaunchError: when ports cannot be reserved (a fixed one is in use).
+            SpecError: a fixed address is not loopback, its port needs root, or something
+                else listens on it (naming the process: :func:`port_holder`); nothing is held.
+            LaunchError: when no free port can be drawn for a task without a fixed address.
         """
         if not spec.addresses:
             return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
@@ -134,7 +135,10 @@ class LocalBackend:
                     log.info("port %d of %s is in TIME_WAIT: not held, TensorFlow binds it anyway", address.port, task)
                     continue
                 self.ports.close()
-                raise
+                holder = port_holder(address.port)
+                raise SpecError(_field(task), str(address), f"port {address.port} is in use by {holder}",
+                                f"stop {'it' if holder.startswith('pid') else 'that process'}, or give {_field(task)} "
+                                "a free port in the spec file") from None
         return {task: localhost_as_ipv4(address) for task, address in fixed.items()}
 
     def release_port(self, task: TaskId, attempt: int) -> int:
