@@ -11,6 +11,7 @@ from pathlib import Path
 from orchestrator import runner
 from orchestrator.backends import get_backend
 from orchestrator.cli.backend import add_backend_arguments, backend_options
+from orchestrator.cli.checks import check_program
 from orchestrator.errors import SpecError
 from orchestrator.faults import Fault
 from orchestrator.faults import check_tasks as check_fault_tasks
@@ -111,6 +112,7 @@ def run_launch(args: argparse.Namespace) -> int:
     if getattr(args, "command_argv", None) == [] and getattr(args, "program_separator", False):
         raise SpecError("--", "", "no program after --", "write the program to run, e.g. -- python train.py")
     command = list(getattr(args, "command_argv", None) or [])
+    check_program(command, args.backend)
     if args.backend == "local" and not command:
         check_memory(spec)
     commands = {t: command for t in ("chief", "worker", "ps", "evaluator")} if command else None

@@ -23,6 +23,9 @@ from tests.conftest import REPO, orchestrator_cmd, test_env
         (["--stop-timeout", "0"], "stop-timeout=0"),
         (["--workers", "two"], "invalid int value: 'two'"),
         (["--run-id", "../x"], "run-id='../x'"),
+        (["--workers", "2", "--", "/nonexistent"], "program='/nonexistent': no such file"),
+        (["--workers", "2", "--", "no-such-program-x9", "--epochs", "1"], "program='no-such-program-x9': not found on PATH"),
+        (["--workers", "2", "--", "./README.md"], "program='./README.md': is not executable; chmod +x ./README.md"),
     ],
 )
 def test_bad_launch_input_exits_2_with_one_line_and_starts_nothing(tmp_path, args, fragment):
