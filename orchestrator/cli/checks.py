@@ -1,10 +1,11 @@
-"""What ``launch`` checks before anything starts, beyond the spec itself."""
+"""What ``launch`` checks before anything starts, beyond the spec itself, and how it says warnings."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Sequence
+import sys
+from typing import Sequence, TextIO
 
 
 def check_program(argv: Sequence[str], backend: str = "local") -> None:
@@ -49,3 +50,10 @@ def check_program(argv: Sequence[str], backend: str = "local") -> None:
                         f"chmod +x {program}" + (f", or run it with its interpreter: -- {interpreter} {program}"
                                                  if interpreter else ""))
 
+
+
+def print_warnings(warnings: Sequence[str], file: TextIO | None = None) -> None:
+    """Print each plan warning (:func:`orchestrator.plan.plan_warnings`) as one
+    ``warning: ...`` line, on stderr by default: stdout stays the plan or the summary."""
+    for text in warnings:
+        print(f"warning: {text}", file=file or sys.stderr, flush=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from orchestrator import runner
 from orchestrator.backends import get_backend
 from orchestrator.cli.backend import add_backend_arguments, backend_options
-from orchestrator.cli.checks import check_program
+from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.errors import SpecError
 from orchestrator.faults import Fault
 from orchestrator.faults import check_tasks as check_fault_tasks
@@ -126,6 +126,7 @@ def run_launch(args: argparse.Namespace) -> int:
         plan = make_plan(spec, addresses, run_id=run_id, run_dir=Path(args.runs_dir).resolve() / run_id,
                          health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands,
                          python=getattr(backend, "python", sys.executable))
+        print_warnings(plan.warnings)
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
 
@@ -137,6 +138,7 @@ def run_launch(args: argparse.Namespace) -> int:
         view = None
     job = runner.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
                          stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args))
+    print_warnings(job.plan.warnings)
     if view is None:
         view = job.supervisor.view = TableView()
     elif isinstance(view, LinesView):
