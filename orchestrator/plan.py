@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import secrets
 import sys
@@ -64,6 +65,8 @@ class Plan:
         cluster: the training cluster spec (evaluator excluded).
         threads_per_task: intra-op threads each task may use.
         health_address: where tasks send heartbeats.
+        warnings: what looks wrong but is allowed (:func:`plan_warnings`), one line each;
+            ``launch`` prints them on stderr, ``plan.json`` and the dry run list them.
     """
 
     run_id: str
@@ -74,6 +77,7 @@ class Plan:
     threads_per_task: int
     health_address: str
     token: str = field(repr=False, default="")
+    warnings: tuple[str, ...] = ()
 
     def task_plan(self, task: TaskId) -> TaskPlan:
         """The plan of one task. Raises KeyError when the job has no such task."""
@@ -94,6 +98,7 @@ class Plan:
             "batch_size_per_replica": self.spec.training.batch_size_per_replica,
             "global_batch_size": self.spec.global_batch_size,
             "health_address": self.health_address,
+            "warnings": list(self.warnings),
             "tasks": [
                 {
                     "task": str(tp.task),
@@ -129,6 +134,43 @@ def threads_per_task(spec: JobSpec, cores: int) -> int:
     if spec.threads_per_task:
         return spec.threads_per_task
     return max(1, cores // max(1, spec.tf_process_count()))
+
+
+def plan_warnings(spec: JobSpec, commands: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """Warnings (not errors) about a job of the built-in program; none for a user's program.
+
+    Epochs that over-cover the data: ``training.steps_per_epoch`` steps of the global batch
+    (per-replica batch x replicas in sync) that see more examples than the train split has,
+    by more than the last partial batch the derived default (``ceil(examples / global
+    batch)``) rounds up to. More workers grow the global batch, so a value tuned for one
+    worker silently passes over the data several times per epoch. Said only when the
+    number of train examples is known cheaply (:func:`orchestrator.spec.data.train_examples`).
+
+    Args:
+        spec: the validated spec.
+        commands: a user's program per task type (then nothing is known of its data).
+
+    Returns:
+        One line per warning, without a ``warning:`` prefix.
+    """
+    from orchestrator.spec.data import train_examples
+
+    steps = spec.training.steps_per_epoch
+    if commands or steps is None:
+        return []
+    examples = train_examples(spec.training.data)
+    batch = spec.global_batch_size
+    if not examples or steps <= math.ceil(examples / batch):
+        return []
+    source = "the digits" if spec.training.data is None else spec.training.data
+    per_epoch = steps * batch
+    times = f"{per_epoch / examples:.2f}".rstrip("0").rstrip(".")
+    return [
+        f"training.steps_per_epoch={steps} x global batch {batch} ({spec.training.batch_size_per_replica} per replica x "
+        f"{spec.replicas} replica(s)) = {per_epoch:,} examples per epoch, {times}x the "
+        f"{examples:,} train examples of {source}: each epoch passes over the data {times} times; "
+        f"for one pass per epoch use --steps-per-epoch {math.ceil(examples / batch)} or leave it out"
+    ]
 
 
 def task_dir(run_dir: Path, attempt: int, task: TaskId) -> Path:
@@ -231,6 +273,7 @@ def make_plan(
         threads_per_task=threads,
         health_address=health_address,
         token=token,
+        warnings=tuple(plan_warnings(spec, commands)),
     )
 
 

@@ -92,6 +92,30 @@ def engine_available() -> str:
     return ""
 
 
+def list_containers(client, filters: Mapping[str, Any]) -> list:
+    """Containers (running or not) matching ``filters``, leaving out any removed meanwhile.
+
+    Listing inspects each container after the engine listed it; a task container removed in
+    between (by its exit watcher, ``_wait_exit``) made the SDK raise ``NotFound`` ("No such
+    container") for the whole listing. ``ignore_removed`` skips it; a NotFound that still
+    escapes (an older SDK, a removal mid-way) lists again, then gives up with what is known:
+    an empty list, logged.
+
+    Raises:
+        docker.errors.DockerException: other engine errors.
+    """
+    import docker.errors
+
+    last: Exception | None = None
+    for _ in range(3):
+        try:
+            return client.containers.list(all=True, filters=dict(filters), ignore_removed=True)
+        except docker.errors.NotFound as exc:
+            last = exc
+    log.warning("could not list containers %s: %s", dict(filters), last)
+    return []
+
+
 def exit_code_of(status: int, oom_killed: bool = False) -> int:
     """The container's exit status as ``Popen.returncode`` would say it: ``128+N`` -> ``-N``."""
     if oom_killed:
@@ -206,7 +230,7 @@ class DockerBackend(Backend[Container]):
         """Remove containers and networks of orchestrators that are gone (killed without cleanup)."""
         import docker.errors
 
-        for container in self.client.containers.list(all=True, filters={"label": LABEL_OWNER}):
+        for container in list_containers(self.client, {"label": LABEL_OWNER}):
             if not _owner_alive(container.labels.get(LABEL_OWNER, "")):
                 log.warning("removing container %s left by a dead orchestrator", container.name)
                 try:
@@ -391,48 +415,79 @@ class DockerBackend(Backend[Container]):
         import docker.errors
 
         filters = {"label": [f"{LABEL_RUN}={self.run_id}", f"{LABEL_TASK}={task.name}"]}
-        for container in self.client.containers.list(all=True, filters=filters):
+        for container in list_containers(self.client, filters):
             try:
                 container.remove(force=True)
             except docker.errors.DockerException:
                 pass
 
     def close(self) -> None:
-        """Remove every container and the network of this run (the run directory stays)."""
-        import docker.errors
+        """Remove every container and the network of this run (the run directory stays).
 
+        Never raises: it runs in the supervisor's ``finally:`` after the job's outcome is
+        decided, so an engine error here (a container removed meanwhile by its exit watcher,
+        an engine that went away) is logged as a warning and must cost neither the summary
+        nor a success.
+        """
         if self.client is None:
             return
+        try:
+            self._remove_everything()
+        except Exception as exc:  # noqa: BLE001 - see the docstring: logged, never raised
+            log.warning("cleaning up the containers of run %s: %s", self.run_id, exc)
+        finally:
+            try:
+                self.client.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("closing the Docker client: %s", exc)
+            self.client = None
+
+    def _remove_everything(self) -> None:
+        import docker.errors
+
         with self._lock:
             handles = list(self._containers)
-        try:
-            if self.run_id:
-                for container in self.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.run_id}"}):
-                    try:
-                        container.remove(force=True)
-                    except docker.errors.NotFound:
-                        pass
-                    except docker.errors.APIError as exc:
-                        if exc.status_code != 409:  # 409: its removal is already under way (the task exited)
-                            log.warning("could not remove container %s: %s", container.name, exc)
-            deadline = time.monotonic() + 30.0
-            for h in handles:
-                h.exited.wait(max(0.0, deadline - time.monotonic()))
-            if self.network is not None:
-                # a removal under way still holds its endpoint: retry, bounded
-                while True:
-                    try:
-                        self.network.remove()
+        deadline = time.monotonic() + 30.0
+        if self.run_id:
+            try:
+                listed = list_containers(self.client, {"label": f"{LABEL_RUN}={self.run_id}"})
+            except docker.errors.DockerException as exc:
+                log.warning("could not list the containers of run %s: %s", self.run_id, exc)
+                listed = []
+            known = {getattr(c, "id", None) for c in listed}
+            # every container this backend started, listed or not (a failed listing must not leave one)
+            listed += [h.container for h in handles if getattr(h.container, "id", None) not in known]
+            for container in listed:
+                _remove(container)
+        for h in handles:
+            h.exited.wait(max(0.0, deadline - time.monotonic()))
+        if self.network is not None:
+            # a removal under way still holds its endpoint: retry, bounded
+            while True:
+                try:
+                    self.network.remove()
+                    break
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.DockerException as exc:
+                    if time.monotonic() > deadline:
+                        log.warning("could not remove network %s: %s", self.network.name, exc)
                         break
-                    except docker.errors.NotFound:
-                        break
-                    except docker.errors.DockerException as exc:
-                        if time.monotonic() > deadline:
-                            log.warning("could not remove network %s: %s", self.network.name, exc)
-                            break
-                        time.sleep(0.2)
-                self.network = None
-        finally:
-            self.client.close()
-            self.client = None
+                    time.sleep(0.2)
+            self.network = None
+
+
+def _remove(container) -> None:
+    """Remove one container, tolerating its removal by someone else (never raises)."""
+    import docker.errors
+
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if exc.status_code not in (404, 409):  # 409: its removal is already under way (the task exited)
+            log.warning("could not remove container %s: %s", getattr(container, "name", container), exc)
+    except docker.errors.DockerException as exc:
+        log.warning("could not remove container %s: %s", getattr(container, "name", container), exc)
 

@@ -21,14 +21,14 @@ from typing import Iterable
 import psutil
 
 from orchestrator.backends.base import Backend, LaunchRequest, ProcessSample, TaskHandle, faulthandler_dump
-from orchestrator.backends.ports import PortReservations
+from orchestrator.backends.ports import PortReservations, port_holder
 from orchestrator.errors import LaunchError, SpecError
-from orchestrator.spec.address import parse_address
+from orchestrator.spec.address import LOOPBACK_IPV4, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
+LOOPBACK = LOOPBACK_IPV4
 """Addresses are IPv4 literals: ``localhost`` may resolve to IPv6 where it is off (tensorflow#19900)."""
 
 
@@ -109,8 +109,9 @@ class LocalBackend(Backend[LocalProcess]):
         and ``localhost`` becomes ``127.0.0.1`` (it may resolve to IPv6: tensorflow#19900).
 
         Raises:
-            SpecError: a fixed address is not loopback, or its port needs root.
-            LaunchError: when ports cannot be reserved (a fixed one is in use).
+            SpecError: a fixed address is not loopback, its port needs root, or something
+                else listens on it (naming the process: :func:`port_holder`); nothing is held.
+            LaunchError: when no free port can be drawn for a task without a fixed address.
         """
         if not spec.addresses:
             return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
@@ -136,11 +137,11 @@ class LocalBackend(Backend[LocalProcess]):
                     log.info("port %d of %s is in TIME_WAIT: not held, TensorFlow binds it anyway", address.port, task)
                     continue
                 self.ports.close()
-                raise
-        return {
-            task: f"{LOOPBACK}:{address.port}" if address.host.lower().rstrip(".") == "localhost" else str(address)
-            for task, address in fixed.items()
-        }
+                holder = port_holder(address.port)
+                raise SpecError(_field(task), str(address), f"port {address.port} is in use by {holder}",
+                                f"stop {'it' if holder.startswith('pid') else 'that process'}, or give {_field(task)} "
+                                "a free port in the spec file") from None
+        return {task: localhost_as_ipv4(address) for task, address in fixed.items()}
 
     def release_port(self, task: TaskId, attempt: int) -> int:
         """Called (from the health server thread) when a task is about to bind its port."""

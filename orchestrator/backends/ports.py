@@ -38,6 +38,35 @@ def port_range() -> tuple[int, int]:
     return low, high
 
 
+def port_holder(port: int) -> str:
+    """Who holds TCP ``port`` on this machine, for an error message: ``pid 4242 (nc)``, or
+    ``another process`` when the socket's owner is not visible (another user's process
+    without privileges, or a platform where psutil cannot list connections).
+
+    Args:
+        port: the local TCP port.
+
+    Returns:
+        ``pid <pid> (<name>)`` of the process that listens on it (else of any socket bound
+        to it), or ``another process``.
+    """
+    import psutil
+
+    try:
+        sockets = [c for c in psutil.net_connections(kind="tcp") if c.laddr and c.laddr.port == port]
+    except (psutil.Error, OSError):
+        return "another process"
+    sockets.sort(key=lambda c: (c.status != psutil.CONN_LISTEN, c.pid is None))
+    for conn in sockets:
+        if conn.pid is None:
+            continue
+        try:
+            return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+        except psutil.Error:
+            return f"pid {conn.pid}"
+    return "another process"
+
+
 class PortReservations:
     """Holds one bound socket per task until the task releases it.
 

@@ -9,6 +9,7 @@ import sys
 
 from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
+from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.errors import SpecError
 from orchestrator.faults import Fault
 from orchestrator.report.live import LinesView, QuietView, TableView
@@ -106,11 +107,13 @@ def run_launch(args: argparse.Namespace) -> int:
     if getattr(args, "command_argv", None) == [] and getattr(args, "program_separator", False):
         raise SpecError("--", "", "no program after --", "write the program to run, e.g. -- python train.py")
     command = list(getattr(args, "command_argv", None) or [])
+    check_program(command, args.backend)
     commands = {t: command for t in ("chief", "worker", "ps", "evaluator")} if command else None
     faults = [Fault.parse(text) for text in args.inject_fault]
     if args.dry_run:
         plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
                            backend=args.backend)
+        print_warnings(plan.warnings)
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
 
@@ -121,7 +124,8 @@ def run_launch(args: argparse.Namespace) -> int:
     else:
         view = None
     job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
-                         stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args))
+                      stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args))
+    print_warnings(job.plan.warnings)
     if view is None:
         view = job.supervisor.view = TableView()
     elif isinstance(view, LinesView):

@@ -3,6 +3,7 @@
 Addresses come from the spec's ``addresses``; without them, from ``--host`` (one host
 for every task on consecutive ports from ``--base-port``, or one host per task in task
 order, all on ``--base-port``). Nothing is started and nothing is bound: any host works.
+``localhost`` is written ``127.0.0.1``, as ``launch`` does (tensorflow#19900).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import shlex
 
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.errors import SpecError
-from orchestrator.spec.address import check_addresses
+from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
@@ -59,8 +60,12 @@ def addresses_for(spec: JobSpec, hosts: list[str] | None, base_port: int | None)
         if hosts or base_port is not None:
             raise SpecError("host" if hosts else "base-port", hosts or base_port, "the spec already fixes every address",
                             "drop --host/--base-port, or the spec's addresses")
-        return {t: spec.addresses[t] for t in tasks}
+        return {t: localhost_as_ipv4(spec.addresses[t], f"addresses.{t.task_type}[{t.task_index}]") for t in tasks}
     hosts = hosts or [DEFAULT_HOST]
+    for host in hosts:
+        if "," in host:
+            raise SpecError("host", host, "TF1 comma-separated hosts: one host per --host",
+                            "repeat the flag: " + " ".join(f"--host {h.strip()}" for h in host.split(",") if h.strip()))
     port = DEFAULT_PORT if base_port is None else base_port
     last = port + (len(tasks) - 1 if len(hosts) == 1 else 0)
     if not (1 <= port and last <= 65535):
@@ -74,7 +79,7 @@ def addresses_for(spec: JobSpec, hosts: list[str] | None, base_port: int | None)
                         "give one --host for every task, or one per task in that order")
     fields = {f"host[{i}]" if len(hosts) > 1 else "host": t for i, t in enumerate(tasks)}
     check_addresses((f, out[t]) for f, t in fields.items())
-    return out
+    return {t: localhost_as_ipv4(a) for t, a in out.items()}
 
 
 def _join(host: str, port: int) -> str:

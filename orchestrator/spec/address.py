@@ -5,11 +5,17 @@ Rules, and the bug each one prevents:
 
 * ``host:port`` with a port in 1..65535 and nothing else (no ``grpc://`` scheme, no path:
   TF_CONFIG's ``rpc_layer`` carries the protocol);
+* one address per task: TF1's comma-separated ``"h1:2222,h2:2222"`` (its ``--worker_hosts``
+  flag) is a list in TF2, and says so wherever it appears (it would otherwise read as an
+  unbracketed IPv6 address);
 * IPv6 literals in brackets, ``[fe80::1]:2222``: gRPC cannot tell the port from an
   unbracketed IPv6 address;
 * one task per ``host:port``: two servers cannot bind one port;
 * ``localhost`` / ``127.x`` only when every task is on loopback: a task on another host
-  dials its own loopback, not yours, and waits forever.
+  dials its own loopback, not yours, and waits forever;
+* ``localhost`` is written ``127.0.0.1`` in every TF_CONFIG we emit (``launch`` and
+  ``render`` alike, :func:`localhost_as_ipv4`): it may resolve to IPv6 ``::1`` where the
+  server listens on IPv4 only, or where IPv6 is off (tensorflow#19900).
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from orchestrator.errors import SpecError
 
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62}))*\.?$")
 _EXAMPLE = "e.g. 10.0.0.5:2222, worker-1.example:2222 or [fe80::1]:2222"
+
+
+LOOPBACK_IPV4 = "127.0.0.1"
+"""What ``localhost`` is written as in a TF_CONFIG (tensorflow#19900)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,26 @@ class Address:
         return f"[{self.host}]:{self.port}" if self.is_ipv6 else f"{self.host}:{self.port}"
 
 
+def localhost_as_ipv4(address: Address | str, field: str = "address") -> str:
+    """The address as it goes into a TF_CONFIG: ``localhost:2222`` (any case, trailing dot)
+    becomes ``127.0.0.1:2222``, every other address is returned as given.
+
+    The one rule ``launch`` (local backend) and ``render`` share: ``localhost`` may resolve to
+    IPv6 where TensorFlow's server is on IPv4 only, or where IPv6 is off (tensorflow#19900).
+
+    Args:
+        address: a parsed address, or a ``host:port`` string.
+        field: dotted field name for the error when ``address`` is a bad string.
+
+    Raises:
+        SpecError: when ``address`` is a string that is not a valid address.
+    """
+    parsed = address if isinstance(address, Address) else parse_address(address, field)
+    if parsed.host.lower().rstrip(".") == "localhost":
+        return f"{LOOPBACK_IPV4}:{parsed.port}"
+    return str(address)
+
+
 def parse_address(value: object, field: str) -> Address:
     """Parse one ``host:port``.
 
@@ -71,6 +101,8 @@ def parse_address(value: object, field: str) -> Address:
     if not isinstance(value, str):
         raise SpecError(field, value, "an address must be a 'host:port' string", f"quote it, {_EXAMPLE}")
     text = value
+    if "," in text:
+        raise tf1_hosts_error(field, value)
     if text != text.strip() or not text:
         raise SpecError(field, value, "an address must be 'host:port' with no spaces", _EXAMPLE)
     if "://" in text:
@@ -107,6 +139,24 @@ def parse_address(value: object, field: str) -> Address:
             raise SpecError(field, value, f"{host!r} is not a hostname or IP address", _EXAMPLE)
     port = _parse_port(port_text, value, field)
     return Address(host, port)
+
+
+def tf1_hosts_error(field: str, value: str) -> SpecError:
+    """The error for a TF1 comma-separated host string (``"h1:2222,h2:2222"``, the format of
+    TF1's ``--worker_hosts``), wherever it appears: a cluster spec's task type, one of its list
+    items, a spec file's ``addresses``, a TF_CONFIG.
+
+    Args:
+        field: dotted field name, e.g. ``cluster.worker`` or ``addresses.worker[0]``.
+        value: the string as given.
+
+    Returns:
+        The SpecError to raise: it says to write a list, with the string's own items.
+    """
+    items = [part.strip() for part in value.split(",") if part.strip()]
+    shown = ", ".join(f'"{item}"' for item in items[:3]) + (", ..." if len(items) > 3 else "")
+    return SpecError(field, value, "TF1 comma-separated hosts (the --worker_hosts format): one address per task",
+                     f"write a list: [{shown}]")
 
 
 def _parse_port(text: str, value: object, field: str) -> int:

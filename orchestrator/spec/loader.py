@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import yaml
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.address import tf1_hosts_error
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy, TaskId, TrainingSpec
 from orchestrator.spec.supervision import SupervisionSpec
 
@@ -222,6 +223,8 @@ def parse_addresses(raw: object, field: str = "addresses") -> dict[TaskId, str]:
         if task_type not in TASK_TYPES:
             raise SpecError(where, value, "unknown task type", suggest(task_type, TASK_TYPES))
         if isinstance(value, str):
+            if "," in value:  # before the counts are compared: 'h1:1,h2:1' is one string, not one task
+                raise tf1_hosts_error(where, value)
             value = [value]
         if isinstance(value, Mapping):
             raise SpecError(where, value, "a sparse list (task index -> address) is not supported by tf.distribute",

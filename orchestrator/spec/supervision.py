@@ -129,9 +129,21 @@ class SupervisionSpec:
         return self.restart_policy.get(role, RestartPolicy.EXIT_CODE)
 
 
+FIX_EXAMPLES = {
+    "backoff_s": "e.g. --restart-backoff 1",
+    "backoff_max_s": "e.g. supervision: {backoff_max_s: 30} in the spec file (it has no flag)",
+    "heartbeat_timeout_s": "e.g. --heartbeat-timeout 10",
+    "stall_timeout_s": "e.g. --stall-timeout 60",
+    "startup_timeout_s": "e.g. --startup-timeout 180",
+    "deadline_s": "e.g. --deadline 600",
+}
+"""Field -> the example of a good value each error names: ``launch``'s flag for the field, or
+the spec-file field where there is no flag (flag names are not derived from field names:
+``backoff_s`` is ``--restart-backoff``)."""
+
+
 def _seconds(name: str, value: object, allow_zero: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
     if not ok or float(value) < 0 or (float(value) == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        flag = "--" + name.removesuffix("_s").replace("_", "-")
-        raise SpecError(name, value, f"must be a number of seconds {bound}", f"e.g. {flag} 10")
+        raise SpecError(name, value, f"must be a number of seconds {bound}", FIX_EXAMPLES[name])

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from orchestrator.errors import SpecError
-from orchestrator.spec.address import Address, check_addresses
+from orchestrator.spec.address import Address, check_addresses, tf1_hosts_error
 from orchestrator.spec.loader import TF1_NAMES, suggest
 from orchestrator.spec.model import TASK_TYPES, TRAINING_TASK_TYPES, JobSpec, Strategy, TaskId
 
@@ -114,9 +114,9 @@ def check_cluster(cluster: object, field: str = "cluster", strategy: Strategy | 
             raise SpecError(where, value, "a sparse cluster (task index -> address) is not supported by tf.distribute",
                             "list every task's address in index order")
         if isinstance(value, str):
-            fix = f'write a list: ["{value.split(",")[0].strip()}", ...]' if "," in value else f'write a list: ["{value}"]'
-            raise SpecError(where, value, "must be a list of host:port" + (" (a comma-separated string is the TF1 "
-                            "--worker_hosts format)" if "," in value else ""), fix)
+            if "," in value:
+                raise tf1_hosts_error(where, value)
+            raise SpecError(where, value, "must be a list of host:port", f'write a list: ["{value}"]')
         if not isinstance(value, list):
             raise SpecError(where, value, "must be a list of host:port", f'e.g. "{task_type}": ["10.0.0.1:2222"]')
         if not value:

@@ -23,6 +23,9 @@ from tests.conftest import REPO, orchestrator_cmd, test_env
         (["--stop-timeout", "0"], "stop-timeout=0"),
         (["--workers", "two"], "invalid int value: 'two'"),
         (["--run-id", "../x"], "run-id='../x'"),
+        (["--workers", "2", "--", "/nonexistent"], "program='/nonexistent': no such file"),
+        (["--workers", "2", "--", "no-such-program-x9", "--epochs", "1"], "program='no-such-program-x9': not found on PATH"),
+        (["--workers", "2", "--", "./README.md"], "program='./README.md': is not executable; chmod +x ./README.md"),
     ],
 )
 def test_bad_launch_input_exits_2_with_one_line_and_starts_nothing(tmp_path, args, fragment):
@@ -85,3 +88,43 @@ def test_more_bad_launch_input_exits_2_with_one_line(args, fragment):
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert fragment in line
+
+
+def test_dry_run_warns_when_epochs_over_cover_the_data(tmp_path):
+    import json
+
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--workers", "2", "--steps-per-epoch", "90", "--dry-run", "--runs-dir", str(tmp_path)),
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: training.steps_per_epoch=90 x global batch 32"), lines
+    assert "2,880 examples per epoch, 2x the 1,437 train examples" in lines[0]
+    assert json.loads(result.stdout)["warnings"] == [lines[0].removeprefix("warning: ")]
+
+
+def test_launch_warns_on_stderr_and_in_plan_json_before_the_job_runs(tmp_path, monkeypatch, capsys):
+    import json
+
+    from orchestrator import api
+    from orchestrator.cli import main
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def run_nothing(job):  # stands in for supervising the job: the warning came before it
+        seen["stderr"] = capsys.readouterr().err
+        seen["plan"] = json.loads((job.plan.run_dir / "plan.json").read_text())
+        job.server.stop()
+        job.supervisor.backend.close()
+        raise Stop
+
+    monkeypatch.setattr(api, "run", run_nothing)
+    with pytest.raises(Stop):
+        main(["launch", "--workers", "2", "--steps-per-epoch", "90", "--plain", "--runs-dir", str(tmp_path)])
+    warning = next(line for line in seen["stderr"].splitlines() if line.startswith("warning: "))
+    assert "steps_per_epoch=90 x global batch 32" in warning
+    assert seen["plan"]["warnings"] == [warning.removeprefix("warning: ")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 from orchestrator.backends.local import LocalBackend
-from orchestrator.errors import LaunchError, SpecError
+from orchestrator.errors import SpecError
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import TaskId
 from tests.conftest import REPO, orchestrator_cmd, test_env
@@ -149,12 +150,32 @@ def test_local_backend_reserves_exactly_the_fixed_ports_and_fails_cleanly_on_a_b
         busy.bind(("0.0.0.0", ports[1]))
         busy.listen()
         backend = LocalBackend()
-        with pytest.raises(LaunchError, match=f"port {ports[1]} for worker:1 is in use"):
+        with pytest.raises(SpecError) as info:  # bad input (exit 2), naming the field, the port and who holds it
             backend.allocate(spec)
+        assert info.value.field == "addresses.worker[1]"
+        assert f"port {ports[1]} is in use by pid {os.getpid()} (" in info.value.problem
+        assert "addresses.worker[1]" in info.value.fix
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", ports[0]))  # the other reservation was let go
     with pytest.raises(SpecError, match="loopback"):
         LocalBackend().allocate(build_spec({"addresses": {"worker": ["10.0.0.1:2222"]}}))
+
+
+def test_launch_on_a_fixed_port_another_process_listens_on_is_bad_input(tmp_path):
+    port = free_port()
+    (tmp_path / "busy.yaml").write_text(f"addresses: {{worker: ['127.0.0.1:{free_port()}', 'localhost:{port}']}}\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(); "
+                               f"s.bind(('0.0.0.0', {port})); s.listen(); print('up', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        line = one_error_line(cli("launch", "--spec", str(tmp_path / "busy.yaml"), "--runs-dir", str(tmp_path / "runs")))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert line.startswith(f"error: addresses.worker[1]='localhost:{port}': port {port} is in use by pid {holder.pid} ("), line
+    assert "give addresses.worker[1] a free port" in line
+    assert not (tmp_path / "runs").exists()
 
 
 def test_doctor_reports_and_fails_on_a_busy_fixed_port(tmp_path):

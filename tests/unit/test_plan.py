@@ -11,7 +11,8 @@ from orchestrator import env
 from orchestrator.errors import SpecError
 from orchestrator.faults import Fault
 from orchestrator.plan import attempt_env, make_plan, threads_per_task
-from orchestrator.spec import JobSpec, TaskId
+from orchestrator.spec import JobSpec, TaskId, TrainingSpec
+from orchestrator.spec.data import DIGITS_TRAIN_EXAMPLES, train_examples
 
 
 def plan_for(spec: JobSpec, **kw):
@@ -60,3 +61,50 @@ def test_faults_land_in_their_task_only_and_unknown_tasks_are_rejected():
     assert json.loads(plan.task_plan(TaskId("worker", 1)).env["ORCH_FAULTS"])[0]["kind"] == "kill"
     with pytest.raises(SpecError):
         plan_for(JobSpec.create(workers=2), faults=[Fault.parse("worker:7:kill@step=3")])
+
+
+# --- issue 11, item 8: epochs that over-cover the data are a warning, with the numbers
+
+
+def test_steps_per_epoch_over_the_data_is_a_warning_with_the_numbers():
+    plan = plan_for(JobSpec.create(workers=2, training=TrainingSpec(steps_per_epoch=90)))
+    assert plan.warnings == (
+        "training.steps_per_epoch=90 x global batch 32 (16 per replica x 2 replica(s)) = 2,880 examples per epoch, "
+        "2x the 1,437 train examples of the digits: each epoch passes over the data 2 times; "
+        "for one pass per epoch use --steps-per-epoch 45 or leave it out",
+    )
+    assert plan.to_dict()["warnings"] == list(plan.warnings)
+
+
+@pytest.mark.parametrize("steps, workers, commands", [(None, 2, None), (45, 2, None), (90, 1, None),
+                                                      (90, 2, {"worker": ["python", "train.py"]})])
+def test_no_warning_for_one_pass_or_a_users_program(steps, workers, commands):
+    plan = plan_for(JobSpec.create(workers=workers, training=TrainingSpec(steps_per_epoch=steps)), commands=commands)
+    assert plan.warnings == () and plan.to_dict()["warnings"] == []
+
+
+def test_train_examples_of_npz_and_tfrecord_data_are_read_cheaply(tmp_path):
+    import struct
+
+    np = pytest.importorskip("numpy")
+    np.savez(tmp_path / "d.npz", x_train=np.zeros((100, 3, 2)), y_train=np.zeros(100), x_test=np.zeros((7, 6)),
+             y_test=np.zeros(7))
+    assert train_examples(str(tmp_path / "d.npz")) == 100
+    spec = JobSpec.create(workers=2, training=TrainingSpec(steps_per_epoch=5, data=str(tmp_path / "d.npz")))
+    assert "5 x global batch 32" in plan_for(spec).warnings[0] and f"of {tmp_path / 'd.npz'}" in plan_for(spec).warnings[0]
+    records = tmp_path / "tfr"
+    records.mkdir()
+    for name, n in (("train-0", 3), ("train-1", 2), ("test-0", 9)):  # TFRecord framing: length, crc, data, crc
+        (records / name).write_bytes(b"".join(struct.pack("<Q", 5) + b"\0" * 4 + b"abcde" + b"\0" * 4 for _ in range(n)))
+    assert train_examples(str(records)) == 5
+    (records / "metadata.json").write_text('{"num_train": 1437}')
+    assert train_examples(str(records)) == 1437
+    (tmp_path / "bad.npz").write_text("not a zip")
+    assert train_examples(str(tmp_path / "bad.npz")) is None  # unknown: no warning rather than a guess
+
+
+def test_the_digits_count_matches_the_task_programs_split():
+    pytest.importorskip("sklearn")
+    from worker.data import load_digits_split
+
+    assert all(len(load_digits_split(seed)[0]) == DIGITS_TRAIN_EXAMPLES for seed in (0, 1))

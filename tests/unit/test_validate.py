@@ -169,3 +169,40 @@ def test_address_parser_accepts_the_usual_forms():
     assert parse_address("localhost:1", "f").is_loopback and parse_address("127.0.0.2:1", "f").is_loopback
     assert parse_address("[::1]:1", "f").is_loopback and not parse_address("10.0.0.1:1", "f").is_loopback
     assert len(check_addresses([("a", "h1:1"), ("b", "h1:2"), ("c", "h2:1")])) == 3
+
+
+TF1_STRINGS = [
+    # (kind, document, field): a TF1 comma-separated host string wherever it appears
+    ("cluster", {"worker": "h1:2222,h2:2222"}, "cluster.worker"),
+    ("cluster", {"worker": ["h1:2222,h2:2222"]}, "cluster.worker[0]"),
+    ("cluster", {"worker": ["h1,h2:2222"]}, "cluster.worker[0]"),
+    ("tf_config", tfc(cluster={"worker": ["10.0.0.1:2222,10.0.0.2:2222"]}), "cluster.worker[0]"),
+    ("tf_config", tfc(cluster={"worker": "10.0.0.1:2222, 10.0.0.2:2222"}), "cluster.worker"),
+    ("spec", {"addresses": {"worker": "127.0.0.1:2222,127.0.0.1:2223"}}, "addresses.worker"),
+    ("spec", {"workers": 2, "addresses": {"worker": "127.0.0.1:2222,127.0.0.1:2223"}}, "addresses.worker"),
+    ("spec", {"addresses": {"worker": ["127.0.0.1:2222,127.0.0.1:2223"]}}, "addresses.worker[0]"),
+]
+
+
+@pytest.mark.parametrize("kind, document, field", TF1_STRINGS)
+def test_comma_separated_hosts_get_the_tf1_message_not_the_ipv6_one(kind, document, field):
+    with pytest.raises(SpecError) as info:
+        check(kind, document)
+    assert info.value.field == field
+    assert "TF1 comma-separated hosts" in info.value.problem and "write a list" in info.value.fix
+    assert "IPv6" not in str(info.value)
+
+
+def test_comma_separated_hosts_list_their_items_in_the_fix():
+    with pytest.raises(SpecError) as info:
+        parse_address("h1:2222,h2:2222", "cluster.worker[0]")
+    assert info.value.fix == 'write a list: ["h1:2222", "h2:2222"]'
+
+
+def test_render_host_flag_with_commas_says_to_repeat_the_flag():
+    from orchestrator.cli.render import addresses_for
+    from orchestrator.spec.model import JobSpec
+
+    with pytest.raises(SpecError) as info:
+        addresses_for(JobSpec.create(workers=2), ["h1,h2"], None)
+    assert info.value.field == "host" and info.value.fix.endswith("--host h1 --host h2")
