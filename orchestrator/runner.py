@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 
 from orchestrator.backends import get_backend
 from orchestrator.errors import SpecError
-from orchestrator.faults import Fault
-from orchestrator.faults import check_tasks as check_fault_tasks
+from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.backends.local import check_memory
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id

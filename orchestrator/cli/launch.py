@@ -12,8 +12,8 @@ from orchestrator import runner
 from orchestrator.backends import get_backend
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.errors import SpecError
-from orchestrator.faults import Fault
-from orchestrator.faults import check_tasks as check_fault_tasks
+from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.plan import make_plan, new_run_id
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
