@@ -2,7 +2,7 @@
 
 * Addresses are service names on the job's own bridge network with one fixed port:
   ``worker-1:2222`` (each container carries its task name as network alias and
-  hostname), exactly as in the Compose file :mod:`orchestrator.backends.compose` renders.
+  hostname), exactly as in the Compose file :mod:`orchestrator.render.compose` renders.
   Nothing is published on the host: TensorFlow's server has no authentication.
 * The orchestrator's health endpoint binds the network's gateway address (still
   token-protected), which the containers reach; nothing binds ``0.0.0.0``.

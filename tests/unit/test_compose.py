@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from orchestrator import env
-from orchestrator.backends import compose, docker, image
+from orchestrator.backends import docker, image
+from orchestrator.render import compose
 from orchestrator.spec import JobSpec
 from tests.conftest import REPO, test_env
 
