@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from orchestrator import env as envvars
+from orchestrator.backends.engine import connect
+from orchestrator.backends.image import ensure_image
 from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -54,41 +56,11 @@ LABEL_RUN = f"{LABEL}.run-id"
 LABEL_TASK = f"{LABEL}.task"
 LABEL_OWNER = f"{LABEL}.orchestrator"
 """``host:pid:create_time`` of the orchestrator that owns a container or network."""
-ENGINE_TIMEOUT_S = 60
 
 
 def addresses(spec: JobSpec) -> dict[TaskId, str]:
     """``<task name>:2222`` for every task: service names on the job's network."""
     return {task: f"{task.name}:{TF_PORT}" for task in spec.tasks()}
-
-
-def connect(timeout_s: float = ENGINE_TIMEOUT_S):
-    """A ``docker.DockerClient`` for the engine of the environment (``DOCKER_HOST`` or the local socket).
-
-    Raises:
-        LaunchError: when the SDK is missing or the engine does not answer.
-    """
-    try:
-        import docker
-    except ImportError:
-        raise LaunchError("the docker backend needs the Docker SDK: pip install -e '.[docker]'") from None
-    try:
-        client = docker.from_env(timeout=int(timeout_s))
-        client.ping()
-    except docker.errors.DockerException as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise LaunchError(f"cannot reach the Docker engine at {where} ({exc}); start it (dockerd) "
-                          "or use --backend local") from None
-    return client
-
-
-def engine_available() -> str:
-    """"" when an engine answers, else why not (for tests that skip)."""
-    try:
-        connect(timeout_s=5).close()
-    except LaunchError as exc:
-        return str(exc)
-    return ""
 
 
 def exit_code_of(status: int, oom_killed: bool = False) -> int:
@@ -185,8 +157,6 @@ class DockerBackend:
             LaunchError: no engine, a failed build, or no network.
         """
         import docker.errors
-
-        from orchestrator.backends.image import ensure_image
 
         self.client = connect()
         self.run_id, self.run_dir = run_id, Path(run_dir)
