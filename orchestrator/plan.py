@@ -206,7 +206,10 @@ def make_plan(
         module = "ps" if task.task_type == "ps" else "worker"
         user_program = (commands or {}).get(task.task_type)
         # a user's program runs through execwrap, which makes it die with the orchestrator
-        argv = (python, "-m", "orchestrator.task.execwrap", "--", *user_program) if user_program else (python, "-m", module)
+        if user_program:
+            argv = (python, "-m", "orchestrator.task.execwrap", "--", *user_program)
+        else:
+            argv = (python, "-m", module)
         task_env = {**common, "TF_CONFIG": tf_config_json(addresses, task)}
         mine = [f for f in faults if f.task == task]
         if mine:

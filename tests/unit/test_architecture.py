@@ -229,12 +229,13 @@ def check(modules: set[str], imports: list[Import]) -> list[Violation]:
             found.append(Violation("control-plane", f"{head}: the control plane must not import the task side "
                                    f"({', '.join(TASK_SIDE)}); they share only {', '.join(SHARED)}"))
         elif a == "shared" and b != "shared":
-            found.append(Violation("shared", f"{head}: a shared module ({', '.join(SHARED)}) imports only shared modules"))
+            found.append(Violation("shared", f"{head}: a shared module ({', '.join(SHARED)}) "
+                                   "imports only shared modules"))
         elif a == "control" and b == "control":
             upper, lower = layer(imp.module), layer(imp.target)
             if upper is not None and lower is not None and lower < upper:
-                found.append(Violation("layers", f"{head}: layer {names[upper]!r} must not import layer {names[lower]!r} "
-                                       f"above it (layers, top to bottom: {' -> '.join(names)})"))
+                found.append(Violation("layers", f"{head}: layer {names[upper]!r} must not import layer "
+                                       f"{names[lower]!r} above it (layers, top to bottom: {' -> '.join(names)})"))
     for cycle in _cycles(modules, imports):
         path = " -> ".join([cycle[0].module] + [imp.target for imp in cycle])
         lines = ", ".join(imp.where for imp in cycle)
@@ -315,7 +316,8 @@ def test_the_checker_finds_planted_violations(tmp_path):
     ]
     assert len(messages["control-plane"]) == 1
     assert messages["control-plane"][0].startswith(
-        "orchestrator/sideways.py:1: orchestrator.sideways imports orchestrator.task.runtime: the control plane must not"
+        "orchestrator/sideways.py:1: orchestrator.sideways imports orchestrator.task.runtime: "
+        "the control plane must not"
     )
     layers = "\n".join(messages["layers"])
     assert "orchestrator.sideways is in no layer" in layers

@@ -17,8 +17,8 @@ def _imports_no_tensorflow(modules: str) -> None:
 
 
 def test_cli_and_supervisor_do_not_import_tensorflow():
-    _imports_no_tensorflow("orchestrator.cli, orchestrator.supervisor, orchestrator.report.live, orchestrator.backends, "
-                           "orchestrator.render.compose, orchestrator.render.kubernetes")
+    _imports_no_tensorflow("orchestrator.cli, orchestrator.supervisor, orchestrator.report.live, "
+                           "orchestrator.backends, orchestrator.render.compose, orchestrator.render.kubernetes")
 
 
 def test_the_client_module_imports_tensorflow_only_for_the_keras_callback():
