@@ -20,9 +20,9 @@ def main() -> None:
         while time.monotonic() < end:
             time.sleep(0.5)
         return
-    from orchestrator.health.client import HeartbeatReporter
     from orchestrator.proto import supervisor_pb2 as pb
-    from orchestrator.runtime import TaskContext, install
+    from orchestrator.task.reporter import HeartbeatReporter
+    from orchestrator.task.runtime import TaskContext, install
 
     if "--idle" in sys.argv:
         while time.monotonic() < end:

@@ -18,8 +18,8 @@ from orchestrator.backends import get_backend
 from orchestrator.backends.base import Backend
 from orchestrator.backends.local import check_memory
 from orchestrator.errors import SpecError
-from orchestrator.faults import Fault
-from orchestrator.faults import check_tasks as check_fault_tasks
+from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.summary import build_summary, write_summary

@@ -12,78 +12,26 @@ without any change to it. To show steps, loss and metrics in the live view and i
 
 Outside an orchestrated task (no ``ORCH_HEALTH_ADDRESS``) both are no-ops, so the same
 script still runs by hand. This module does not import TensorFlow until
-:func:`keras_callback` is called.
+:func:`keras_callback` is called. It is the public face of the task side
+(:mod:`orchestrator.task.reporting`, :mod:`orchestrator.task.keras_callback`).
 """
 
 from __future__ import annotations
 
-import atexit
-import os
-import threading
+from orchestrator.task.reporting import done, report
 
-from orchestrator import env
-
-_lock = threading.Lock()
-_reporter = None
-_started = False
-
-
-def _get():
-    global _reporter, _started
-    with _lock:
-        if not _started:
-            _started = True
-            if os.environ.get(env.HEALTH_ADDRESS) and os.environ.get("TF_CONFIG"):
-                from orchestrator.health.client import HeartbeatReporter
-                from orchestrator.runtime import TaskContext
-
-                context = TaskContext.from_env()
-                _reporter = HeartbeatReporter.from_context(context)
-                if os.getppid() != context.orchestrator_pid:  # a child of the task: no watchdog
-                    _reporter._orchestrator_pid = 0
-                _reporter.start()
-                atexit.register(_reporter.close)
-        return _reporter
-
-
-def report(step: int | None = None, loss: float | None = None, *, epoch: int | None = None,
-           examples_per_second: float | None = None, **metrics: float) -> None:
-    """Report training progress of this task (thread-safe, cheap: sent with the next heartbeat).
-
-    Args:
-        step: global training steps completed.
-        loss: latest training loss.
-        epoch: epochs completed.
-        examples_per_second: throughput of this task.
-        **metrics: any other numbers (e.g. ``accuracy=0.93``); they land in summary.json.
-    """
-    from orchestrator.proto import supervisor_pb2 as pb
-
-    reporter = _get()
-    if reporter is None:
-        return
-    reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
-                    examples_per_second=examples_per_second, **metrics)
-
-
-def done(**metrics: float) -> None:
-    """Say the task finished its work (optional: exit 0 says it too), with final metrics."""
-    from orchestrator.proto import supervisor_pb2 as pb
-
-    reporter = _get()
-    if reporter is not None:
-        reporter.update(phase=pb.PHASE_DONE, **metrics)
+__all__ = ["done", "keras_callback", "report"]
 
 
 def keras_callback(interval_s: float = 1.0):
     """A tf-keras callback reporting step, epoch, loss and examples/s.
 
-    It lives in the task-side package :mod:`worker.report_callback` (which imports tf_keras),
-    so this module stays free of TensorFlow.
+    It lives in :mod:`orchestrator.task.keras_callback` (which imports tf_keras), so this
+    module stays free of TensorFlow until it is called.
 
     Args:
         interval_s: least seconds between two loss fetches.
     """
-    from worker.report_callback import ReportCallback
+    from orchestrator.task.keras_callback import ReportCallback  # imports tf_keras
 
     return ReportCallback(interval_s)

@@ -1,6 +1,6 @@
 """Every environment variable the orchestrator sets in a task, in one place.
 
-Task processes read these through :class:`orchestrator.runtime.TaskContext`.
+Task processes read these through :class:`orchestrator.task.runtime.TaskContext`.
 
 =============================  ==============================================================
 Variable                       Meaning

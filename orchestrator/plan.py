@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from orchestrator import env
-from orchestrator.faults import ENV as FAULTS_ENV
-from orchestrator.faults import Fault
-from orchestrator.faults import check_tasks as check_fault_tasks
-from orchestrator.faults import encode as encode_faults
+from orchestrator.spec.faults import ENV as FAULTS_ENV
+from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import check_tasks as check_fault_tasks
+from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
@@ -207,7 +207,7 @@ def make_plan(
         faults: faults to inject (``--inject-fault``); each lands in its task's env.
         commands: a user's program (argv) per task type replacing the built-in ones
             (``python -m worker`` for chief / worker / evaluator, ``python -m ps`` for ps);
-            it runs through ``python -m orchestrator.execwrap --``.
+            it runs through ``python -m orchestrator.task.execwrap --``.
 
     Returns:
         The plan.
@@ -248,7 +248,10 @@ def make_plan(
         module = "ps" if task.task_type == "ps" else "worker"
         user_program = (commands or {}).get(task.task_type)
         # a user's program runs through execwrap, which makes it die with the orchestrator
-        argv = (python, "-m", "orchestrator.execwrap", "--", *user_program) if user_program else (python, "-m", module)
+        if user_program:
+            argv = (python, "-m", "orchestrator.task.execwrap", "--", *user_program)
+        else:
+            argv = (python, "-m", module)
         task_env = {**common, "TF_CONFIG": tf_config_json(addresses, task)}
         mine = [f for f in faults if f.task == task]
         if mine:

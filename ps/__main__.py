@@ -1,6 +1,6 @@
 """``python -m ps``: entrypoint of parameter-server tasks."""
 
-from orchestrator.runtime import run_task
+from orchestrator.task.runtime import run_task
 from ps.server import serve
 
 raise SystemExit(run_task(serve))

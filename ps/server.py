@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.runtime import restore_sigterm
+from orchestrator.task.runtime import restore_sigterm
 
 
 def configure_threads(tf) -> None:
@@ -27,8 +27,8 @@ def serve(context, reporter) -> None:
     """Start this task's tf.distribute.Server from TF_CONFIG and block in ``join()``.
 
     Args:
-        context: the task's :class:`orchestrator.runtime.TaskContext`.
-        reporter: its :class:`orchestrator.health.client.HeartbeatReporter`.
+        context: the task's :class:`orchestrator.task.runtime.TaskContext`.
+        reporter: its :class:`orchestrator.task.reporter.HeartbeatReporter`.
     """
     import tensorflow as tf
 

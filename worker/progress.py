@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from orchestrator.faults import FaultInjector
+from orchestrator.task.faults import FaultInjector
 from orchestrator.proto import supervisor_pb2 as pb
 
 

@@ -28,7 +28,7 @@ import shutil
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.runtime import restore_sigterm
+from orchestrator.task.runtime import restore_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
 from worker.progress import Progress

@@ -2,7 +2,7 @@
 
 * Addresses are service names on the job's own bridge network with one fixed port:
   ``worker-1:2222`` (each container carries its task name as network alias and
-  hostname), exactly as in the Compose file :mod:`orchestrator.backends.compose` renders.
+  hostname), exactly as in the Compose file :mod:`orchestrator.render.compose` renders.
   Nothing is published on the host: TensorFlow's server has no authentication.
 * The orchestrator's health endpoint binds the network's gateway address (still
   token-protected), which the containers reach; nothing binds ``0.0.0.0``.
@@ -35,10 +35,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from orchestrator import env as envvars
 from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle, faulthandler_dump
+from orchestrator.backends.engine import connect
+from orchestrator.backends.image import ensure_image
 from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -55,41 +57,11 @@ LABEL_RUN = f"{LABEL}.run-id"
 LABEL_TASK = f"{LABEL}.task"
 LABEL_OWNER = f"{LABEL}.orchestrator"
 """``host:pid:create_time`` of the orchestrator that owns a container or network."""
-ENGINE_TIMEOUT_S = 60
 
 
 def addresses(spec: JobSpec) -> dict[TaskId, str]:
     """``<task name>:2222`` for every task: service names on the job's network."""
     return {task: f"{task.name}:{TF_PORT}" for task in spec.tasks()}
-
-
-def connect(timeout_s: float = ENGINE_TIMEOUT_S):
-    """A ``docker.DockerClient`` for the engine of the environment (``DOCKER_HOST`` or the local socket).
-
-    Raises:
-        LaunchError: when the SDK is missing or the engine does not answer.
-    """
-    try:
-        import docker
-    except ImportError:
-        raise LaunchError("the docker backend needs the Docker SDK: pip install -e '.[docker]'") from None
-    try:
-        client = docker.from_env(timeout=int(timeout_s))
-        client.ping()
-    except docker.errors.DockerException as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise LaunchError(f"cannot reach the Docker engine at {where} ({exc}); start it (dockerd) "
-                          "or use --backend local") from None
-    return client
-
-
-def engine_available() -> str:
-    """"" when an engine answers, else why not (for tests that skip)."""
-    try:
-        connect(timeout_s=5).close()
-    except LaunchError as exc:
-        return str(exc)
-    return ""
 
 
 def list_containers(client, filters: Mapping[str, Any]) -> list:
@@ -202,8 +174,6 @@ class DockerBackend(Backend[Container]):
             LaunchError: no engine, a failed build, or no network.
         """
         import docker.errors
-
-        from orchestrator.backends.image import ensure_image
 
         self.client = connect()
         self.run_id, self.run_dir = run_id, Path(run_dir)

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from orchestrator.backends.engine import connect
 from orchestrator.errors import LaunchError
 
 REPOSITORY = "tf-cluster-orchestrator"
@@ -175,8 +176,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.tag_only:
             print(image_tag(args.base_image or default_base_image()))
             return 0
-        from orchestrator.backends.docker import connect
-
         client = connect()
         try:
             print(ensure_image(client, args.base_image, ca_bundle=args.ca_bundle,

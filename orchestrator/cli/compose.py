@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from orchestrator.backends.compose import (
+from orchestrator.render.compose import (
     DEFAULT_HEALTH_ADDRESS,
     dump_compose,
     relative_context,

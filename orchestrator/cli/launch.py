@@ -11,7 +11,7 @@ from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.errors import SpecError
-from orchestrator.faults import Fault
+from orchestrator.spec.faults import Fault
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file

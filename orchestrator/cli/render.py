@@ -12,8 +12,11 @@ import argparse
 import json
 import shlex
 
+import yaml
+
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.errors import SpecError
+from orchestrator.render.kubernetes import tfjob_manifest
 from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
@@ -115,10 +118,6 @@ def run_render(args: argparse.Namespace) -> int:
     if only and only not in spec.tasks():
         raise SpecError("task", args.task, "the job has no such task", "use one of: " + ", ".join(map(str, spec.tasks())))
     if args.format == "tfjob":
-        import yaml
-
-        from orchestrator.backends.kubernetes import tfjob_manifest
-
         if only or args.host or args.base_port is not None:
             raise SpecError("format", "tfjob", "the operator assigns addresses and renders every task",
                             "drop --task/--host/--base-port")

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from orchestrator import api
-from orchestrator.backends.docker import LABEL_RUN, engine_available
+from orchestrator.backends.docker import LABEL_RUN
+from orchestrator.backends.engine import engine_available
 from orchestrator.spec import JobSpec, TaskId, TrainingSpec
 from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
 

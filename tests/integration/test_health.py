@@ -7,7 +7,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchestrator import env
-from orchestrator.health.client import HeartbeatReporter
+from orchestrator.task.reporter import HeartbeatReporter
 from orchestrator.health.server import SERVICE_NAME, HealthServer, HeartbeatStore
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc

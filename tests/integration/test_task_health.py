@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from orchestrator import env
-from orchestrator.health.probe import probe, serve_task_health
+from orchestrator.task.probe import probe, serve_task_health
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.spec import TaskId
 from tests.conftest import REPO, test_env, wait_until
@@ -45,7 +45,7 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def run_probe(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.health.probe", *args], cwd=REPO, env=test_env(),
+    return subprocess.run([sys.executable, "-m", "orchestrator.task.probe", *args], cwd=REPO, env=test_env(),
                           capture_output=True, text=True, timeout=30)
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.runtime import run_task
+from orchestrator.task.runtime import run_task
 
 
 def body(context, reporter) -> None:

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from orchestrator import env
-from orchestrator.backends import compose, docker, image
+from orchestrator.backends import docker, image
+from orchestrator.render import compose
 from orchestrator.spec import JobSpec
 from tests.conftest import REPO, test_env
 
@@ -50,7 +51,7 @@ def test_health_endpoint_token_network_volume_and_healthcheck():
         assert service["volumes"] == ["job:/job"]
         assert service["init"] is True
         assert e[env.TASK_HEALTH_PORT] == "2223"
-        assert service["healthcheck"]["test"] == ["CMD", "python", "-m", "orchestrator.health.probe", "127.0.0.1:2223"]
+        assert service["healthcheck"]["test"] == ["CMD", "python", "-m", "orchestrator.task.probe", "127.0.0.1:2223"]
     document = compose.render_compose(JobSpec.create(workers=2))
     assert document["networks"]["cluster"]["driver"] == "bridge"
     assert "job" in document["volumes"]

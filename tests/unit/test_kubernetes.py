@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from orchestrator.backends.kubernetes import tfjob_manifest
+from orchestrator.render.kubernetes import tfjob_manifest
 from orchestrator.errors import SpecError
 from orchestrator.spec import JobSpec
 from orchestrator.spec.supervision import SupervisionSpec

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import env
 from orchestrator.errors import SpecError
-from orchestrator.faults import Fault
+from orchestrator.spec.faults import Fault
 from orchestrator.plan import attempt_env, make_plan, threads_per_task
 from orchestrator.spec import JobSpec, TaskId, TrainingSpec
 from orchestrator.spec.data import DIGITS_TRAIN_EXAMPLES, train_examples

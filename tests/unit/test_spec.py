@@ -7,7 +7,7 @@ import json
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.faults import Fault
+from orchestrator.spec.faults import Fault
 from orchestrator.spec import JobSpec, Strategy, TaskId, TrainingSpec, cluster_spec, tf_config, tf_config_json
 
 

@@ -14,7 +14,7 @@ The file works with ``docker compose`` (v2) and the older ``docker-compose`` (1.
   authentication) and a named volume at ``/job`` for checkpoints, the exported model and
   error files;
 * a healthcheck per service using the standard gRPC health protocol: each task serves
-  ``grpc.health.v1`` on port 2223, probed by ``python -m orchestrator.health.probe``;
+  ``grpc.health.v1`` on port 2223, probed by ``python -m orchestrator.task.probe``;
 * ``init: true``, so SIGTERM from ``docker compose stop`` reaches the task.
 
 ``docker compose up --abort-on-container-exit --exit-code-from <coordinator>`` ends when
@@ -114,7 +114,7 @@ def render_compose(
                 "networks": [NETWORK],
                 "volumes": [f"{VOLUME}:{JOB_DIR}"],
                 "healthcheck": {
-                    "test": ["CMD", "python", "-m", "orchestrator.health.probe", f"127.0.0.1:{TASK_HEALTH_PORT}"],
+                    "test": ["CMD", "python", "-m", "orchestrator.task.probe", f"127.0.0.1:{TASK_HEALTH_PORT}"],
                     "interval": "10s",
                     "timeout": "5s",
                     "retries": 3,

@@ -1,4 +1,8 @@
-"""The tf-keras callback behind :func:`orchestrator.client.keras_callback` (task side)."""
+"""The tf-keras callback behind :func:`orchestrator.client.keras_callback` (task side; imports tf_keras).
+
+Imported only by :func:`orchestrator.client.keras_callback` when it is called, so
+``import orchestrator.client`` stays free of TensorFlow.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import time
 import tf_keras as keras
 from tf_keras.src.utils import tf_utils
 
-from orchestrator.client import report
+from orchestrator.task.reporting import report
 
 
 class ReportCallback(keras.callbacks.Callback):

@@ -85,7 +85,7 @@ class HeartbeatReporter:
 
     @classmethod
     def from_context(cls, context) -> "HeartbeatReporter":
-        """Build from a :class:`orchestrator.runtime.TaskContext`."""
+        """Build from a :class:`orchestrator.task.runtime.TaskContext`."""
         return cls(
             context.health_address,
             context.token,

@@ -12,17 +12,16 @@ Syntax: ``TASK:KIND@TRIGGER[,attempt=N]``
 * ``attempt=N``: which attempt it hits (default 0, so a restarted task runs clean).
 
 Example: ``--inject-fault worker:1:kill@step=20``.
+
+This module is the fault *spec*, shared data: the control plane parses and checks faults
+and hands each task its own as ``ORCH_FAULTS`` (:func:`encode`); the task side fires them
+(:mod:`orchestrator.task.faults`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import sys
-import threading
-import time
 from dataclasses import asdict, dataclass
 
 from orchestrator.errors import SpecError
@@ -98,57 +97,3 @@ def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
 def encode(faults: list[Fault]) -> str:
     """The ``ORCH_FAULTS`` value for a task: JSON list of its faults."""
     return json.dumps([f.to_json() for f in faults])
-
-
-class InjectedFault(RuntimeError):
-    """Raised in the training loop by a ``raise`` fault."""
-
-
-class FaultInjector:
-    """Task side: fires the faults of ``ORCH_FAULTS`` that match this attempt.
-
-    Args:
-        raw: the ``ORCH_FAULTS`` JSON ("" for none).
-        attempt: this task's attempt.
-    """
-
-    def __init__(self, raw: str, attempt: int) -> None:
-        faults = json.loads(raw) if raw else []
-        self._step_faults = [f for f in faults if f["attempt"] == attempt and f["trigger"] == "step"]
-        self._time_faults = [f for f in faults if f["attempt"] == attempt and f["trigger"] == "time"]
-
-    @classmethod
-    def from_env(cls) -> "FaultInjector":
-        return cls(os.environ.get(ENV, ""), int(os.environ.get("ORCH_ATTEMPT", "0")))
-
-    def start_timers(self) -> None:
-        """Arm the ``time=`` faults (daemon timers from now)."""
-        for fault in self._time_faults:
-            timer = threading.Timer(fault["at"], self._fire, args=(fault,))
-            timer.daemon = True
-            timer.start()
-
-    def on_step(self, step: int) -> None:
-        """Call after each training step; fires ``step=`` faults whose step has come."""
-        for fault in list(self._step_faults):
-            if step >= fault["at"]:
-                self._step_faults.remove(fault)
-                self._fire(fault)
-
-    @staticmethod
-    def _fire(fault: dict) -> None:
-        line = f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g} (unix {time.time():.3f})"
-        print(line, flush=True)
-        print(line, file=sys.stderr, flush=True)  # so the failure report's stderr tail shows it
-        kind = fault["kind"]
-        if kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif kind == "exit":
-            os._exit(fault["exit_code"])
-        elif kind == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)
-        elif kind == "hang":
-            while True:  # blocks this thread only; heartbeats continue
-                time.sleep(3600)
-        elif kind == "raise":
-            raise InjectedFault(f"injected fault at {fault['trigger']}={fault['at']:g}")

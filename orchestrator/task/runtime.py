@@ -17,12 +17,14 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeVar
 
 from orchestrator import env
+from orchestrator.task.faults import FaultInjector
 
 _PR_SET_PDEATHSIG = 1
 _task_health = None
@@ -195,8 +197,10 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         0 on success, 2 when the environment is not a task's; an exception propagates
         (Python exits 1 with the traceback on stderr).
     """
-    from orchestrator.health.client import HeartbeatReporter
+    # grpc, protobuf and psutil (~20 MB) load here, not when the module is imported: execwrap
+    # imports this module and stays resident as the parent of a user's program
     from orchestrator.proto import supervisor_pb2 as pb
+    from orchestrator.task.reporter import HeartbeatReporter
 
     try:
         context = TaskContext.from_env()
@@ -204,11 +208,9 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     install(context)
-    from orchestrator.faults import FaultInjector
-
     FaultInjector.from_env().start_timers()
     if os.environ.get(env.TASK_HEALTH_PORT):  # containers: the healthcheck probes it
-        from orchestrator.health.probe import serve_task_health
+        from orchestrator.task.probe import serve_task_health  # grpc_health: containers only
 
         global _task_health  # keep a reference: a collected grpc.Server stops serving
         _task_health = serve_task_health(int(os.environ[env.TASK_HEALTH_PORT]))
@@ -229,8 +231,6 @@ def _wait_for_stop(context: TaskContext) -> None:
     """Block until SIGTERM or SIGINT (Compose: a finished task must not end the cluster;
     ``docker compose up --abort-on-container-exit`` stops everything when the chief exits)."""
     print(f"{context.name}: done; waiting to be stopped", file=sys.stderr, flush=True)
-    import threading
-
     stopped = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopped.set())

@@ -1,9 +1,9 @@
 """The task side of the standard gRPC health protocol (``grpc.health.v1``), for containers.
 
 * :func:`serve_task_health` starts a tiny ``grpc.health.v1.Health`` server inside a task
-  (``orchestrator.runtime.run_task`` does it when ``ORCH_TASK_HEALTH_PORT`` is set); it
+  (``orchestrator.task.runtime.run_task`` does it when ``ORCH_TASK_HEALTH_PORT`` is set); it
   answers SERVING for as long as the task process lives.
-* ``python -m orchestrator.health.probe HOST:PORT`` is the probe a container healthcheck
+* ``python -m orchestrator.task.probe HOST:PORT`` is the probe a container healthcheck
   runs: exit 0 when the server answers SERVING within the timeout, 1 otherwise (like
   ``grpc_health_probe``). ``--from-env`` probes ``127.0.0.1:$ORCH_TASK_HEALTH_PORT`` and
   succeeds when that variable is unset (no server to check).
@@ -58,7 +58,7 @@ def probe(address: str, service: str = "", timeout_s: float = 3.0) -> tuple[bool
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when SERVING, 1 otherwise; one line on stdout either way."""
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.health.probe",
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.task.probe",
                                      description="Check a grpc.health.v1 server (exit 0 when SERVING).")
     parser.add_argument("address", nargs="?", help="host:port")
     parser.add_argument("--from-env", action="store_true", help=f"probe 127.0.0.1:${env.TASK_HEALTH_PORT}")

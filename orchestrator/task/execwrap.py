@@ -1,4 +1,4 @@
-"""``python -m orchestrator.execwrap -- PROGRAM ARGS...``: run a user's program as a task.
+"""``python -m orchestrator.task.execwrap -- PROGRAM ARGS...``: run a user's program as a task.
 
 Used by ``launch ... -- PROGRAM``. The built-in task programs die with the orchestrator
 through ``PR_SET_PDEATHSIG``; a user's program may be a shell script whose real work runs
@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 from orchestrator import env
-from orchestrator.runtime import die_with_orchestrator
+from orchestrator.task.runtime import die_with_orchestrator
 
 
 def _kill_group(_signum, _frame) -> None:
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("usage: python -m orchestrator.execwrap -- PROGRAM [ARGS...]", file=sys.stderr)
+        print("usage: python -m orchestrator.task.execwrap -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
     orchestrator_pid = int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0)
     try:
