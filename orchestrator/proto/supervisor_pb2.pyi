@@ -16,6 +16,7 @@ class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PHASE_EVALUATING: _ClassVar[Phase]
     PHASE_SAVING: _ClassVar[Phase]
     PHASE_DONE: _ClassVar[Phase]
+    PHASE_FINISHING: _ClassVar[Phase]
 PHASE_UNSPECIFIED: Phase
 PHASE_INITIALIZING: Phase
 PHASE_SERVING: Phase
@@ -23,6 +24,7 @@ PHASE_TRAINING: Phase
 PHASE_EVALUATING: Phase
 PHASE_SAVING: Phase
 PHASE_DONE: Phase
+PHASE_FINISHING: Phase
 
 class TaskKey(_message.Message):
     __slots__ = ("task_type", "task_index", "attempt")
