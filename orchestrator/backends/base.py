@@ -11,6 +11,7 @@ Must (abstract): :meth:`Backend.allocate`, :meth:`Backend.start`, :meth:`Backend
 
 May (defaults do nothing): :meth:`Backend.open`, :meth:`Backend.release_port`,
 :meth:`Backend.reserve_again`, :meth:`Backend.sample`, :meth:`Backend.dump_stacks`,
+:meth:`Backend.oom_killed`,
 :meth:`Backend.close`; and the class attributes :attr:`Backend.python`,
 :attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
 
@@ -45,6 +46,9 @@ class LaunchRequest:
             only these.
         log_dir: ``runs/<run-id>/attempt-<n>/<task>``: where ``stdout.log`` and
             ``stderr.log`` go (the backend creates it).
+        runtime: the command is a built-in task program, which runs the orchestrator's task
+            runtime (``faulthandler`` on SIGUSR1); False for a user's program, which SIGUSR1
+            would kill.
     """
 
     task: TaskId
@@ -52,6 +56,7 @@ class LaunchRequest:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     log_dir: Path
+    runtime: bool = True
 
 
 @dataclass(eq=False)
@@ -63,6 +68,7 @@ class TaskHandle:
         attempt: the attempt number.
         pid: pid of the task's first process as this machine sees it (0 when unknown).
         stdout_path, stderr_path: its log files.
+        runtime: it runs the orchestrator's task runtime (see :class:`LaunchRequest`).
     """
 
     task: TaskId
@@ -70,6 +76,7 @@ class TaskHandle:
     pid: int
     stdout_path: Path
     stderr_path: Path
+    runtime: bool = True
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,11 @@ class Backend(abc.ABC, Generic[H]):
         "" when they cannot be had within ``timeout_s`` seconds. Default: ""."""
         return ""
 
+    def oom_killed(self, handle: H) -> bool | None:
+        """Whether the ended attempt was killed for memory (the kernel's or the engine's OOM
+        killer): True, False, or None when the backend cannot tell. Default: None."""
+        return None
+
     def close(self) -> None:
         """Release everything the job held (ports, containers, networks). Must not raise:
         a failure to clean up is logged, it never costs the summary. Default: nothing."""
@@ -182,7 +194,10 @@ def faulthandler_dump(backend: Backend[H], handle: H, timeout_s: float) -> str:
     """Stacks of a task whose runtime registered ``faulthandler`` on SIGUSR1 (the built-in
     programs do): send SIGUSR1, and SIGCONT (a stopped task handles it once continued), and
     return what the task appended to its ``stderr.log`` once that stopped growing; "" when
-    nothing came within ``timeout_s`` seconds."""
+    nothing came within ``timeout_s`` seconds, and "" at once for a task without the runtime
+    (SIGUSR1's default action would kill it)."""
+    if not handle.runtime:
+        return ""
     path = handle.stderr_path
     try:
         before = path.stat().st_size

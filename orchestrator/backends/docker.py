@@ -279,7 +279,7 @@ class DockerBackend(Backend[Container]):
         except docker.errors.DockerException as exc:
             raise LaunchError(f"cannot start the container of {task.name}: {exc}") from None
         handle = Container(task, attempt, int(container.attrs["State"]["Pid"]), stdout_path, stderr_path,
-                           container=container, name=name)
+                           request.runtime, container=container, name=name)
         for stream, path in (("stdout", stdout_path), ("stderr", stderr_path)):
             t = threading.Thread(target=self._copy_logs, args=(handle, stream, path), name=f"logs-{name}-{stream}",
                                  daemon=True)
@@ -353,8 +353,13 @@ class DockerBackend(Backend[Container]):
             pass  # not running any more
 
     def dump_stacks(self, handle: Container, timeout_s: float) -> str:
-        """The task's stacks through its runtime's ``faulthandler`` (SIGUSR1 through the init)."""
+        """The task's stacks through its runtime's ``faulthandler`` (SIGUSR1 through the init);
+        "" for a user's program (SIGUSR1 would kill it; py-spy in a container needs SYS_PTRACE)."""
         return faulthandler_dump(self, handle, timeout_s)
+
+    def oom_killed(self, handle: Container) -> bool | None:
+        """The engine's ``State.OOMKilled`` of the ended container."""
+        return handle.oom_killed if handle.exited.is_set() else None
 
     def stop(self, handles: Iterable[Container], timeout_s: float = 10.0,
              abort: threading.Event | None = None) -> None:

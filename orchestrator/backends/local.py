@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 import psutil
@@ -67,6 +70,7 @@ class LocalProcess(TaskHandle):
     """
 
     popen: subprocess.Popen[bytes] | None = None
+    oom_kills_at_start: int | None = None
     group_reaped: bool = False
     sampled: dict[int, psutil.Process] = field(default_factory=dict)
 
@@ -74,6 +78,61 @@ class LocalProcess(TaskHandle):
     def process(self) -> subprocess.Popen[bytes]:
         assert self.popen is not None
         return self.popen
+
+
+def py_spy_dump(pid: int, timeout_s: float) -> str:
+    """``py-spy dump`` of ``pid`` and each Python process below it, concatenated ("" when
+    py-spy is not installed, cannot attach, or takes longer than ``timeout_s`` seconds)."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not os.path.exists(exe):
+        return ""
+    try:
+        root = psutil.Process(pid)
+        pids = [root.pid, *(c.pid for c in root.children(recursive=True))]
+    except psutil.Error:
+        return ""
+    deadline = time.monotonic() + max(timeout_s, 1.0)
+    dumps = []
+    for p in pids:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            out = subprocess.run([exe, "dump", "--pid", str(p)], capture_output=True, text=True, timeout=left)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip():
+            dumps.append(out.stdout)
+        else:
+            dumps.append(f"py-spy could not read pid {p}: {(out.stderr or out.stdout).strip()[-300:]}\n")
+    return "\n".join(dumps)
+
+
+def cgroup_oom_kills(pid: int | None = None) -> int | None:
+    """OOM kills counted by the memory cgroup of ``pid`` (default this process): cgroup v2
+    ``memory.events`` or v1 ``memory.oom_control`` ``oom_kill`` line; None when unreadable."""
+    try:
+        lines = Path(f"/proc/{pid or 'self'}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        path = path.lstrip("/")
+        if controllers == "":
+            candidates += [Path("/sys/fs/cgroup") / path / "memory.events", Path("/sys/fs/cgroup/memory.events")]
+        elif "memory" in controllers.split(","):
+            candidates += [Path("/sys/fs/cgroup/memory") / path / "memory.oom_control",
+                           Path("/sys/fs/cgroup/memory/memory.oom_control")]
+    for candidate in candidates:
+        try:
+            for row in candidate.read_text().splitlines():
+                key, _, value = row.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _only_time_wait(port: int) -> bool:
@@ -171,7 +230,8 @@ class LocalBackend(Backend[LocalProcess]):
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start {' '.join(argv)}: {exc}") from exc
-        return LocalProcess(request.task, request.attempt, popen.pid, stdout_path, stderr_path, popen)
+        return LocalProcess(request.task, request.attempt, popen.pid, stdout_path, stderr_path, request.runtime, popen,
+                            oom_kills_at_start=cgroup_oom_kills())
 
     def poll(self, process: LocalProcess) -> int | None:
         """Exit code (negative: killed by that signal), or None while running.
@@ -266,8 +326,26 @@ class LocalBackend(Backend[LocalProcess]):
         return ProcessSample(cpu_percent=cpu, rss_bytes=rss)
 
     def dump_stacks(self, process: LocalProcess, timeout_s: float) -> str:
-        """The task's stacks through its runtime's ``faulthandler`` (:func:`faulthandler_dump`)."""
-        return faulthandler_dump(self, process, timeout_s)
+        """The Python stacks of every thread of the task, without stopping it.
+
+        A built-in task program: through its runtime's ``faulthandler`` on SIGUSR1
+        (:func:`faulthandler_dump`). A user's program, which SIGUSR1 would kill: read from
+        outside by py-spy (``py-spy dump --pid``, from PyPI; it reads the interpreter's
+        memory, so the program needs no cooperation) for every Python process of the task
+        (execwrap, the program and what it started); "" when py-spy is missing or fails.
+        """
+        if process.runtime:
+            return faulthandler_dump(self, process, timeout_s)
+        self.signal(process, signal.SIGCONT)  # py-spy cannot read a stopped process; it is killed next anyway
+        return py_spy_dump(process.pid, timeout_s)
+
+    def oom_killed(self, process: LocalProcess) -> bool | None:
+        """True when the cgroup's OOM-kill count grew while the attempt ran (cgroup v2
+        ``memory.events`` or v1 ``memory.oom_control``); None when it cannot be read."""
+        now = cgroup_oom_kills()
+        if now is None or process.oom_kills_at_start is None:
+            return None
+        return now > process.oom_kills_at_start
 
     def close(self) -> None:
         """Release every port reservation still held."""

@@ -72,6 +72,12 @@ def add_parser(subparsers) -> None:
     sup.add_argument("--startup-timeout", type=float, default=None,
                      help="a task not training or serving this long after its start is hung (default 180 s)")
     sup.add_argument("--deadline", type=float, default=None, help="fail the job after this many seconds (default none)")
+    sup.add_argument("--success-policy", default=None, metavar="POLICY",
+                     help="all-workers: every chief/worker must exit 0 (default under multi_worker_mirrored); "
+                     "chief: the coordinator exiting 0 is enough (Kubeflow TFJob's default; always under parameter_server)")
+    sup.add_argument("--finish-timeout", type=float, default=None,
+                     help="a task that reported the end of training and has not exited this long after is hung "
+                     "(default none: post-training work is never a stall)")
     add_backend_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")

@@ -75,6 +75,8 @@ FLAG_FIELDS = {
     "stall_timeout": "supervision.stall_timeout_s",
     "startup_timeout": "supervision.startup_timeout_s",
     "deadline": "supervision.deadline_s",
+    "finish_timeout": "supervision.finish_timeout_s",
+    "success_policy": "supervision.success_policy",
 }
 
 
@@ -316,7 +318,8 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
     if policies is not None and not isinstance(policies, Mapping):
         raise SpecError("supervision.restart_policy", policies, "must be a policy or a mapping role -> policy",
                         "e.g. restart_policy: {worker: on-failure}")
-    supervision_raw = {k: v for k, v in supervision_raw.items() if v is not None or k == "deadline_s"}
+    supervision_raw = {k: v for k, v in supervision_raw.items()
+                       if v is not None or k in ("deadline_s", "finish_timeout_s", "success_policy")}
     try:
         supervision = SupervisionSpec.create(restart_policy=policies, **supervision_raw)
     except SpecError as exc:

@@ -24,7 +24,7 @@ from typing import Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import check_addresses
-from orchestrator.spec.supervision import SupervisionSpec
+from orchestrator.spec.supervision import SuccessPolicy, SupervisionSpec
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 """Task types in the order TF_CONFIG and every listing use."""
@@ -265,6 +265,10 @@ class JobSpec:
         if not isinstance(self.supervision, SupervisionSpec):
             raise SpecError("supervision", self.supervision, "must be a mapping of supervision options", "see README: spec format")
         self.supervision.validate()
+        if self.strategy is Strategy.PARAMETER_SERVER and self.supervision.success_policy is SuccessPolicy.ALL_WORKERS:
+            raise SpecError("supervision.success_policy", "all-workers",
+                            "parameter-server workers serve until stopped, so they never exit 0 on their own",
+                            "use --success-policy chief (the default under parameter_server)")
         if self.addresses is not None:
             self._validate_addresses()
 
@@ -300,6 +304,19 @@ class JobSpec:
         return task.task_type == "ps" or (
             self.strategy is Strategy.PARAMETER_SERVER and task.task_type == "worker"
         )
+
+    @property
+    def success_policy(self) -> SuccessPolicy:
+        """The effective success policy: the spec's, else all-workers under MWMS and mirrored
+        (every trainer must exit 0: torchrun, TF multi_process_runner), chief under PSS."""
+        if self.supervision.success_policy is not None:
+            return self.supervision.success_policy
+        return SuccessPolicy.CHIEF if self.strategy is Strategy.PARAMETER_SERVER else SuccessPolicy.ALL_WORKERS
+
+    def trainers(self) -> list[TaskId]:
+        """Tasks that train to the end and exit on their own: chief and workers, except PSS
+        workers (they serve until stopped)."""
+        return [t for t in self.tasks() if t.task_type in ("chief", "worker") and not self.serves_forever(t)]
 
     @property
     def coordinator(self) -> TaskId:

@@ -53,6 +53,31 @@ class RestartPolicy(str, enum.Enum):
         return 128 <= exit_code <= 255
 
 
+class SuccessPolicy(str, enum.Enum):
+    """When the job has succeeded (Kubeflow TFJob's ``successPolicy``).
+
+    * ``all-workers``: every training task (chief and workers) exited 0, as torchrun and TF's
+      ``multi_process_runner`` require; the default under MultiWorkerMirroredStrategy, where
+      every worker trains to the end.
+    * ``chief``: the coordinator (the chief, or worker 0 without one) exited 0, TFJob's
+      default; the only one possible under ParameterServerStrategy, whose workers serve
+      until stopped.
+
+    Under either, a task that fails after the coordinator succeeded is named in the report.
+    """
+
+    ALL_WORKERS = "all-workers"
+    CHIEF = "chief"
+
+    @classmethod
+    def parse(cls, value: str, field_name: str = "success_policy") -> "SuccessPolicy":
+        text = str(value).strip().lower().replace("_", "-")
+        for member in cls:
+            if member.value == text or (member is cls.ALL_WORKERS and text == "allworkers"):
+                return member
+        raise SpecError(field_name, value, "unknown success policy", "use all-workers or chief, e.g. --success-policy chief")
+
+
 def default_restart_policies() -> dict[str, RestartPolicy]:
     """The preset: ``exit-code`` for chief / worker / ps (a crash in user code is not
     retried, a kill or a hang is), ``on-failure`` for the evaluator (it never fails the job)."""
@@ -79,6 +104,12 @@ class SupervisionSpec:
         startup_timeout_s: a task that has not reached training or serving this long after
             its start is hung (a peer that never starts).
         deadline_s: the whole job fails after this long; None for no deadline.
+        success_policy: when the job has succeeded (:class:`SuccessPolicy`); None for the
+            strategy's default (all-workers under MWMS, chief otherwise).
+        finish_timeout_s: a task that reported the end of training (phase ``finishing``,
+            ``evaluating`` or ``saving``) and has not exited this long after is hung; None
+            (default) for no bound: post-training work (export, evaluation) is never a
+            training stall.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -89,6 +120,8 @@ class SupervisionSpec:
     stall_timeout_s: float = 60.0
     startup_timeout_s: float = 180.0
     deadline_s: float | None = None
+    success_policy: SuccessPolicy | None = None
+    finish_timeout_s: float | None = None
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -106,6 +139,8 @@ class SupervisionSpec:
                 policies[role] = RestartPolicy.parse(value, name)
             else:
                 raise SpecError(name, role, "unknown role", "use chief, worker, ps, evaluator or all")
+        if fields.get("success_policy") is not None:
+            fields["success_policy"] = SuccessPolicy.parse(fields["success_policy"])
         spec = cls(restart_policy=policies, **fields)
         spec.validate()
         return spec
@@ -118,8 +153,9 @@ class SupervisionSpec:
             _seconds(name, getattr(self, name), allow_zero=True)
         for name in ("heartbeat_timeout_s", "stall_timeout_s", "startup_timeout_s"):
             _seconds(name, getattr(self, name))
-        if self.deadline_s is not None:
-            _seconds("deadline_s", self.deadline_s)
+        for name in ("deadline_s", "finish_timeout_s"):
+            if getattr(self, name) is not None:
+                _seconds(name, getattr(self, name))
 
     def backoff_for(self, restart_number: int) -> float:
         """Seconds to wait before restart number ``restart_number`` (1 for the first)."""
@@ -136,6 +172,7 @@ FIX_EXAMPLES = {
     "stall_timeout_s": "e.g. --stall-timeout 60",
     "startup_timeout_s": "e.g. --startup-timeout 180",
     "deadline_s": "e.g. --deadline 600",
+    "finish_timeout_s": "e.g. --finish-timeout 600",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:

@@ -9,12 +9,19 @@ Rules and their sources:
 * Exit of a task (:func:`classify_exit`): exit 0 is success, except for a task that serves
   until stopped (ps, PSS worker: TF's ``tf.distribute.Server.join()`` never returns), for
   which any exit is a failure; an exit the orchestrator asked for is a stop.
-* Job success (:func:`ends_job_successfully`): the coordinator (the chief, or worker 0
-  without one: TF ``multi_worker_util.is_chief``) exits 0, as Kubeflow TFJob's default
-  ``successPolicy``.
+* Job success (:func:`success_reached`): Kubeflow TFJob's ``successPolicy``: ``chief``,
+  the coordinator (the chief, or worker 0 without one: TF ``multi_worker_util.is_chief``)
+  exits 0; ``all-workers`` (default under MWMS, as torchrun and TF's multi_process_runner),
+  every chief and worker exits 0.
 * Hang (:func:`hang_reason`): no heartbeat for ``heartbeat_timeout_s``; training with no new
-  step for ``stall_timeout_s``; not training or serving ``startup_timeout_s`` after start.
-  A timeout is passed when the time since is strictly greater than it.
+  step for ``stall_timeout_s``; not training or serving ``startup_timeout_s`` after start;
+  optionally, post-training work (``finishing``) longer than ``finish_timeout_s``: it is
+  never a training stall. A timeout is passed when the time since is strictly greater.
+* Training ended (the coordinator, or the failed task, reported ``finishing`` or later, or
+  exited 0): a failure is never restarted, since a restart would rerun finished training.
+* Peer consequences (:func:`peer_error`): collective timeouts, ``UnavailableError``, ...
+  are retryable under ``exit-code`` whatever the code; the task that stopped progressing
+  first (:func:`likely_culprit`) is named.
 * Retry (:func:`retry_verdict`): the role's restart policy (Kubeflow's ``never`` /
   ``OnFailure`` / ``ExitCode``: exit codes 1-127 permanent, 128-255 and signals retryable)
   and the job's ``max_restarts`` (Kubeflow ``backoffLimit``).
@@ -27,15 +34,35 @@ Rules and their sources:
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import AbstractSet, Sequence
 
 from orchestrator.spec.model import Strategy, TaskId
-from orchestrator.spec.supervision import RestartPolicy, SupervisionSpec
+from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy, SupervisionSpec
 from orchestrator.supervisor.states import TaskState, describe_exit
 
-WORKING_PHASES = frozenset({"training", "serving", "evaluating", "saving", "done"})
+WORKING_PHASES = frozenset({"training", "serving", "evaluating", "saving", "finishing", "done"})
 """Phases of a task past its start-up (heartbeat ``phase`` names, lower case)."""
+POST_TRAINING_PHASES = frozenset({"finishing", "evaluating", "saving", "done"})
+"""Phases a trainer reports once its training ended (``on_train_end``, ``training_finished()``)."""
+
+PEER_ERRORS = re.compile(
+    r"Collective has timed out|DeadlineExceededError|UnavailableError|AbortedError|CancelledError"
+    r"|tasks? (?:are|is) unhealthy|unhealthy tasks?|coordination service|Connection reset by peer|Socket closed"
+    r"|failed to connect to all addresses|Stopped receiving heartbeats",
+    re.IGNORECASE,
+)
+"""Errors a task dies of because of a peer, not of its own bug: collective timeouts, a peer
+gone (``UnavailableError``), an aborted collective, TF's coordination service reporting
+unhealthy tasks. They are retryable under ``exit-code`` whatever the exit code."""
+
+
+def peer_error(text: str) -> str:
+    """The first peer-consequence error named in ``text`` (an error message or a stderr tail),
+    or ""."""
+    m = PEER_ERRORS.search(text or "")
+    return m.group(0) if m else ""
 
 
 class RestartScope(str, enum.Enum):
@@ -89,6 +116,8 @@ def retry_verdict(
     max_restarts: int,
     task_name: str,
     attempt: int,
+    peer: str = "",
+    training_ended: str = "",
 ) -> RetryVerdict:
     """Decide whether a failure may be restarted.
 
@@ -100,8 +129,16 @@ def retry_verdict(
         max_restarts: the bound (the job's; the evaluator's own for the evaluator).
         task_name: ``worker-1``, for the message.
         attempt: the attempt that failed (0 first), for the message.
+        peer: the peer-consequence error it died of (:func:`peer_error`), or "": retryable
+            under ``exit-code`` whatever the code.
+        training_ended: why training counts as ended (e.g. ``worker-0 reported finishing``),
+            or "": a restart would rerun finished training from scratch, so none is made.
     """
-    if not policy.retryable(exit_code):
+    if training_ended:
+        return RetryVerdict(False, f"training had ended ({training_ended}), and a restart would run it again")
+    if policy is RestartPolicy.EXIT_CODE and peer:
+        pass  # a consequence of a peer: retryable whatever the exit code
+    elif not policy.retryable(exit_code):
         why = f"the {policy.value} restart policy of {role} does not retry {describe_exit(exit_code)}"
         if policy is RestartPolicy.EXIT_CODE:
             why += " (exit codes 1-127 are permanent)"
@@ -153,8 +190,35 @@ def classify_exit(exit_code: int, *, stop_requested: bool, serves_forever: bool,
 
 
 def ends_job_successfully(task: TaskId, verdict: ExitVerdict, coordinator: TaskId) -> bool:
-    """True when this exit makes the job Succeeded: the coordinator succeeded."""
+    """True when this exit is the coordinator's success (what the ``chief`` policy waits for)."""
     return verdict.state is TaskState.SUCCEEDED and task == coordinator
+
+
+def success_reached(policy: SuccessPolicy, coordinator: TaskId, trainers: Sequence[TaskId],
+                    succeeded: AbstractSet[TaskId]) -> bool:
+    """Whether the job has succeeded (Kubeflow TFJob ``successPolicy``).
+
+    Args:
+        policy: ``chief``: the coordinator exited 0; ``all-workers``: every trainer did.
+        coordinator: the chief, or worker 0 without one.
+        trainers: tasks that train to the end and exit on their own (chief, MWMS workers).
+        succeeded: tasks whose current attempt exited 0.
+    """
+    if policy is SuccessPolicy.CHIEF:
+        return coordinator in succeeded
+    return all(t in succeeded for t in trainers)
+
+
+def likely_culprit(candidates: Sequence[tuple[str, int | None, float | None]]) -> str:
+    """The task that stopped progressing first, among ``(name, last step, last progress time)``:
+    the lowest step, then the oldest progress; "" when there is none."""
+    if not candidates:
+        return ""
+
+    def key(c: tuple[str, int | None, float | None]) -> tuple[int, float]:
+        return (-1 if c[1] is None else c[1], float("inf") if c[2] is None else c[2])
+
+    return min(candidates, key=key)[0]
 
 
 @dataclass(frozen=True)
@@ -171,6 +235,7 @@ class TaskWatch:
         phase: phase of that heartbeat (``training``, ``serving``, ...); None before it.
         progress_at: when it last made progress (a new step, or a phase change).
         step: its latest step, if any.
+        trains: a chief or worker (the evaluator's evaluating is its main work, not post-training).
     """
 
     reports: bool
@@ -179,6 +244,7 @@ class TaskWatch:
     phase: str | None = None
     progress_at: float | None = None
     step: int | None = None
+    trains: bool = True
 
 
 def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
@@ -204,6 +270,10 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
         step = watch.step if watch.step is not None else "-"
         return (f"no training progress for {now - watch.progress_at:.1f} s at step {step} "
                 f"(stall timeout {s.stall_timeout_s:g} s)")
+    if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}
+            and watch.progress_at is not None and now - watch.progress_at > s.finish_timeout_s):
+        return (f"still {watch.phase} {now - watch.progress_at:.1f} s after training ended "
+                f"(finish timeout {s.finish_timeout_s:g} s)")
     return None
 
 

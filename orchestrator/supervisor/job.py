@@ -20,8 +20,10 @@ backend and clock (:meth:`Supervisor.start` and :meth:`Supervisor.tick`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import re
 import signal
 import threading
@@ -36,6 +38,7 @@ from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
 from orchestrator.plan import Plan, attempt_env, task_dir
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
+from orchestrator.spec.supervision import SuccessPolicy
 from orchestrator.supervisor import decisions
 from orchestrator.supervisor.decisions import RestartScope, TaskWatch
 from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, RecoveryRecord, TaskSnapshot
@@ -157,8 +160,34 @@ def error_message(error_file: Path | None) -> str:
         return ""
 
 
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|KeyboardInterrupt)(?::.*)?$")
+
+
+def exception_line(stderr_tail: str) -> str:
+    """The exception a Python program died of, from its stderr: the last line of the last
+    ``Traceback`` (``ZeroDivisionError: division by zero``), its module path dropped; ""
+    when there is none. For programs that write no error file (a user's program)."""
+    lines = stderr_tail.splitlines()
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=None)
+    if start is None:
+        return ""
+    for line in reversed(lines[start + 1:]):
+        m = _EXCEPTION_LINE.match(line.strip())
+        if m:
+            text = line.strip()
+            return text[text.index(m.group(1)):]
+    return ""
+
+
 def _phase_name(phase: int) -> str:
     return str(pb.Phase.Name(phase)).removeprefix("PHASE_").lower()
+
+
+def _memory_total_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 class Supervisor:
@@ -220,6 +249,8 @@ class Supervisor:
         self._exit_code = EXIT_FAILED
         self._tick_failures: list[Failure] = []
         self._next_view_at = 0.0
+        self.fatal: Failure | None = None
+        self._trainers_deadline: float | None = None
 
     # -- control from outside ------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -270,7 +301,7 @@ class Supervisor:
         now = self.clock()
         if not self.state.terminal:
             if self._interrupt:
-                self._end(JobState.FAILED, EXIT_INTERRUPTED, self._interrupt)
+                self._end(JobState.INTERRUPTED, EXIT_INTERRUPTED, self._interrupt)
                 self._stop(self._live(), f"stopped: {self._interrupt}")
             elif self.policy.deadline_s is not None and now - self.started_at >= self.policy.deadline_s:
                 self._end(JobState.FAILED, EXIT_FAILED, f"the job deadline of {self.policy.deadline_s:g} s passed")
@@ -280,6 +311,16 @@ class Supervisor:
         self._check_hangs(now)
         self._decide(now)
         self._start_due_restarts(now)
+        if self._trainers_deadline is not None and now >= self._trainers_deadline and not self.state.terminal:
+            self._trainers_deadline = None
+            for rt in self._live():
+                if rt.task in self.plan.spec.trainers():
+                    assert rt.process is not None
+                    self.backend.signal(rt.process, signal.SIGKILL)
+                    code = self.backend.wait(rt.process, timeout_s=10.0)
+                    self._record_failure(rt, code, now, f"did not exit within {self.success_grace_s:g} s after "
+                                         f"{self.plan.spec.coordinator.name} succeeded", killed=True)
+            self._decide(now)
         if self.state is JobState.SUCCEEDED and self._grace_deadline and now >= self._grace_deadline:
             self._stop(self._live(), f"did not exit within {self.success_grace_s:.0f} s after the job succeeded")
         over = not self._restart_at and all(rt.state.terminal for rt in self.tasks if rt.process is not None)
@@ -291,14 +332,17 @@ class Supervisor:
     def finish(self) -> JobResult:
         """Close the books once the loop is over: the final state, result and view."""
         if not self.state.terminal:
-            self._end(JobState.FAILED, EXIT_FAILED, self._interrupt or "no task is left running")
+            if self._interrupt:
+                self._end(JobState.INTERRUPTED, EXIT_INTERRUPTED, self._interrupt)
+            else:
+                self._end(JobState.FAILED, EXIT_FAILED, "no task is left running")
         self.ended_at = self.clock()
         self.view.update(self.snapshot())
         return JobResult(
             state=self.state,
             exit_code=self._exit_code,
             reason=self.reason,
-            root_cause=self.failures[0] if self.failures else None,
+            root_cause=self.fatal,
             failures=list(self.failures),
             recoveries=list(self.recoveries),
             wall_time_s=self.ended_at - self.started_at,
@@ -321,6 +365,7 @@ class Supervisor:
             tasks=tuple(self._task_snapshot(rt, now) for rt in self.tasks),
             failures=tuple(self.failures),
             recoveries=tuple(r.record(self.started_at) for r in self.recoveries),
+            fatal=self.fatal,
         )
 
     @staticmethod
@@ -372,7 +417,8 @@ class Supervisor:
         env = attempt_env(self.plan, rt.task, rt.attempt)
         if not rt.plan.reports_heartbeats:  # a user's program binds its port without asking
             self.backend.release_port(rt.task, rt.attempt)
-        handle = self.backend.start(LaunchRequest(rt.task, rt.attempt, rt.plan.argv, env, directory))
+        handle = self.backend.start(LaunchRequest(rt.task, rt.attempt, rt.plan.argv, env, directory,
+                                                  runtime=rt.plan.reports_heartbeats))
         rt.process = handle
         rt.pid = handle.pid
         rt.stdout_path, rt.stderr_path = handle.stdout_path, handle.stderr_path
@@ -396,7 +442,7 @@ class Supervisor:
         rt.state = TaskState.PENDING
         rt.process = None
         rt.pid = rt.exit_code = rt.heartbeat = rt.ended_at = rt.running_at = None
-        rt.sample = rt.sampled_at = None
+        rt.sample = rt.sampled_at = rt.peak_rss_bytes = None
         rt.stop_requested = False
         rt.reason = ""
         rt.last_step = None
@@ -438,6 +484,8 @@ class Supervisor:
         assert rt.process is not None
         rt.sample = self.backend.sample(rt.process)
         rt.sampled_at = now
+        if rt.sample is not None:
+            rt.peak_rss_bytes = max(rt.peak_rss_bytes or 0, rt.sample.rss_bytes)
         if rt.state is TaskState.STARTING:
             rt.state = TaskState.RUNNING
             rt.running_at = now
@@ -459,6 +507,7 @@ class Supervisor:
         hb = record.heartbeat
         previous = rt.heartbeat.heartbeat if rt.heartbeat else None
         rt.heartbeat = record
+        rt.peak_rss_bytes = max(rt.peak_rss_bytes or 0, hb.rss_bytes)
         if previous is None or previous.phase != hb.phase:
             rt.progress_at = record.received_at
         if hb.HasField("step") and hb.step != rt.last_step:
@@ -500,6 +549,7 @@ class Supervisor:
             phase=_phase_name(record.heartbeat.phase) if record else None,
             progress_at=rt.progress_at,
             step=rt.last_step,
+            trains=rt.task.task_type != "evaluator",
         )
 
     def _check_hangs(self, now: float) -> None:
@@ -518,7 +568,7 @@ class Supervisor:
         self.backend.signal(rt.process, signal.SIGKILL)
         code = self.backend.wait(rt.process, timeout_s=10.0)
         message = f"hung: {why}" + (f"; stack dump in {stacks}" if stacks else "")
-        self._record_failure(rt, code, now, message)
+        self._record_failure(rt, code, now, message, killed=True)
 
     def _dump_stacks(self, rt: TaskRuntime) -> str:
         """Ask the backend for the task's stacks and keep them in ``stacks.txt`` beside its logs;
@@ -547,14 +597,40 @@ class Supervisor:
             rt.state = TaskState.SUCCEEDED
             rt.reason = "exited 0"
             self._event(f"{rt.task.name} succeeded")
-            if decisions.ends_job_successfully(rt.task, verdict, self.plan.spec.coordinator) and not self.state.terminal:
-                self._on_coordinator_success(now)
+            if not self.state.terminal:
+                self._on_trainer_success(rt, verdict, now)
             return
         self._record_failure(rt, code, now, verdict.message or error_message(rt.error_file))
 
-    def _record_failure(self, rt: TaskRuntime, code: int | None, now: float, message: str) -> None:
+    def _record_failure(self, rt: TaskRuntime, code: int | None, now: float, message: str,
+                        killed: bool = False) -> None:
+        """Record a failure of ``rt``'s attempt with what explains it: the exception line (from
+        the error file, else the stderr tail), a peer error and the likely culprit, the peak
+        RSS and whether it was likely killed for memory. ``killed``: the orchestrator killed it."""
         rt.exit_code, rt.ended_at = code, now
         rt.state = TaskState.FAILED
+        tail = tail_lines(rt.stderr_path)
+        if not message:
+            message = exception_line(tail)
+        peer = decisions.peer_error(message + "\n" + tail)
+        culprit = ""
+        if peer:
+            others = [o for o in self.tasks if o is not rt and o.task.task_type != "evaluator" and o.process is not None]
+            name = decisions.likely_culprit([(o.task.name, o.last_step, o.progress_at) for o in others])
+            if name:
+                o = next(o for o in others if o.task.name == name)
+                since = f", no progress for {now - o.progress_at:.1f} s" if o.progress_at is not None else ""
+                culprit = f"{name} (last step {o.last_step if o.last_step is not None else '-'}{since})"
+        likely_oom = False
+        if code == -signal.SIGKILL and not killed and rt.process is not None:
+            oom = self.backend.oom_killed(rt.process)
+            near_limit = rt.peak_rss_bytes is not None and rt.peak_rss_bytes > 0.9 * _memory_total_bytes()
+            likely_oom = bool(oom) or near_limit
+            if rt.peak_rss_bytes:
+                message = (message + "; " if message else "") + f"peak RSS {rt.peak_rss_bytes / 2**20:.0f} MiB"
+            if likely_oom:
+                message += ("; likely killed for memory (" + ("the cgroup counted an OOM kill" if oom
+                            else "its RSS was near the machine's memory") + ")")
         failure = Failure(
             task=rt.task,
             attempt=rt.attempt,
@@ -562,8 +638,12 @@ class Supervisor:
             at=now,
             wall_time=time.time(),
             message=message,
-            stderr_tail=tail_lines(rt.stderr_path),
+            stderr_tail=tail,
             log_path=str(rt.stderr_path),
+            peer_error=peer,
+            likely_culprit=culprit,
+            peak_rss_bytes=rt.peak_rss_bytes,
+            likely_oom=likely_oom,
         )
         rt.reason = failure.headline()
         self.failures.append(failure)
@@ -572,6 +652,11 @@ class Supervisor:
 
     def _decide(self, now: float) -> None:
         failures, self._tick_failures = self._tick_failures, []
+        if self.state is JobState.SUCCEEDED and failures:
+            self._mark(failures, after_success=True)
+            for f in failures:
+                self._event(f"{f.task.name} failed after the job succeeded: {f.headline()}")
+            return
         if self.state.terminal or not failures:
             return
         # a failure seen while a group restart is pending is part of that restart
@@ -582,9 +667,53 @@ class Supervisor:
                 self._maybe_restart(f, (f.task,), RestartScope.TASK, now, job_restart=False)
         if not training:
             return
+        ended = self._training_ended(training[0])
+        if ended:
+            self._mark(training, after_training=True)
+            training = [self._failure_of(f) for f in training]
+            fatal = [f for f in training if f.task in self.plan.spec.trainers() or f.task.task_type == "ps"]
+            if self.plan.spec.success_policy is SuccessPolicy.CHIEF and self.plan.spec.coordinator not in [
+                    f.task for f in training]:
+                fatal = [f for f in fatal if f.task.task_type == "ps"]  # the coordinator is all that counts
+            if not fatal:
+                for f in training:
+                    self._event(f"{f.task.name} is not restarted: training had ended ({ended}); the job goes on")
+                return
+            why = f"training had ended ({ended}), and a restart would run it again"
+            self._fail(fatal[0], why)
+            return
         training_tasks = [rt.task for rt in self.tasks if rt.task.task_type != "evaluator"]
         targets = decisions.restart_scope(self.plan.spec.strategy, [f.task for f in training], training_tasks)
         self._maybe_restart(training[0], targets.tasks, targets.scope, now, job_restart=True)
+
+    def _training_ended(self, cause: Failure) -> str:
+        """Why training counts as ended at this failure ("" when it does not): the coordinator
+        succeeded or reported a post-training phase, or the failed task itself did."""
+        coordinator = self._by_task[self.plan.spec.coordinator]
+        if coordinator.state is TaskState.SUCCEEDED:
+            return f"{coordinator.task.name} succeeded"
+        for rt in (coordinator, self._by_task[cause.task]):
+            if rt.heartbeat is not None:
+                phase = _phase_name(rt.heartbeat.heartbeat.phase)
+                if phase in decisions.POST_TRAINING_PHASES and rt.task.task_type != "evaluator":
+                    return f"{rt.task.name} reported {phase}"
+        return ""
+
+    def _mark(self, failures: list[Failure], **flags: bool) -> None:
+        """Set flags (``after_training``, ``after_success``) on recorded failures (they are frozen)."""
+        for f in failures:
+            i = next(i for i, g in enumerate(self.failures) if g is f)
+            self.failures[i] = dataclasses.replace(f, **flags)
+
+    def _failure_of(self, f: Failure) -> Failure:
+        """The current record of a failure (after :meth:`_mark`)."""
+        return next(g for g in self.failures if g.task == f.task and g.attempt == f.attempt and g.at == f.at)
+
+    def _fail(self, cause: Failure, why_not: str) -> None:
+        """End the job as Failed because of ``cause``, the failure that ended it (the root cause)."""
+        self.fatal = self._failure_of(cause)
+        self._end(JobState.FAILED, EXIT_FAILED, f"{cause.headline()}; {why_not}")
+        self._stop(self._live(), f"stopped: {cause.task.name} failed")
 
     def _maybe_restart(self, cause: Failure, tasks: tuple[TaskId, ...], scope: RestartScope, now: float,
                        job_restart: bool) -> None:
@@ -595,11 +724,11 @@ class Supervisor:
         verdict = decisions.retry_verdict(
             self.policy.policy(cause.task.task_type), cause.task.task_type, cause.exit_code,
             restarts_used=used, max_restarts=self.policy.max_restarts, task_name=cause.task.name, attempt=failed.attempt,
+            peer=cause.peer_error,
         )
         if not verdict.retry:
             if job_restart:
-                self._end(JobState.FAILED, EXIT_FAILED, f"{cause.headline()}; {verdict.why_not}")
-                self._stop(self._live(), f"stopped: {cause.task.name} failed")
+                self._fail(cause, verdict.why_not)
             else:
                 self._event(f"{cause.task.name} is not restarted: {verdict.why_not}; the job goes on")
             return
@@ -621,9 +750,24 @@ class Supervisor:
                 self._new_attempt(rt)
             self._restart_at[rt.task.name] = now + delay
 
-    def _on_coordinator_success(self, now: float) -> None:
+    def _on_trainer_success(self, rt: TaskRuntime, verdict: decisions.ExitVerdict, now: float) -> None:
+        """A task exited 0: the job succeeds once its success policy is met; under
+        ``all-workers`` the other trainers get ``success_grace_s`` after the coordinator."""
+        spec = self.plan.spec
+        succeeded = {t.task for t in self.tasks if t.state is TaskState.SUCCEEDED}
+        if decisions.success_reached(spec.success_policy, spec.coordinator, spec.trainers(), succeeded):
+            self._on_success(now)
+        elif decisions.ends_job_successfully(rt.task, verdict, spec.coordinator):
+            self._trainers_deadline = now + self.success_grace_s
+
+    def _on_success(self, now: float) -> None:
         coordinator = self.plan.spec.coordinator
-        self._end(JobState.SUCCEEDED, EXIT_SUCCEEDED, f"{coordinator.name} exited 0")
+        self._trainers_deadline = None
+        if self.plan.spec.success_policy is SuccessPolicy.ALL_WORKERS:
+            reason = f"every chief and worker exited 0 ({', '.join(t.name for t in self.plan.spec.trainers())})"
+        else:
+            reason = f"{coordinator.name} exited 0"
+        self._end(JobState.SUCCEEDED, EXIT_SUCCEEDED, reason)
         servers = [rt for rt in self._live() if rt.plan.serves_forever]
         if servers:
             self._stop(servers, f"stopped after {coordinator.name} succeeded (it serves until stopped)")

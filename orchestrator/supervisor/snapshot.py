@@ -148,6 +148,7 @@ class JobSnapshot:
         tasks: every task, in plan order.
         failures: every task failure, earliest first.
         recoveries: every restart decision, earliest first.
+        fatal: the failure that ended the job, if one did (the root cause).
     """
 
     plan: Plan
@@ -161,11 +162,18 @@ class JobSnapshot:
     tasks: tuple[TaskSnapshot, ...]
     failures: tuple[Failure, ...]
     recoveries: tuple[RecoveryRecord, ...]
+    fatal: Failure | None = None
 
     @property
     def root_cause(self) -> Failure | None:
-        """The earliest failure, if any."""
-        return self.failures[0] if self.failures else None
+        """The failure that ended the job (recovered failures are history, in ``failures``)."""
+        return self.fatal
+
+    @property
+    def late_failures(self) -> tuple[Failure, ...]:
+        """Failures after training ended or after the job succeeded that did not end the job."""
+        return tuple(f for f in self.failures if (f.after_success or f.after_training) and f is not self.fatal
+                     and not (self.fatal is not None and f.task == self.fatal.task and f.at == self.fatal.at))
 
     def task(self, task: TaskId) -> TaskSnapshot:
         """The snapshot of one task. Raises KeyError when the job has no such task."""

@@ -1,6 +1,6 @@
 """Job and task states, and the runtime record of one task.
 
-Job: Pending -> Starting -> Running -> (Restarting -> Running)* -> Succeeded | Failed.
+Job: Pending -> Starting -> Running -> (Restarting -> Running)* -> Succeeded | Failed | Interrupted.
 Task: Pending -> Starting -> Running -> Succeeded | Failed | Stopped. Terminal states
 are terminal: a restart is a new attempt of the task.
 """
@@ -25,10 +25,11 @@ class JobState(str, enum.Enum):
     RESTARTING = "Restarting"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    INTERRUPTED = "Interrupted"  # stopped on request (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT): exit 130
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED)
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED)
 
 
 class TaskState(str, enum.Enum):
@@ -92,6 +93,7 @@ class TaskRuntime:
     sample: ProcessSample | None = None  # of a task that sends no heartbeats
     sampled_at: float | None = None
     last_step: int | None = None
+    peak_rss_bytes: int | None = None
     history: list[dict[str, object]] = field(default_factory=list)
 
     @property
@@ -112,6 +114,12 @@ class Failure:
         message: the exception message from the task's error file, or a reason.
         stderr_tail: last lines of the task's stderr.
         log_path: the task's stderr log.
+        peer_error: the peer-consequence error it died of (collective timeout, ...), or "".
+        likely_culprit: with a peer error: the task that stopped progressing first, and why.
+        peak_rss_bytes: the attempt's peak resident memory seen, bytes (None when unknown).
+        likely_oom: it was likely killed for memory (cgroup OOM kill, or RSS near the limit).
+        after_training: it happened after training had ended (never restarted).
+        after_success: it happened after the job had succeeded (``chief`` success policy).
     """
 
     task: TaskId
@@ -122,6 +130,12 @@ class Failure:
     message: str
     stderr_tail: str
     log_path: str
+    peer_error: str = ""
+    likely_culprit: str = ""
+    peak_rss_bytes: int | None = None
+    likely_oom: bool = False
+    after_training: bool = False
+    after_success: bool = False
 
     def headline(self) -> str:
         """``worker-1 (attempt 0) failed: exit code 3: ValueError: boom``."""
@@ -137,4 +151,10 @@ class Failure:
             "wall_time": self.wall_time,
             "stderr_tail": self.stderr_tail,
             "log_path": self.log_path,
+            "peer_error": self.peer_error or None,
+            "likely_culprit": self.likely_culprit or None,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "likely_oom": self.likely_oom,
+            "after_training": self.after_training,
+            "after_success": self.after_success,
         }

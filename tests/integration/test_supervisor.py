@@ -137,7 +137,7 @@ def test_request_stop_stops_everything_with_exit_130(tmp_path, monkeypatch):
     result, summary = api.run(job)
     thread.join(5)
     assert not errors, errors
-    assert (result.exit_code, summary["status"], summary["reason"]) == (130, "Failed", "interrupted by SIGINT")
+    assert (result.exit_code, summary["status"], summary["reason"]) == (130, "Interrupted", "interrupted by SIGINT")
     assert [t["state"] for t in summary["tasks"]] == ["Stopped", "Stopped"]
     assert_no_process_left([t["pid"] for t in summary["tasks"]])
 
@@ -245,7 +245,7 @@ def test_restarts_exhausted_fail_the_job_naming_task_and_attempts(tmp_path, monk
     assert summary["restarts"] == 2
     assert "restarts exhausted: worker-0 failed on attempt 3 of 3" in summary["reason"]
     assert len(summary["failures"]) == 3
-    assert summary["root_cause"]["attempt"] == 0
+    assert summary["root_cause"]["attempt"] == 2  # the failure that ended the job; the others are history
 
 
 def test_backoff_doubles_and_is_capped():
@@ -263,9 +263,9 @@ def test_a_stalled_task_is_dumped_killed_and_restarted(tmp_path, monkeypatch):
     assert "no training progress" in failure["message"] and "stall timeout 1.5 s" in failure["message"]
     stacks = job.plan.run_dir / "attempt-0" / "worker-0" / "stacks.txt"
     dump = stacks.read_text()
-    assert "most recent call first" in dump  # a faulthandler dump
-    assert "tests/programs/task.py" in dump  # the frame the task is stuck in
-    assert dump in (job.plan.run_dir / "attempt-0" / "worker-0" / "stderr.log").read_text()
+    # a user's program (here through execwrap): read from outside by py-spy, never signalled
+    assert "Thread" in dump and "programs/task.py" in dump  # the frame the task is stuck in
+    assert "SIGUSR1" not in failure["message"]
 
 
 def test_a_frozen_task_is_caught_by_the_heartbeat_timeout_with_a_stack_dump(tmp_path, monkeypatch):
@@ -275,7 +275,7 @@ def test_a_frozen_task_is_caught_by_the_heartbeat_timeout_with_a_stack_dump(tmp_
     assert result.exit_code == 0, summary["reason"]
     failure = summary["failures"][0]
     assert failure["task"] == "worker:1" and "no heartbeat for" in failure["message"]
-    assert "most recent call first" in (job.plan.run_dir / "attempt-0" / "worker-1" / "stacks.txt").read_text()
+    assert "programs/task.py" in (job.plan.run_dir / "attempt-0" / "worker-1" / "stacks.txt").read_text()
 
 
 def test_a_peer_that_never_starts_is_caught_by_the_startup_deadline(tmp_path, monkeypatch):

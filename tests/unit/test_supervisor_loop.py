@@ -24,7 +24,7 @@ from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import JobState, Supervisor, TaskState
 
 PHASES = {"initializing": pb.PHASE_INITIALIZING, "serving": pb.PHASE_SERVING, "training": pb.PHASE_TRAINING,
-          "done": pb.PHASE_DONE}
+          "done": pb.PHASE_DONE, "finishing": pb.PHASE_FINISHING}
 
 
 class FakeClock:
@@ -78,6 +78,11 @@ class FakeBackend(Backend[FakeHandle]):
         self.stopped.append([h.task.name for h in handles])
         for h in handles:
             self.signal(h, signal.SIGTERM)
+
+    oom = None
+
+    def oom_killed(self, handle: FakeHandle) -> bool | None:
+        return self.oom
 
     def dump_stacks(self, handle: FakeHandle, timeout_s: float) -> str:
         return "Thread 0x01 (most recent call first):\n  File \"train.py\", line 3 in step\n"
@@ -135,7 +140,7 @@ def spec_of(**kw) -> JobSpec:
 
 
 def test_only_the_coordinator_exiting_0_makes_the_job_succeed(tmp_path):
-    h = Harness(tmp_path, spec_of(workers=2))
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"success_policy": "chief"}))
     h.all_beat(step=1)
     h.tick()
     h.exit("worker-1", 0)  # not the coordinator: worker 0 is
@@ -301,4 +306,122 @@ def test_restarts_exhausted_fail_the_job(tmp_path):
     result = h.finish()
     assert result.exit_code == 1
     assert "restarts exhausted: worker-0 failed on attempt 2 of 2, 1 of --max-restarts 1 used" in result.reason
-    assert result.root_cause is not None and result.root_cause.attempt == 0
+    assert result.root_cause is not None and result.root_cause.attempt == 1  # the failure that ended the job
+
+
+# -- issue 11: success policy, end of training, peers, memory, the failure that ended the job --
+def test_all_workers_is_the_mwms_default_and_a_crash_after_the_chief_succeeded_fails_the_job(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=3)
+    h.tick()
+    h.exit("worker-0", 0)  # the coordinator succeeded ...
+    h.tick(0.1)
+    assert not h.sup.state.terminal
+    h.exit("worker-1", 1)  # ... then worker-1 crashed (its save collided)
+    result = h.finish()
+    assert (result.state, result.exit_code) == (JobState.FAILED, 1)
+    assert result.root_cause is not None and result.root_cause.task == TaskId("worker", 1)
+    assert result.root_cause.after_training and h.sup.restarts_used == 0
+    assert "training had ended (worker-0 succeeded)" in result.reason
+
+
+def test_under_the_chief_policy_a_crash_after_success_is_named_not_hidden(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"success_policy": "chief"}))
+    h.all_beat(step=3)
+    h.tick()
+    h.exit("worker-0", 0)
+    h.tick(0.1)
+    h.exit("worker-1", 1)
+    result = h.finish()
+    assert (result.state, result.exit_code) == (JobState.SUCCEEDED, 0)
+    (late,) = h.sup.snapshot().late_failures
+    assert late.task == TaskId("worker", 1) and late.after_success
+
+
+def test_all_workers_succeed_only_when_every_trainer_exited_0(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=3)
+    h.tick()
+    h.exit("worker-1", 0)
+    h.tick(0.1)
+    h.exit("worker-0", 0)
+    result = h.finish()
+    assert (result.state, result.reason) == (JobState.SUCCEEDED, "every chief and worker exited 0 (worker-0, worker-1)")
+
+
+def test_post_training_work_is_never_a_stall_and_a_failure_then_never_reruns_training(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"stall_timeout_s": 5.0, "restart_policy": {"all": "on-failure"}}))
+    h.all_beat(step=90)
+    h.tick()
+    for _ in range(20):  # exporting for 20 s > stall timeout: heartbeats go on, no steps
+        h.all_beat(phase="finishing")
+        h.tick(1.0)
+    assert h.sup.failures == [] and h.sup.state is JobState.RUNNING
+    h.exit("worker-1", -signal.SIGKILL)
+    result = h.finish()
+    assert result.state is JobState.FAILED and h.sup.restarts_used == 0
+    assert "training had ended (worker-0 reported finishing)" in result.reason
+
+
+def test_the_finish_timeout_bounds_post_training_work_when_set(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=1, supervision={"finish_timeout_s": 5.0}))
+    h.all_beat(step=9)
+    h.tick()
+    for _ in range(6):
+        h.all_beat(phase="finishing")
+        h.tick(1.0)
+    (failure,) = h.sup.failures
+    assert "after training ended (finish timeout 5 s)" in failure.message
+
+
+def test_a_collective_timeout_is_retried_whatever_its_code_and_the_stuck_peer_is_the_culprit(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.beat("worker-0", step=10)
+    h.beat("worker-1", step=10)
+    h.tick()
+    for step in range(11, 15):  # worker-1 stops at step 10; worker-0 goes on into the collective
+        h.beat("worker-0", step=step)
+        h.beat("worker-1")
+        h.tick(1.0)
+    h.backend.latest("worker-0").stderr_path.write_text(
+        "Traceback (most recent call last):\n  File \"train.py\", line 9\n"
+        "tensorflow.python.framework.errors_impl.DeadlineExceededError: Collective has timed out\n")
+    h.exit("worker-0", 1)  # exit 1: permanent under exit-code, but a consequence of a peer
+    h.tick(0.1)
+    assert h.sup.state is JobState.RESTARTING and h.sup.restarts_used == 1
+    failure = h.sup.failures[0]
+    assert failure.message == "DeadlineExceededError: Collective has timed out"
+    assert failure.peer_error and failure.likely_culprit.startswith("worker-1 (last step 10")
+
+
+def test_a_sigkill_with_an_oom_kill_counted_says_memory_with_the_peak_rss(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=1, supervision={"restart_policy": {"all": "never"}}))
+    h.backend.oom = True
+    t = h.task("worker-0")
+    hb = pb.Heartbeat(task=pb.TaskKey(task_type="worker", task_index=0, attempt=t.attempt), phase=pb.PHASE_TRAINING,
+                      rss_bytes=900 * 2**20, step=3)
+    h.store.record(hb)
+    h.tick()
+    h.exit("worker-0", -signal.SIGKILL)
+    result = h.finish()
+    assert result.root_cause is not None and result.root_cause.likely_oom
+    assert "peak RSS 900 MiB; likely killed for memory" in result.root_cause.message
+
+
+def test_the_root_cause_is_the_failure_that_ended_the_job_not_a_recovered_one(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"backoff_s": 0.0}))
+    h.all_beat(step=3)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)  # recovered: group restart
+    h.tick(0.1)
+    h.tick(0.1)
+    h.all_beat(step=1)
+    h.tick(0.1)
+    h.backend.latest("worker-1").stderr_path.write_text(
+        "Traceback (most recent call last):\n  File \"main.py\", line 3, in <module>\n"
+        "ZeroDivisionError: division by zero\n")
+    h.exit("worker-1", 1)
+    result = h.finish()
+    assert result.root_cause is not None
+    assert (result.root_cause.attempt, result.root_cause.message) == (1, "ZeroDivisionError: division by zero")
+    assert [f.attempt for f in h.sup.snapshot().failures] == [0, 1]  # the recovered one is history
