@@ -68,6 +68,11 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
             program) the TensorFlow processes cannot fit in this machine's memory.
     """
     check_fault_tasks(list(faults), spec.tasks())
+    for fault in faults:
+        if commands and fault.kind == "hang" and fault.trigger == "time":
+            raise SpecError("inject-fault", f"{fault.task}:hang@time={fault.at:g}",
+                            "a hang cannot be caused from outside a user's program",
+                            "use hang@step=N (fires in report() / keras_callback()), or stop@time=S to freeze the task")
     if backend == "local" and not commands:
         check_memory(spec)
 

@@ -86,17 +86,30 @@ class Plan:
                 return tp
         raise KeyError(str(task))
 
+    @property
+    def user_program(self) -> tuple[str, ...] | None:
+        """The user's program (argv after ``--``) when the job runs one, else None: the
+        built-in program's settings (epochs, batch sizes) then do not apply and are not shown."""
+        for tp in self.tasks:
+            if not tp.reports_heartbeats:
+                return tuple(tp.argv[tp.argv.index("--") + 1:]) if "--" in tp.argv else tuple(tp.argv)
+        return None
+
     def to_dict(self) -> dict:
-        """JSON-ready form, the job token masked."""
+        """JSON-ready form, the job token masked; a user's program's job shows its program
+        instead of the built-in program's batch sizes."""
+        builtin = {
+            "replicas": self.spec.replicas,
+            "batch_size_per_replica": self.spec.training.batch_size_per_replica,
+            "global_batch_size": self.spec.global_batch_size,
+        } if self.user_program is None else {"program": list(self.user_program)}
         return {
             "run_id": self.run_id,
             "run_dir": str(self.run_dir),
             "strategy": self.spec.strategy.value,
             "cluster": dict(self.cluster),
             "threads_per_task": self.threads_per_task,
-            "replicas": self.spec.replicas,
-            "batch_size_per_replica": self.spec.training.batch_size_per_replica,
-            "global_batch_size": self.spec.global_batch_size,
+            **builtin,
             "health_address": self.health_address,
             "warnings": list(self.warnings),
             "tasks": [
@@ -228,7 +241,7 @@ def make_plan(
         env.JOB_TOKEN: token,
         env.HEARTBEAT_INTERVAL_S: repr(float(spec.heartbeat_interval_s)),
         env.STRATEGY: spec.strategy.value,
-        env.TRAINING: training,
+        **({} if commands else {env.TRAINING: training}),  # the built-in program's options only
         env.BACKUP_DIR: str(run_dir / "backup"),
         env.MODEL_DIR: str(run_dir / "model"),
         "TF_NUM_INTRAOP_THREADS": str(threads),

@@ -135,13 +135,16 @@ def run_launch(args: argparse.Namespace) -> int:
     if view is None:
         view = job.supervisor.view = TableView()
     elif isinstance(view, LinesView):
+        what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
+                else f", program {' '.join(job.plan.user_program)}")
         print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
-              + f", global batch {spec.global_batch_size}; logs in {job.plan.run_dir}", flush=True)
+              + f"{what}; logs in {job.plan.run_dir}", flush=True)
 
     def on_signal(signum, _frame):
         job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as SIGTERM (torchrun too)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     try:
         result, summary = api.run(job)
     finally:

@@ -86,7 +86,11 @@ class LinesView:
             if row["phase"]:
                 bit += f"/{row['phase']}"
             if row["step"] != "-":
-                bit += f" step {row['step']} loss {row['loss']} {row['ex/s']} ex/s"
+                bit += f" step {row['step']} loss {row['loss']}"
+                if row["ex/s"] != "-":
+                    bit += f" {row['ex/s']} ex/s"
+                elif t.heartbeat is not None and "steps_per_second" in t.heartbeat.metrics:
+                    bit += f" {t.heartbeat.metrics['steps_per_second']:.1f} steps/s"
             parts.append(bit)
         self._print(snapshot.elapsed_s, f"{snapshot.state.value}: " + " | ".join(parts))
 
@@ -130,7 +134,8 @@ class TableView:
         plan = snapshot.plan
         title = (
             f"run {plan.run_id} · {plan.spec.strategy.value} · {snapshot.state.value} · "
-            f"{snapshot.elapsed_s:.1f}s · global batch {plan.spec.global_batch_size}"
+            f"{snapshot.elapsed_s:.1f}s"
+            + (f" · global batch {plan.spec.global_batch_size}" if plan.user_program is None else "")
         )
         table = Table(title=title, title_justify="left", expand=False)
         for col in self.COLUMNS:

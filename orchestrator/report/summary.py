@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import resource
+import textwrap
 import time
 from pathlib import Path
 
+from orchestrator.plan import Plan, task_dir
+from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
 from orchestrator.supervisor.states import describe_exit, exit_fields
 
@@ -116,9 +119,36 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "restart_policy": {role: p.value for role, p in spec.supervision.restart_policy.items()},
         "recoveries": [r.to_dict() for r in snapshot.recoveries],
         "failures": [f.to_dict() for f in snapshot.failures],
+        "late_failures": [f.to_dict() for f in snapshot.late_failures],
+        "faults": fault_report(plan),
         "tasks": [_task_dict(t) for t in snapshot.tasks],
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
     }
+
+
+def fault_report(plan: Plan) -> list[dict]:
+    """Each injected fault (``--inject-fault``) and whether it fired: the task prints
+    ``injecting fault: KIND at TRIGGER=N`` to its logs when it does (``orchestrator.task.faults``)."""
+    out = []
+    for tp in plan.tasks:
+        raw = tp.env.get(FAULTS_ENV)
+        if not raw:
+            continue
+        for fault in json.loads(raw):
+            directory = task_dir(plan.run_dir, int(fault["attempt"]), tp.task)
+            line = f"injecting fault: {fault['kind']} at {fault['trigger']}={float(fault['at']):g}"
+            fired = False
+            for name in ("stdout.log", "stderr.log"):
+                try:
+                    fired = fired or line in (directory / name).read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    pass
+            kind = fault["kind"] + (f"={fault['exit_code']}" if fault["kind"] == "exit" else "")
+            spec = f"{tp.task}:{kind}@{fault['trigger']}={float(fault['at']):g}"
+            if fault["attempt"]:
+                spec += f",attempt={fault['attempt']}"
+            out.append({"fault": spec, "fired": fired})
+    return out
 
 
 def write_summary(run_dir: Path, summary: dict) -> Path:
@@ -130,23 +160,36 @@ def write_summary(run_dir: Path, summary: dict) -> Path:
     return path
 
 
-def format_final(summary: dict, root_cause_tail: int = 12) -> str:
-    """The final text report shown in the terminal."""
+def _wrap(label: str, text: str, width: int) -> list[str]:
+    """``  label       text`` wrapped to ``width`` columns, continuation lines indented."""
+    head = f"  {label:<11} "
+    return textwrap.wrap(text, width=width, initial_indent=head, subsequent_indent=" " * len(head),
+                         break_long_words=True, break_on_hyphens=False) or [head.rstrip()]
+
+
+def _failure_text(f: dict) -> str:
+    how = f"exit code {f['exit_code']}" if f["exit_code"] is not None else f"signal {f['signal']}"
+    text = f"{f['task']} (attempt {f['attempt']}): {how}" + (f": {f['message']}" if f["message"] else "")
+    if f.get("likely_culprit"):
+        text += f"; a consequence of a peer ({f['peer_error']}): likely culprit {f['likely_culprit']}"
+    return text
+
+
+def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> str:
+    """The final text report shown in the terminal, no line wider than ``width`` columns
+    (paths and free text wrap onto indented continuation lines)."""
     m = summary["metrics"]
     t = summary["training"]
-    lines = [
-        f"Job {summary['status']} in {summary['wall_time_s']:.1f} s: {summary['reason']}",
-        f"  run dir     {summary['run_dir']}",
-    ]
+    lines = textwrap.wrap(f"Job {summary['status']} in {summary['wall_time_s']:.1f} s: {summary['reason']}",
+                          width=width, subsequent_indent="    ", break_on_hyphens=False)
+    lines += _wrap("run dir", summary["run_dir"], width)
     if t is None:
-        lines.append(f"  program     {' '.join(summary['program'][4:])} ({summary['strategy']})")  # after execwrap --
+        lines += _wrap("program", f"{' '.join(summary['program'][4:])} ({summary['strategy']})", width)  # after execwrap --
     else:
-        lines.append(
-            f"  strategy    {summary['strategy']}, {t['loop']} loop, {t['replicas']} replica(s), global batch "
-            f"{t['global_batch_size']} = {t['batch_size_per_replica']} per replica"
-            + (f", {t['steps_per_epoch']} steps/epoch" if t.get("steps_per_epoch") else "")
-            + f", data {t['data']}"
-        )
+        lines += _wrap("strategy", f"{summary['strategy']}, {t['loop']} loop, {t['replicas']} replica(s), global batch "
+                       f"{t['global_batch_size']} = {t['batch_size_per_replica']} per replica"
+                       + (f", {t['steps_per_epoch']} steps/epoch" if t.get("steps_per_epoch") else "")
+                       + f", data {t['data']}", width)
     if m:
         parts = []
         if "steps" in m:
@@ -157,35 +200,42 @@ def format_final(summary: dict, root_cause_tail: int = 12) -> str:
             parts.append(f"test accuracy {m['test_accuracy']:.4f}")
         parts += [f"{k} {v:.4g}" for k, v in m.items() if k not in _COORDINATOR_METRICS and k != "steps"]
         if parts:
-            lines.append("  result      " + ", ".join(parts))
+            lines += _wrap("result", ", ".join(parts), width)
     if summary.get("evaluation"):
         ev = summary["evaluation"]
-        lines.append("  evaluator   " + ", ".join(
-            f"{k.removeprefix('eval_')} {v:.4f}" if k != "evaluated_step" else f"at step {v}" for k, v in ev.items()))
+        lines += _wrap("evaluator", ", ".join(
+            f"{k.removeprefix('eval_')} {v:.4f}" if k != "evaluated_step" else f"at step {v}" for k, v in ev.items()), width)
     lines.append("  tasks")
-    for t in summary["tasks"]:
-        restarts = f" ({t['restarts']} restart{'s' if t['restarts'] != 1 else ''})" if t["restarts"] else ""
-        lines.append(f"    {t['task']:<12} {t['state']:<10} {t['exit'] or '-':<20} {t['reason']}{restarts}")
+    for task in summary["tasks"]:
+        restarts = f" ({task['restarts']} restart{'s' if task['restarts'] != 1 else ''})" if task["restarts"] else ""
+        head = f"    {task['task']:<12} {task['state']:<11} {task['exit'] or '-':<15} "
+        lines += textwrap.wrap(f"{task['reason'] or '-'}{restarts}", width=width, initial_indent=head,
+                               subsequent_indent=" " * len(head), break_on_hyphens=False)
     for r in summary.get("recoveries", []):
-        line = f"  recovery    {r['scope']} restart of {', '.join(r['tasks'])} after {r['cause']}"
+        line = f"{r['scope']} restart of {', '.join(r['tasks'])} after {r['cause']}"
         if r["detection_to_resumed_training_s"] is not None:
             line += f"; working again after {r['detection_to_resumed_training_s']:.1f} s"
         if r["resumed_from_step"] is not None:
             line += f", resumed from step {r['resumed_from_step']}"
-        lines.append(line)
+        lines += _wrap("recovery", line, width)
+    for f in summary.get("late_failures", []):
+        when = "after the job succeeded" if f["after_success"] else "after training ended"
+        lines += _wrap("warning", f"{_failure_text(f)} ({when}; it did not change the outcome)", width)
+    for fault in summary.get("faults", []):
+        if not fault["fired"]:
+            lines += _wrap("warning", f"the injected fault {fault['fault']} did not fire: the rehearsal tested nothing",
+                           width)
     rc = summary.get("root_cause")
     if rc:
-        lines.append(f"  root cause  {rc['task']} (attempt {rc['attempt']}): " + (
-            f"exit code {rc['exit_code']}" if rc["exit_code"] is not None else f"signal {rc['signal']}"
-        ) + (f": {rc['message']}" if rc["message"] else ""))
-        lines.append(f"  log         {rc['log_path']}")
+        lines += _wrap("root cause", _failure_text(rc), width)
+        lines += _wrap("log", rc["log_path"], width)
         tail = [ln for ln in rc["stderr_tail"].splitlines() if ln.strip()][-root_cause_tail:]
         if tail:
             lines.append("  last lines of its stderr:")
-            lines.extend("    | " + ln for ln in tail)
+            lines.extend(("    | " + ln)[:width] for ln in tail)
     if summary.get("model_dir"):
-        lines.append(f"  model       {summary['model_dir']}")
+        lines += _wrap("model", summary["model_dir"], width)
     if summary.get("tensorboard_dir"):
-        lines.append(f"  tensorboard tensorboard --logdir {summary['tensorboard_dir']}")
-    lines.append(f"  summary     {summary['run_dir']}/summary.json")
+        lines += _wrap("tensorboard", f"tensorboard --logdir {summary['tensorboard_dir']}", width)
+    lines += _wrap("summary", f"{summary['run_dir']}/summary.json", width)
     return "\n".join(lines)
