@@ -173,9 +173,9 @@ class DockerBackend(Backend[Container]):
         Raises:
             LaunchError: no engine, a failed build, or no network.
         """
+        self.client = connect()  # first: it says clearly when the SDK is missing
         import docker.errors
 
-        self.client = connect()
         self.run_id, self.run_dir = run_id, Path(run_dir)
         self._owner = _owner()
         self.remove_orphans()

@@ -23,7 +23,12 @@ def connect(timeout_s: float = ENGINE_TIMEOUT_S):
     try:
         import docker
     except ImportError:
-        raise LaunchError("the docker backend needs the Docker SDK: pip install -e '.[docker]'") from None
+        docker = None
+    # Without the SDK, `import docker` run from a checkout finds the project's own docker/ folder
+    # (a namespace package: no from_env): that is "not installed" too, not a crash.
+    if docker is None or not hasattr(docker, "from_env"):
+        raise LaunchError("the docker backend needs the Docker SDK, which is not installed: "
+                          "pip install -e '.[docker]' (or pip install docker)")
     try:
         client = docker.from_env(timeout=int(timeout_s))
         client.ping()
