@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from orchestrator import env as envvars
 from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle, faulthandler_dump
@@ -64,7 +64,7 @@ def addresses(spec: JobSpec) -> dict[TaskId, str]:
     return {task: f"{task.name}:{TF_PORT}" for task in spec.tasks()}
 
 
-def list_containers(client, filters: Mapping[str, Any]) -> list:
+def list_containers(client: Any, filters: Mapping[str, Any]) -> list[Any]:
     """Containers (running or not) matching ``filters``, leaving out any removed meanwhile.
 
     Listing inspects each container after the engine listed it; a task container removed in
@@ -81,7 +81,7 @@ def list_containers(client, filters: Mapping[str, Any]) -> list:
     last: Exception | None = None
     for _ in range(3):
         try:
-            return client.containers.list(all=True, filters=dict(filters), ignore_removed=True)
+            return list(client.containers.list(all=True, filters=dict(filters), ignore_removed=True))
         except docker.errors.NotFound as exc:
             last = exc
     log.warning("could not list containers %s: %s", dict(filters), last)
@@ -110,7 +110,7 @@ def _owner_alive(owner: str) -> bool:
         host, pid, created = owner.rsplit(":", 2)
         if host != socket.gethostname():
             return True  # another machine's: not ours to judge
-        return abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.5
+        return bool(abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.5)
     except (ValueError, psutil.Error):
         return False
 
@@ -151,13 +151,13 @@ class DockerBackend(Backend[Container]):
     """Tasks are not the orchestrator's children: no ORCH_ORCHESTRATOR_PID for them."""
 
     def __init__(self, image: str | None = None, base_image: str | None = None,
-                 ca_bundle: str | None = None, progress=None) -> None:
+                 ca_bundle: str | None = None, progress: Callable[[str], None] | None = None) -> None:
         self.image = image
         self.base_image = base_image
         self.ca_bundle = ca_bundle
         self.progress = progress
-        self.client = None
-        self.network = None
+        self.client: Any = None
+        self.network: Any = None
         self.run_id = ""
         self.run_dir: Path | None = None
         self.health_host = "127.0.0.1"
@@ -452,7 +452,7 @@ class DockerBackend(Backend[Container]):
             self.network = None
 
 
-def _remove(container) -> None:
+def _remove(container: Any) -> None:
     """Remove one container, tolerating its removal by someone else (never raises)."""
     import docker.errors
 

@@ -6,6 +6,8 @@ when a connection is made.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 
 from orchestrator.errors import LaunchError
@@ -14,7 +16,7 @@ ENGINE_TIMEOUT_S = 60
 """Seconds every call to the engine may take."""
 
 
-def connect(timeout_s: float = ENGINE_TIMEOUT_S):
+def connect(timeout_s: float = ENGINE_TIMEOUT_S) -> Any:
     """A ``docker.DockerClient`` for the engine of the environment (``DOCKER_HOST`` or the local socket).
 
     Raises:

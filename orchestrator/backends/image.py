@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from orchestrator.backends.engine import connect
 from orchestrator.errors import LaunchError
@@ -96,7 +96,7 @@ def write_context(root: Path, dest: Path, ca_bundle: str | Path | None = None) -
 
 
 def ensure_image(
-    client,
+    client: Any,
     base_image: str | None = None,
     *,
     ca_bundle: str | Path | None = None,
@@ -148,7 +148,7 @@ def ensure_image(
     return tag
 
 
-def _build(client, context: str, tag: str, buildargs: dict) -> Iterator[str]:
+def _build(client: Any, context: str, tag: str, buildargs: dict[str, str]) -> Iterator[str]:
     import docker
 
     api = docker.from_env(timeout=BUILD_TIMEOUT_S).api  # a build step may print nothing for minutes

@@ -699,11 +699,12 @@ class Supervisor:
                     return f"{rt.task.name} reported {phase}"
         return ""
 
-    def _mark(self, failures: list[Failure], **flags: bool) -> None:
-        """Set flags (``after_training``, ``after_success``) on recorded failures (they are frozen)."""
+    def _mark(self, failures: list[Failure], *, after_training: bool = False, after_success: bool = False) -> None:
+        """Flag recorded failures as after training / after success (they are frozen)."""
         for f in failures:
             i = next(i for i, g in enumerate(self.failures) if g is f)
-            self.failures[i] = dataclasses.replace(f, **flags)
+            self.failures[i] = dataclasses.replace(f, after_training=after_training or f.after_training,
+                                                   after_success=after_success or f.after_success)
 
     def _failure_of(self, f: Failure) -> Failure:
         """The current record of a failure (after :meth:`_mark`)."""
