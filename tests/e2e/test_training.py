@@ -131,6 +131,6 @@ def test_ctrl_c_stops_every_task_and_exits_130(tmp_path):
             proc.kill()
             proc.wait(10)
     summary = json.loads((tmp_path / "int" / "summary.json").read_text())
-    assert summary["reason"] == "interrupted by SIGINT"
+    assert (summary["status"], summary["reason"]) == ("Interrupted", "interrupted by SIGINT")
     assert [t["state"] for t in summary["tasks"]] == ["Stopped", "Stopped"]
     assert_no_process_left([t["pid"] for t in summary["tasks"]])
