@@ -142,7 +142,7 @@ def threads_per_task(spec: JobSpec, cores: int) -> int:
     """Intra-op threads per task: the spec's value, else ``max(1, cores // tasks)``.
 
     Oversubscribing the cores with one thread pool per task sized to all the cores is the
-    most common slowdown of local clusters (DESIGN.md §2).
+    most common slowdown of local clusters (``tf.config.threading`` / ``TF_NUM_INTRAOP_THREADS``: one pool per process).
     """
     if spec.threads_per_task:
         return spec.threads_per_task
