@@ -42,7 +42,7 @@ def main() -> None:
                                   keras.layers.Dense(10)])
         model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     history = model.fit(ds, epochs=args.epochs, steps_per_epoch=len(x) // global_batch,
-                        callbacks=[keras_callback()], verbose=2)
+                        callbacks=[keras_callback(batch_size=global_batch)], verbose=2)
 
     task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
     is_chief = task.get("type", "worker") == "chief" or (task.get("type") == "worker" and task.get("index", 0) == 0)

@@ -30,6 +30,19 @@ Variable                       Meaning
 ``ORCH_TASK_HEALTH_PORT``      containers: serve grpc.health.v1 on this port (the healthcheck probes it)
 ``ORCH_ORPHAN_TIMEOUT_S``      containers: kill the task once its orchestrator is unreachable this long
 ``ORCH_STAY_UNTIL_STOPPED``    ``1`` (Compose): a finished task waits for SIGTERM instead of exiting
+``ORCH_CLIENT_PID``            set by :mod:`orchestrator.client` itself: pid of the program's process
+                               that announced the task (its children do not announce it again)
+=============================  ==============================================================
+
+Files the orchestrator writes into a task's directory (``ORCH_TASK_DIR``):
+
+=============================  ==============================================================
+File                           Meaning
+=============================  ==============================================================
+``stop-requested``             written by the local backend right before its SIGTERM: the
+                               orchestrator itself stops the task (not a preemption), so
+                               ``execwrap`` SIGKILLs a user's program that ignores SIGTERM
+                               after :data:`orchestrator.task.execwrap.STOP_GRACE_S`
 =============================  ==============================================================
 """
 
@@ -51,6 +64,10 @@ MODEL_DIR = "ORCH_MODEL_DIR"
 TASK_HEALTH_PORT = "ORCH_TASK_HEALTH_PORT"
 ORPHAN_TIMEOUT_S = "ORCH_ORPHAN_TIMEOUT_S"
 STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
+CLIENT_PID = "ORCH_CLIENT_PID"
+
+STOP_REQUESTED_FILE = "stop-requested"
+"""Marker file in a task's directory: the orchestrator itself is stopping the task."""
 
 TOKEN_METADATA_KEY = "x-job-token"
 """gRPC metadata key that carries the job token."""

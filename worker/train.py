@@ -13,11 +13,12 @@ Loops (``training.loop``): ``fit`` (tf-keras ``Model.fit`` with ``BackupAndResto
 per-worker datasets under PSS; a ``tf.train.CheckpointManager`` per epoch). Both resume
 from the job's backup directory after a restart and report the mean loss per epoch.
 
-At the end the chief evaluates test accuracy on a plain copy of the trained weights and
-exports a SavedModel; under MWMS every worker must call ``save`` (collectives), so
-non-chief workers save into their own scratch directory and delete it (TF multi-worker
-guide). The chief also writes per-epoch weight checkpoints (``checkpoints/ckpt-<epoch>``)
-that the sidecar evaluator follows, and TensorBoard logs (``tensorboard/``).
+When training ends every training task reports phase ``finishing`` at once; then the
+chief evaluates test accuracy on a plain copy of the trained weights and exports a
+SavedModel; under MWMS every worker must call ``save`` (collectives), so non-chief workers
+save into their own scratch directory and delete it (TF multi-worker guide). The chief
+also writes per-epoch weight checkpoints (``checkpoints/ckpt-<epoch>``) that the sidecar
+evaluator follows, and TensorBoard logs (``tensorboard/``).
 """
 
 from __future__ import annotations
@@ -124,6 +125,10 @@ class Job:
             final_loss = self._custom_pss(model)
         else:
             final_loss = self._custom_sync(model)
+        # training ended: what follows (evaluation, export) is never a training stall, and a
+        # failure in it must not re-run the training
+        self.reporter.update(phase=pb.PHASE_FINISHING, message="training finished",
+                             step=self.progress.step_now or None, loss=final_loss)
         self._finish(model, final_loss)
 
     def _build(self, compile: bool = True):

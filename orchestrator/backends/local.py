@@ -23,6 +23,7 @@ from typing import Iterable
 
 import psutil
 
+from orchestrator import env
 from orchestrator.backends.base import Backend, LaunchRequest, ProcessSample, TaskHandle, faulthandler_dump
 from orchestrator.backends.ports import PortReservations, port_holder
 from orchestrator.errors import LaunchError, SpecError
@@ -280,11 +281,14 @@ class LocalBackend(Backend[LocalProcess]):
 
         SIGTERM to every process group, wait until ``timeout_s`` seconds have passed (or
         ``abort`` is set: a second Ctrl-C), then SIGKILL what is left and reap it (torch
-        elastic ``PContext.close``).
+        elastic ``PContext.close``). Each task's directory first gets the marker file
+        ``stop-requested``: the wrapper of a user's program (:mod:`orchestrator.task.execwrap`)
+        then SIGKILLs a program that ignores SIGTERM after a short grace.
         """
         processes = list(processes)
         pending = [p for p in processes if p.process.poll() is None]
         for p in pending:
+            _mark_stop_requested(p)
             self.signal(p, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline and not (abort is not None and abort.is_set()):
@@ -350,3 +354,12 @@ class LocalBackend(Backend[LocalProcess]):
     def close(self) -> None:
         """Release every port reservation still held."""
         self.ports.close()
+
+
+def _mark_stop_requested(process: LocalProcess) -> None:
+    """Write ``<task log dir>/stop-requested`` (:data:`orchestrator.env.STOP_REQUESTED_FILE`):
+    the SIGTERM that follows is the orchestrator's own stop, not a preemption (best effort)."""
+    try:
+        (process.stdout_path.parent / env.STOP_REQUESTED_FILE).touch()
+    except OSError as exc:
+        log.debug("cannot write the stop marker of pid %d: %s", process.pid, exc)

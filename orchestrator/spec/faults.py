@@ -7,8 +7,11 @@ Syntax: ``TASK:KIND@TRIGGER[,attempt=N]``
   ``raise`` (raise an exception in the training loop: an error file is written),
   ``hang`` (block the training loop; heartbeats go on, steps stop),
   ``stop`` (SIGSTOP itself: the whole process freezes, heartbeats stop too).
-* ``TRIGGER``: ``step=N`` (after training step N; chief/worker running the built-in
-  program) or ``time=S`` (S seconds after the task started; any task, not ``raise``).
+* ``TRIGGER``: ``step=N`` (after training step N: chief/worker running the built-in
+  program, or a user's program reporting steps through :mod:`orchestrator.client`) or
+  ``time=S`` (S seconds after the task started; any task, not ``raise``; for a user's
+  program only ``kill``, ``exit=N`` and ``stop``, fired by its wrapper
+  :mod:`orchestrator.task.execwrap`).
 * ``attempt=N``: which attempt it hits (default 0, so a restarted task runs clean).
 
 Example: ``--inject-fault worker:1:kill@step=20``.

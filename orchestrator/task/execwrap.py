@@ -9,10 +9,25 @@ wrapper stays as the program's parent, in the task's process group:
   signal), it SIGKILLs the whole process group: the program and everything it started;
 * SIGTERM / SIGINT / SIGUSR1 sent to the group reach the program directly; the wrapper
   outlives them and waits for the program, then exits the way it did (same code, or the
-  same signal), so the supervisor sees the program's own exit.
+  same signal), so the supervisor sees the program's own exit;
+* prompt stops: when the orchestrator itself stops the task, the local backend first writes
+  the marker file ``$ORCH_TASK_DIR/stop-requested`` (:data:`orchestrator.env.STOP_REQUESTED_FILE`).
+  On SIGTERM with that marker present the wrapper gives the program :data:`STOP_GRACE_S`
+  seconds, then SIGKILLs the group: a program whose SIGTERM is caught (TensorFlow's
+  preemption notifier, created by ``MultiWorkerMirroredStrategy``, does that) no longer
+  holds every stop for the whole ``--stop-timeout``. Without the marker (a preemption: docker
+  stop, Slurm, Kubernetes) SIGTERM reaches the program untouched and the wrapper does nothing;
+* injected faults (``--inject-fault TASK:KIND@time=S``, :mod:`orchestrator.task.faults`):
+  the wrapper fires the ``time=`` faults of its attempt on the program, from outside, S
+  seconds after it started: ``kill`` SIGKILLs the group (the wrapper included: the task dies
+  of SIGKILL), ``exit=N`` SIGKILLs the program and exits N, ``stop`` SIGSTOPs the group.
+  ``hang`` and ``raise`` need the program's own loop and cannot fire from here (the wrapper
+  says so on stderr). Each fault that fires prints ``injecting fault: KIND at time=S (unix T)``
+  to stdout and stderr. The program gets ``ORCH_FAULTS`` without the ``time=`` faults; its
+  ``step=`` faults fire in :func:`orchestrator.client.report` and the Keras callback.
 
-Without an orchestrator pid (containers, where there is no parent to watch) it simply
-``exec`` s the program.
+Without an orchestrator pid (containers, where there is no parent to watch) and without
+``time=`` faults it simply ``exec`` s the program.
 """
 
 from __future__ import annotations
@@ -21,35 +36,95 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 from orchestrator import env
+from orchestrator.spec.faults import ENV as FAULTS_ENV
+from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.runtime import die_with_orchestrator
 
+STOP_GRACE_S = 1.0
+"""Seconds a user's program gets after the orchestrator's own SIGTERM before its group is SIGKILLed."""
 
-def _kill_group(_signum, _frame) -> None:
+OUTSIDE_KINDS = ("kill", "exit", "stop")
+"""Fault kinds the wrapper can fire on the program from outside."""
+
+
+_exit_code: int | None = None
+"""Set by an ``exit=N`` fault: the code this wrapper exits with."""
+
+
+def _kill_group(_signum=None, _frame=None) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
+def _on_sigterm(_signum, _frame) -> None:
+    """The group got SIGTERM: if the orchestrator asked for the stop, SIGKILL it after a grace."""
+    task_dir = os.environ.get(env.TASK_DIR, "")
+    if task_dir and os.path.exists(os.path.join(task_dir, env.STOP_REQUESTED_FILE)):
+        timer = threading.Timer(STOP_GRACE_S, _kill_group)
+        timer.daemon = True
+        timer.start()
+
+
+def _fire(fault: dict, program: subprocess.Popen) -> None:
+    """Fire one ``time=`` fault on the program (from a timer thread)."""
+    if program.poll() is not None:
+        return
+    kind = fault["kind"]
+    if kind not in OUTSIDE_KINDS:
+        print(f"execwrap: cannot inject {kind} at {fault['trigger']}={fault['at']:g} into a user's program "
+              "from outside; skipped", file=sys.stderr, flush=True)
+        return
+    announce(fault)
+    if kind == "kill":
+        _kill_group()
+    elif kind == "exit":
+        global _exit_code
+        _exit_code = int(fault["exit_code"])  # main() exits with it once the program is gone
+        program.kill()  # the backend then kills what the program left in the group
+    elif kind == "stop":
+        os.killpg(0, signal.SIGSTOP)
+
+
 def main(argv: list[str]) -> int:
+    """Run the program ``argv`` (after an optional ``--``) as this task.
+
+    Returns:
+        The program's exit code; 127 when it cannot be run; 2 without a program. When the
+        program dies of a signal, the wrapper dies of the same signal.
+    """
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
         print("usage: python -m orchestrator.task.execwrap -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
     orchestrator_pid = int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0)
+    time_faults = FaultInjector.from_env().time_faults
     try:
-        if orchestrator_pid <= 0:
+        if orchestrator_pid <= 0 and not time_faults:
             os.execvp(argv[0], argv)
         signal.signal(signal.SIGUSR2, _kill_group)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            signal.signal(signum, lambda *_: None)  # a Python handler: reset to default in the program
+        signal.signal(signal.SIGTERM, _on_sigterm)  # a Python handler: reset to default in the program
+        for signum in (signal.SIGINT, signal.SIGUSR1):
+            signal.signal(signum, lambda *_: None)
         die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
-        # the program's parent is now this wrapper: it is the process the program must not outlive
-        program = subprocess.Popen(argv, env={**os.environ, env.ORCHESTRATOR_PID: str(os.getpid())})
+        program_env = dict(os.environ)
+        if orchestrator_pid > 0:  # the program's parent is now this wrapper: it must not outlive it
+            program_env[env.ORCHESTRATOR_PID] = str(os.getpid())
+        if FAULTS_ENV in program_env:
+            program_env[FAULTS_ENV] = without_time_faults(program_env[FAULTS_ENV])
+        program = subprocess.Popen(argv, env=program_env)
     except OSError as exc:
         print(f"error: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
         return 127
+    for fault in time_faults:
+        timer = threading.Timer(float(fault["at"]), _fire, args=(fault, program))
+        timer.daemon = True
+        timer.start()
     code = program.wait()
+    if _exit_code is not None:
+        return _exit_code
     if code < 0:  # die of the same signal, so the supervisor sees what the program saw
         try:
             signal.signal(-code, signal.SIG_DFL)

@@ -1,6 +1,20 @@
 """Task side of fault injection: fires the faults the orchestrator put in ``ORCH_FAULTS``.
 
 The syntax and the parsing (``--inject-fault``) are in :mod:`orchestrator.spec.faults`.
+Who fires what:
+
+* the built-in programs (:func:`orchestrator.task.runtime.run_task`): ``time=`` faults from
+  a timer thread, ``step=`` faults from the training loop (:class:`worker.progress.Progress`);
+* a user's program: ``time=`` faults (``kill``, ``exit=N``, ``stop``) from its wrapper,
+  :mod:`orchestrator.task.execwrap`, which acts on the program from outside; ``step=``
+  faults from :func:`orchestrator.client.report` and the Keras callback.
+
+Every fault that fires first prints one line, to stdout and to stderr (flushed)::
+
+    injecting fault: KIND at TRIGGER=N (unix T)
+
+e.g. ``injecting fault: kill at time=2 (unix 1718000000.123)``. The control plane looks for
+it in an attempt's logs to tell which faults fired: keep the format stable (:func:`announce`).
 """
 
 from __future__ import annotations
@@ -20,6 +34,20 @@ class InjectedFault(RuntimeError):
     """Raised in the training loop by a ``raise`` fault."""
 
 
+def announce(fault: dict) -> None:
+    """Print the ``injecting fault: ...`` line of ``fault`` to stdout and stderr (flushed)."""
+    line = f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g} (unix {time.time():.3f})"
+    print(line, flush=True)
+    print(line, file=sys.stderr, flush=True)  # so the failure report's stderr tail shows it
+
+
+def without_time_faults(raw: str) -> str:
+    """``raw`` (an ``ORCH_FAULTS`` value) without its ``time=`` faults: what a wrapper that
+    fires those itself passes on to the program it runs."""
+    faults = json.loads(raw) if raw else []
+    return json.dumps([f for f in faults if f["trigger"] != "time"])
+
+
 class FaultInjector:
     """Task side: fires the faults of ``ORCH_FAULTS`` that match this attempt.
 
@@ -32,6 +60,11 @@ class FaultInjector:
         faults = json.loads(raw) if raw else []
         self._step_faults = [f for f in faults if f["attempt"] == attempt and f["trigger"] == "step"]
         self._time_faults = [f for f in faults if f["attempt"] == attempt and f["trigger"] == "time"]
+
+    @property
+    def time_faults(self) -> list[dict]:
+        """This attempt's ``time=`` faults (JSON dicts: kind, at, exit_code, ...)."""
+        return list(self._time_faults)
 
     @classmethod
     def from_env(cls) -> "FaultInjector":
@@ -53,9 +86,7 @@ class FaultInjector:
 
     @staticmethod
     def _fire(fault: dict) -> None:
-        line = f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g} (unix {time.time():.3f})"
-        print(line, flush=True)
-        print(line, file=sys.stderr, flush=True)  # so the failure report's stderr tail shows it
+        announce(fault)
         kind = fault["kind"]
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

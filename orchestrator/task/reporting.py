@@ -1,7 +1,18 @@
-"""``report()`` and ``done()`` for a user's own training program, behind :mod:`orchestrator.client`.
+"""``report()``, ``training_finished()`` and ``done()`` for a user's own training program,
+behind :mod:`orchestrator.client`.
 
-The heartbeat reporter starts lazily, on the first call, and only inside an orchestrated
-task (``ORCH_HEALTH_ADDRESS`` and ``TF_CONFIG`` set); elsewhere both calls are no-ops.
+The heartbeat reporter runs only inside an orchestrated task (``ORCH_HEALTH_ADDRESS`` and
+``TF_CONFIG`` set); elsewhere every call is a no-op and nothing beyond the standard library
+is imported. In a task that trains (chief, MWMS worker, PSS coordinator) :func:`announce`,
+called when :mod:`orchestrator.client` is imported, starts it at once in phase
+``initializing``, so the supervisor knows the task reports from its start and its start-up
+timeout covers a program that hangs before its first step. In other tasks (ps, PSS workers,
+the evaluator, which may never report) and in child processes of the program (they inherit
+``ORCH_CLIENT_PID``), it starts lazily, on the first call.
+
+Calls with a ``step`` also fire the task's step-triggered injected faults
+(``--inject-fault TASK:KIND@step=N``, :class:`orchestrator.task.faults.FaultInjector`):
+``raise`` raises :class:`~orchestrator.task.faults.InjectedFault` from :func:`report`.
 """
 
 from __future__ import annotations
@@ -11,11 +22,16 @@ import os
 import threading
 
 from orchestrator import env
-from orchestrator.task.runtime import TaskContext
+from orchestrator.task.faults import FaultInjector
 
 _lock = threading.Lock()
 _reporter = None
 _started = False
+_faults: FaultInjector | None = None
+
+
+def _in_task() -> bool:
+    return bool(os.environ.get(env.HEALTH_ADDRESS) and os.environ.get("TF_CONFIG"))
 
 
 def _get():
@@ -23,9 +39,10 @@ def _get():
     with _lock:
         if not _started:
             _started = True
-            if os.environ.get(env.HEALTH_ADDRESS) and os.environ.get("TF_CONFIG"):
+            if _in_task():
                 # grpc and psutil (~20 MB) load only inside an orchestrated task, not in a script run by hand
                 from orchestrator.task.reporter import HeartbeatReporter
+                from orchestrator.task.runtime import TaskContext
 
                 context = TaskContext.from_env()
                 _reporter = HeartbeatReporter.from_context(context)
@@ -36,17 +53,58 @@ def _get():
         return _reporter
 
 
+def _trains(task_type: str) -> bool:
+    """Whether this task runs a training loop: chief, worker (not under PSS, where workers
+    only serve). A ps, a PSS worker and the evaluator may never report training."""
+    if task_type == "chief":
+        return True
+    return task_type == "worker" and os.environ.get(env.STRATEGY) != "parameter_server"
+
+
+def announce() -> None:
+    """Start the heartbeat stream now, in phase ``initializing``, when this process is the
+    main process of a training task (see the module docstring); otherwise do nothing."""
+    if not _in_task() or os.environ.get(env.CLIENT_PID, str(os.getpid())) != str(os.getpid()):
+        return
+    import json
+
+    try:
+        task = json.loads(os.environ["TF_CONFIG"]).get("task") or {}
+    except ValueError:
+        return
+    if not _trains(str(task.get("type", ""))):
+        return
+    os.environ[env.CLIENT_PID] = str(os.getpid())  # children of the program do not announce themselves
+    _get()
+
+
+def _on_step(step: int | None) -> None:
+    """Fire the step-triggered injected faults whose step has come (cheap when there are none)."""
+    global _faults
+    if step is None:
+        return
+    if _faults is None:
+        _faults = FaultInjector.from_env()
+    _faults.on_step(int(step))
+
+
 def report(step: int | None = None, loss: float | None = None, *, epoch: int | None = None,
            examples_per_second: float | None = None, **metrics: float) -> None:
-    """Report training progress of this task (thread-safe, cheap: sent with the next heartbeat).
+    """Report training progress of this task (thread-safe, cheap: sent with the next heartbeat;
+    the first report, which moves the task to phase ``training``, is sent at once).
 
     Args:
         step: global training steps completed.
         loss: latest training loss.
         epoch: epochs completed.
-        examples_per_second: throughput of this task.
-        **metrics: any other numbers (e.g. ``accuracy=0.93``); they land in summary.json.
+        examples_per_second: throughput of this task (examples/s).
+        **metrics: any other numbers (e.g. ``accuracy=0.93``, ``steps_per_second=12.5``);
+            they land in summary.json.
+
+    Raises:
+        InjectedFault: when a ``raise@step=N`` fault of this task fires (``--inject-fault``).
     """
+    _on_step(step)
     reporter = _get()
     if reporter is None:
         return
@@ -54,6 +112,24 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
 
     reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
                     examples_per_second=examples_per_second, **metrics)
+
+
+def training_finished(step: int | None = None, loss: float | None = None, **metrics: float) -> None:
+    """Say training ended and post-training work (evaluation, export) is under way: phase
+    ``finishing``, sent at once. The supervisor never counts that work as a training stall and
+    never re-runs finished training when it fails.
+
+    Args:
+        step: global training steps completed.
+        loss: final training loss.
+        **metrics: any other numbers (e.g. ``accuracy=0.93``); they land in summary.json.
+    """
+    reporter = _get()
+    if reporter is None:
+        return
+    from orchestrator.proto import supervisor_pb2 as pb  # protobuf: only once there is a reporter
+
+    reporter.update(phase=pb.PHASE_FINISHING, step=step, loss=loss, **metrics)
 
 
 def done(**metrics: float) -> None:
