@@ -19,7 +19,7 @@ from orchestrator import api, env
 from orchestrator.spec import JobSpec
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.supervision import SupervisionSpec
-from tests.conftest import REPO, all_pids, alive, assert_no_process_left, wait_until
+from tests.conftest import REPO, all_pids, assert_no_process_left, wait_until
 
 DEADLINE_S = 20.0
 """Every job here ends within this: a wrong behaviour fails in seconds, not at pytest's timeout."""
