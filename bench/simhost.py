@@ -42,6 +42,7 @@ class SimTask:
         self.frozen = asyncio.Event()
         self.channel = grpc.aio.insecure_channel(host.address, options=[("grpc.use_local_subchannel_pool", 1)])
         self.call = None
+        self.killed = False
         self.task = asyncio.ensure_future(self.run(host))
 
     async def run(self, host: "Host") -> None:
@@ -57,13 +58,20 @@ class SimTask:
                 seq += 1
                 await asyncio.sleep(host.interval_s)
 
-        self.call = stream(beats(), metadata=((env.TOKEN_METADATA_KEY, host.token),))
-        try:
-            await self.call
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
-            pass
+        backoff_s = 0.2
+        while not self.killed:  # reconnect like the real HeartbeatReporter (a burst of connects may be refused)
+            self.call = stream(beats(), metadata=((env.TOKEN_METADATA_KEY, host.token),))
+            try:
+                await self.call
+                return
+            except asyncio.CancelledError:
+                return
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(2 * backoff_s, 2.0)
 
     async def kill(self) -> None:
+        self.killed = True
         if self.call is not None:
             self.call.cancel()
         await self.channel.close(None)

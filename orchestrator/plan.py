@@ -8,6 +8,7 @@ a process or touches the network.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -79,12 +80,16 @@ class Plan:
     token: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
 
+    @functools.cached_property
+    def _by_task(self) -> dict[TaskId, TaskPlan]:
+        return {tp.task: tp for tp in self.tasks}
+
     def task_plan(self, task: TaskId) -> TaskPlan:
-        """The plan of one task. Raises KeyError when the job has no such task."""
-        for tp in self.tasks:
-            if tp.task == task:
-                return tp
-        raise KeyError(str(task))
+        """The plan of one task (a dict lookup). Raises KeyError when the job has no such task."""
+        try:
+            return self._by_task[task]
+        except KeyError:
+            raise KeyError(str(task)) from None
 
     @property
     def user_program(self) -> tuple[str, ...] | None:

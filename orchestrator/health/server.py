@@ -59,19 +59,34 @@ class HeartbeatStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._records: dict[tuple[TaskId, int], HeartbeatRecord] = {}
+        self._changed: dict[tuple[TaskId, int], HeartbeatRecord] = {}
+        self._task_ids: dict[tuple[str, int], TaskId] = {}
         self.total = 0
 
     def record(self, heartbeat: pb.Heartbeat) -> None:
         """Store ``heartbeat`` as the latest of its task attempt."""
-        key = (TaskId(heartbeat.task.task_type, heartbeat.task.task_index), heartbeat.task.attempt)
+        t = heartbeat.task
         now = self._clock()
         with self._lock:
+            task = self._task_ids.get((t.task_type, t.task_index))
+            if task is None:
+                task = self._task_ids[(t.task_type, t.task_index)] = TaskId(t.task_type, t.task_index)
+            key = (task, t.attempt)
             self.total += 1
             old = self._records.get(key)
             if old is None:
-                self._records[key] = HeartbeatRecord(heartbeat, now, now, 1)
+                old = self._records[key] = HeartbeatRecord(heartbeat, now, now, 1)
             else:
                 old.heartbeat, old.received_at, old.count = heartbeat, now, old.count + 1
+            self._changed[key] = old
+
+    def drain(self) -> dict[tuple[TaskId, int], HeartbeatRecord]:
+        """The latest record (a copy) of every task attempt that sent a heartbeat since the
+        last drain, keyed by (task, attempt): what changed, so a reader's work is O(changes)."""
+        with self._lock:
+            changed, self._changed = self._changed, {}
+            return {k: HeartbeatRecord(r.heartbeat, r.received_at, r.first_received_at, r.count)
+                    for k, r in changed.items()}
 
     def get(self, task: TaskId, attempt: int) -> HeartbeatRecord | None:
         """The latest record of one attempt (a copy), or None before its first heartbeat."""

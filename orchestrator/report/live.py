@@ -50,6 +50,8 @@ def task_row(t: TaskSnapshot) -> dict[str, str]:
 class QuietView:
     """Shows nothing while the job runs."""
 
+    interval_s = None
+
     def update(self, snapshot: JobSnapshot) -> None:
         pass
 
@@ -66,6 +68,7 @@ class LinesView:
     def __init__(self, stream: TextIO = sys.stdout, progress_interval_s: float = 5.0) -> None:
         self._stream = stream
         self._interval_s = progress_interval_s
+        self.interval_s = min(1.0, progress_interval_s)
         self._next = time.monotonic() + progress_interval_s
 
     def _print(self, elapsed_s: float, text: str) -> None:
@@ -110,6 +113,7 @@ class TableView:
         self._console = Console()
         self._live = Live(console=self._console, auto_refresh=False, transient=False)
         self._refresh_s = refresh_s
+        self.interval_s = refresh_s
         self._next = 0.0
         self._events: list[str] = []
         self._live.start()

@@ -277,6 +277,27 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
     return None
 
 
+def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | None:
+    """The earliest time :func:`hang_reason` could first say the task is hung, given what is
+    known now (None: never, until something changes). Any time strictly after it may be hung;
+    no time at or before it is. The loop keeps these in a heap, so a tick checks only the
+    tasks whose deadline has passed (O(changes), not O(tasks))."""
+    if not watch.reports and watch.heartbeat_at is None:
+        return None
+    s = supervision
+    times: list[float] = []
+    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
+        times.append(watch.started_at + s.startup_timeout_s)
+    if watch.heartbeat_at is not None:
+        times.append(watch.heartbeat_at + s.heartbeat_timeout_s)
+        if watch.phase == "training" and watch.progress_at is not None:
+            times.append(watch.progress_at + s.stall_timeout_s)
+        if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}
+                and watch.progress_at is not None):
+            times.append(watch.progress_at + s.finish_timeout_s)
+    return min(times) if times else None
+
+
 def culprit_order(steps: Sequence[int | None]) -> list[int]:
     """Indices of hung tasks, the one furthest behind first (peers blocked in a collective
     stall with the task that stopped first; a task with no step yet counts as furthest)."""

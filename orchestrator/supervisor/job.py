@@ -21,6 +21,7 @@ backend and clock (:meth:`Supervisor.start` and :meth:`Supervisor.tick`).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import logging
 import os
@@ -56,7 +57,13 @@ _TF_NOISE = re.compile(
 
 
 class View(Protocol):
-    """What the supervisor tells the user about (see :mod:`orchestrator.report.live`)."""
+    """What the supervisor tells the user about (see :mod:`orchestrator.report.live`).
+
+    ``interval_s``: least seconds between two snapshots it wants; None for none until the
+    end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
+    """
+
+    interval_s: float | None
 
     def update(self, snapshot: JobSnapshot) -> None: ...
 
@@ -64,6 +71,8 @@ class View(Protocol):
 
 
 class _NullView:
+    interval_s: float | None = None
+
     def update(self, snapshot: JobSnapshot) -> None:
         pass
 
@@ -233,6 +242,10 @@ class Supervisor:
         self.clock = clock
         self.tasks = [TaskRuntime(plan=tp) for tp in plan.tasks]
         self._by_task = {rt.task: rt for rt in self.tasks}
+        self._by_name = {rt.task.name: rt for rt in self.tasks}
+        self._silent = [rt for rt in self.tasks if not rt.plan.reports_heartbeats]  # sampled by the backend
+        self._checks: list[tuple[float, int, str]] = []  # hang-check deadline heap: (when, version, task name)
+        self._check_version: dict[str, int] = {}
         self.state = JobState.PENDING
         self.failures: list[Failure] = []
         self.recoveries: list[Recovery] = []
@@ -324,8 +337,9 @@ class Supervisor:
         if self.state is JobState.SUCCEEDED and self._grace_deadline and now >= self._grace_deadline:
             self._stop(self._live(), f"did not exit within {self.success_grace_s:.0f} s after the job succeeded")
         over = not self._restart_at and all(rt.state.terminal for rt in self.tasks if rt.process is not None)
-        if not over and now >= self._next_view_at:
-            self._next_view_at = now + self.view_interval_s
+        interval = getattr(self.view, "interval_s", self.view_interval_s)
+        if not over and interval is not None and now >= self._next_view_at:
+            self._next_view_at = now + max(self.view_interval_s, interval)
             self.view.update(self.snapshot())
         return over
 
@@ -425,6 +439,7 @@ class Supervisor:
         rt.error_file = directory / "error.json"
         rt.started_at = rt.progress_at = self.clock()
         rt.state = TaskState.STARTING
+        self._schedule_check(rt)
         self._event(f"{rt.task.name} started (pid {rt.pid}, attempt {rt.attempt})")
 
     def _new_attempt(self, rt: TaskRuntime) -> None:
@@ -491,15 +506,16 @@ class Supervisor:
             rt.running_at = now
 
     def _take_heartbeats(self, now: float) -> None:
-        for rt in self.tasks:
-            if rt.process is None:
-                continue
-            record = self.store.get(rt.task, rt.attempt)
-            if record is None:
-                if not rt.plan.reports_heartbeats and not rt.state.terminal:
-                    self._sample_process(rt, now)
-                continue
-            self._on_heartbeat(rt, record)
+        """Heartbeats that arrived since the last look (O(changes)); backend samples of the
+        tasks that send none (a user's program that never reported)."""
+        for (task, attempt), record in self.store.drain().items():
+            rt = self._by_task.get(task)
+            if rt is not None and rt.attempt == attempt and rt.process is not None:
+                self._on_heartbeat(rt, record)
+                self._schedule_check(rt)
+        for rt in self._silent:
+            if rt.process is not None and rt.heartbeat is None and not rt.state.terminal:
+                self._sample_process(rt, now)
         if self.state is JobState.STARTING and all(rt.state is TaskState.RUNNING for rt in self.tasks):
             self._set_job_state(JobState.RUNNING)
 
@@ -552,10 +568,36 @@ class Supervisor:
             trains=rt.task.task_type != "evaluator",
         )
 
+    def _schedule_check(self, rt: TaskRuntime) -> None:
+        """(Re)schedule ``rt``'s next hang check (:func:`decisions.next_check_at`); an older
+        entry of the same task in the heap becomes stale (its version no longer matches)."""
+        name = rt.task.name
+        version = self._check_version.get(name, 0) + 1
+        self._check_version[name] = version
+        when = decisions.next_check_at(self._watch(rt), self.policy) if rt.started_at is not None else None
+        if when is not None:
+            heapq.heappush(self._checks, (when, version, name))
+        if len(self._checks) > 4 * len(self.tasks) + 64:  # drop stale entries now and then
+            self._checks = [c for c in self._checks if self._check_version.get(c[2]) == c[1]]
+            heapq.heapify(self._checks)
+
     def _check_hangs(self, now: float) -> None:
+        """Hang checks of the tasks whose check deadline has passed (a heap: O(changes))."""
         if self.state.terminal:
             return
-        hung = [(rt, why) for rt in self._live() if (why := decisions.hang_reason(self._watch(rt), now, self.policy))]
+        due: list[TaskRuntime] = []
+        while self._checks and self._checks[0][0] < now:
+            _, version, name = heapq.heappop(self._checks)
+            rt = self._by_name[name]
+            if self._check_version.get(name) == version and rt.process is not None and not rt.state.terminal:
+                due.append(rt)
+        hung = []
+        for rt in due:
+            why = decisions.hang_reason(self._watch(rt), now, self.policy)
+            if why:
+                hung.append((rt, why))
+            else:
+                self._schedule_check(rt)
         for i in decisions.culprit_order([rt.last_step for rt, _ in hung]):
             rt, why = hung[i]
             if not rt.state.terminal:

@@ -14,6 +14,7 @@ from orchestrator.supervisor.decisions import (
     culprit_order,
     ends_job_successfully,
     hang_reason,
+    next_check_at,
     restart_scope,
     retry_verdict,
 )
@@ -176,3 +177,29 @@ def test_hang_reason(watch, now, hung_because):
 
 def test_the_task_furthest_behind_is_handled_first():
     assert culprit_order([50, 12, None, 30]) == [2, 1, 3, 0]
+
+
+@pytest.mark.parametrize(
+    "watch",
+    [
+        TaskWatch(True, 10.0),  # starting
+        TaskWatch(True, 10.0, heartbeat_at=12.0, phase="initializing", progress_at=12.0),
+        TaskWatch(True, 10.0, heartbeat_at=50.0, phase="serving", progress_at=20.0),
+        TaskWatch(True, 10.0, heartbeat_at=50.0, phase="training", progress_at=45.0, step=3),
+        TaskWatch(True, 10.0, heartbeat_at=50.0, phase="finishing", progress_at=45.0),
+        TaskWatch(False, 10.0, heartbeat_at=50.0, phase="training", progress_at=49.0),
+    ],
+)
+@pytest.mark.parametrize("finish_timeout_s", [None, 3.0])
+def test_next_check_at_is_exactly_when_a_task_can_first_be_hung(watch, finish_timeout_s):
+    spec = SupervisionSpec.create(heartbeat_timeout_s=10.0, stall_timeout_s=60.0, startup_timeout_s=180.0,
+                                  finish_timeout_s=finish_timeout_s)
+    when = next_check_at(watch, spec)
+    assert when is not None
+    assert hang_reason(watch, when, spec) is None  # not hung at the deadline itself ...
+    assert hang_reason(watch, when + 0.01, spec) is not None  # ... but just after it
+    assert hang_reason(watch, (watch.started_at + when) / 2, spec) is None
+
+
+def test_a_program_that_never_reported_has_no_hang_check():
+    assert next_check_at(TaskWatch(False, 0.0), TIMEOUTS) is None
