@@ -281,7 +281,7 @@ JOBSET_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
     "podFailurePolicy exit code as a string": (
         lambda d: _js_job(d, "chief")["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"].__setitem__(0, "1"),
         {"schema", "crd", "model"}),
-    "negative backoffLimit type (a float)": (
+    "backoffLimit not an integer (1.5)": (
         lambda d: _js_job(d).__setitem__("backoffLimit", 1.5), {"schema", "crd", "model"}),
 }
 
