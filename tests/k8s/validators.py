@@ -55,6 +55,9 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # jobset api/jobset/v1alpha2/jobset_types.go, FailurePolicyRule.Name
 _RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+# jobset pkg/webhooks/jobset_webhook.go validOnJobFailureReasons (batch/v1 Job failure reasons)
+_JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes", "MaxFailedIndexesExceeded",
+                        "PodFailurePolicy")
 
 
 # --- shared checks ---------------------------------------------------------------------------
@@ -264,7 +267,8 @@ def jobset_model_roundtrip(doc: dict) -> list[str]:
 
 
 def jobset_semantics(doc: dict) -> list[str]:
-    """What the JobSet webhook and controller enforce beyond the schema, and what this
+    """What the JobSet webhook (``pkg/webhooks/jobset_webhook.go``: rule names, failure reasons,
+    targets) and controller enforce beyond the schema, and what this
     project's pods need to compute their TF_CONFIG (:mod:`orchestrator.task.jobset`)."""
     from orchestrator import env
 
@@ -283,9 +287,16 @@ def jobset_semantics(doc: dict) -> list[str]:
     if len(set(names)) != len(names):
         errs.append(f"semantics: replicated job names repeat: {names}")
     targets = list((spec.get("successPolicy") or {}).get("targetReplicatedJobs") or [])
-    for rule in (spec.get("failurePolicy") or {}).get("rules") or []:
+    rules = (spec.get("failurePolicy") or {}).get("rules") or []
+    rule_names = [rule.get("name") for rule in rules]
+    if len(set(map(str, rule_names))) != len(rule_names):
+        errs.append(f"semantics: failure rule names repeat: {rule_names}")
+    for rule in rules:
         if not _RULE_NAME.match(str(rule.get("name", ""))):
             errs.append(f"semantics: failure rule name {rule.get('name')!r} does not match {_RULE_NAME.pattern}")
+        for reason in rule.get("onJobFailureReasons") or []:
+            if reason not in _JOB_FAILURE_REASONS:
+                errs.append(f"semantics: failure reason {reason!r} is not one of {', '.join(_JOB_FAILURE_REASONS)}")
         targets += rule.get("targetReplicatedJobs") or []
     for t in targets:
         if t not in names:

@@ -266,6 +266,11 @@ JOBSET_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
         lambda d: d["spec"]["failurePolicy"]["rules"][0].__setitem__("action", "RestartEverything"), {"crd"}),
     "failure rule without a name": (
         lambda d: d["spec"]["failurePolicy"]["rules"][0].pop("name"), {"crd", "semantics"}),
+    "failure reason JobSet does not know (Deadline)": (
+        lambda d: d["spec"]["failurePolicy"]["rules"][0].__setitem__("onJobFailureReasons", ["Deadline"]),
+        {"semantics"}),
+    "two failure rules with one name": (
+        lambda d: d["spec"]["failurePolicy"]["rules"][1].__setitem__("name", "deadline"), {"semantics"}),
     "maxRestarts as a string": (
         lambda d: d["spec"]["failurePolicy"].__setitem__("maxRestarts", "5"), {"crd", "model"}),
     "success targets a replicated job that does not exist (master)": (
