@@ -34,6 +34,29 @@ Variable                       Meaning
                                that announced the task (its children do not announce it again)
 =============================  ==============================================================
 
+Kubernetes JobSet pods (``render --format jobset``) get no ``TF_CONFIG``: each pod computes
+its own at start (:func:`orchestrator.task.jobset.tf_config_from_jobset`) from these. The
+first four come from the pod's own labels, which the JobSet controller sets on every pod
+(``labelAndAnnotateObject`` in jobset's ``jobset_controller.go``), through the downward API
+(:data:`JOBSET_LABELS`); Kubernetes itself sets ``JOB_COMPLETION_INDEX`` in the pods of an
+Indexed Job; the renderer writes the last three literally.
+
+=================================  ==========================================================
+Variable                           Meaning
+=================================  ==========================================================
+``JOBSET_NAME``                    the JobSet's name (label ``jobset.sigs.k8s.io/jobset-name``)
+``JOBSET_REPLICATED_JOB_NAME``     the replicated job's name = the task type
+                                   (label ``jobset.sigs.k8s.io/replicatedjob-name``)
+``JOBSET_JOB_INDEX``               index of the Job within its replicated job (always 0 here:
+                                   one Job per task type; label ``jobset.sigs.k8s.io/job-index``)
+``ORCH_ATTEMPT``                   the JobSet's restart count (label ``jobset.sigs.k8s.io/restart-attempt``)
+``JOB_COMPLETION_INDEX``           the pod's index in its Indexed Job = the task index
+``ORCH_JOBSET_SUBDOMAIN``          the headless Service JobSet creates (pods are
+                                   ``<jobset>-<rjob>-<jobIdx>-<podIdx>.<subdomain>``)
+``ORCH_JOBSET_CLUSTER``            JSON task type -> task count, e.g. ``{"chief": 1, "worker": 2, "ps": 1}``
+``ORCH_JOBSET_PORT``               the port every task's ``tf.distribute`` server binds
+=================================  ==========================================================
+
 Files the orchestrator writes into a task's directory (``ORCH_TASK_DIR``):
 
 =============================  ==============================================================
@@ -65,6 +88,24 @@ TASK_HEALTH_PORT = "ORCH_TASK_HEALTH_PORT"
 ORPHAN_TIMEOUT_S = "ORCH_ORPHAN_TIMEOUT_S"
 STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
 CLIENT_PID = "ORCH_CLIENT_PID"
+
+JOBSET_NAME = "JOBSET_NAME"
+JOBSET_REPLICATED_JOB = "JOBSET_REPLICATED_JOB_NAME"
+JOBSET_JOB_INDEX = "JOBSET_JOB_INDEX"
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+JOBSET_SUBDOMAIN = "ORCH_JOBSET_SUBDOMAIN"
+JOBSET_CLUSTER = "ORCH_JOBSET_CLUSTER"
+JOBSET_PORT = "ORCH_JOBSET_PORT"
+
+JOBSET_LABELS = {
+    JOBSET_NAME: "jobset.sigs.k8s.io/jobset-name",
+    JOBSET_REPLICATED_JOB: "jobset.sigs.k8s.io/replicatedjob-name",
+    JOBSET_JOB_INDEX: "jobset.sigs.k8s.io/job-index",
+    ATTEMPT: "jobset.sigs.k8s.io/restart-attempt",
+}
+"""Environment variable -> the pod label the JobSet controller sets (jobset ``api/jobset/v1alpha2``
+``JobSetNameKey``, ``ReplicatedJobNameKey``, ``JobIndexKey``; ``pkg/constants`` ``RestartsKey``),
+read through the downward API (``fieldRef: metadata.labels['...']``)."""
 
 STOP_REQUESTED_FILE = "stop-requested"
 """Marker file in a task's directory: the orchestrator itself is stopping the task."""

@@ -16,12 +16,14 @@ import yaml
 
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.errors import SpecError
+from orchestrator.render.jobset import jobset_manifest
 from orchestrator.render.kubernetes import tfjob_manifest
 from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
-FORMATS = ("json", "env", "tf-config", "tfjob")
+FORMATS = ("json", "env", "tf-config", "tfjob", "jobset")
+KUBERNETES_FORMATS = ("tfjob", "jobset")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 2222
 
@@ -32,8 +34,9 @@ def add_parser(subparsers) -> None:
         help="print every task's TF_CONFIG for processes you start yourself",
         description="Render the TF_CONFIG of every task (or one, --task) from a cluster spec file and/or flags. "
         "Formats: json (everything, default), env (export TF_CONFIG='...' lines for a shell), "
-        "tf-config (the bare compact JSON, one task per line), tfjob (a Kubeflow TFJob manifest for Kubernetes: "
-        "needs --image). Exit codes: 0 ok, 2 bad input.",
+        "tf-config (the bare compact JSON, one task per line), tfjob (a Kubeflow TFJob manifest for Kubernetes "
+        "with the training operator: needs --image), jobset (a JobSet manifest for Kubernetes with JobSet, "
+        "e.g. under Kubeflow Trainer v2: needs --image). Exit codes: 0 ok, 2 bad input.",
     )
     add_spec_flags(p)
     p.add_argument("--host", action="append", default=None, metavar="HOST",
@@ -42,12 +45,17 @@ def add_parser(subparsers) -> None:
     p.add_argument("--base-port", type=int, default=None,
                    help=f"first port; tasks sharing a host take consecutive ports (default {DEFAULT_PORT})")
     p.add_argument("--task", default=None, metavar="TYPE:INDEX", help="only this task, e.g. worker:1")
-    p.add_argument("--format", choices=FORMATS, default="json", help="json (default), env, tf-config or tfjob")
-    k8s = p.add_argument_group("--format tfjob (Kubernetes with Kubeflow's training operator)")
+    p.add_argument("--format", choices=FORMATS, default="json", help="json (default), env, tf-config, tfjob or jobset")
+    k8s = p.add_argument_group("--format tfjob / jobset (Kubernetes: Kubeflow's training operator / JobSet)")
     k8s.add_argument("--image", default=None, help="the project image, pullable by the cluster")
-    k8s.add_argument("--name", default="tf-orchestrator-job", help="TFJob name (default tf-orchestrator-job)")
+    k8s.add_argument("--name", default="tf-orchestrator-job",
+                     help="TFJob / JobSet name, a DNS label (default tf-orchestrator-job)")
     k8s.add_argument("--volume-claim", default=None, metavar="PVC",
                      help="ReadWriteMany claim mounted at /runs for checkpoints and the model")
+    k8s.add_argument("--cpu", default=None, metavar="QUANTITY",
+                     help="CPU of every pod, requests = limits (a Kubernetes quantity: 2, 500m)")
+    k8s.add_argument("--memory", default=None, metavar="QUANTITY",
+                     help="memory of every pod, requests = limits (a Kubernetes quantity: 4Gi, 512Mi)")
     p.set_defaults(func=run_render)
 
 
@@ -111,19 +119,42 @@ def render(spec: JobSpec, addresses: dict[TaskId, str], fmt: str, only: TaskId |
     return "\n".join(lines)
 
 
+class _ManifestDumper(yaml.SafeDumper):
+    """Block style, except lists of numbers (a Job's exit codes) on one wrapped line."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = bool(data) and all(isinstance(x, int) and not isinstance(x, bool) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_ManifestDumper.add_representer(list, _represent_list)
+
+
+def manifest_yaml(manifest: dict) -> str:
+    """A Kubernetes manifest as YAML, keys in the order written (no aliases: every list is the pod's own)."""
+    return yaml.dump(manifest, Dumper=_ManifestDumper, sort_keys=False, width=120)
+
+
 def run_render(args: argparse.Namespace) -> int:
     """Run ``render``. Returns 0 (bad input raises SpecError: exit 2)."""
     spec = spec_from_flags(args)
     only = TaskId.parse(args.task, "task") if args.task else None
     if only and only not in spec.tasks():
         raise SpecError("task", args.task, "the job has no such task", "use one of: " + ", ".join(map(str, spec.tasks())))
-    if args.format == "tfjob":
+    if args.format in KUBERNETES_FORMATS:
         if only or args.host or args.base_port is not None:
-            raise SpecError("format", "tfjob", "the operator assigns addresses and renders every task",
+            raise SpecError("format", args.format, "Kubernetes assigns addresses and every task is rendered",
                             "drop --task/--host/--base-port")
-        manifest = tfjob_manifest(spec, name=args.name, image=args.image or "", volume_claim=args.volume_claim)
-        print(yaml.safe_dump(manifest, sort_keys=False), end="")
+        build = tfjob_manifest if args.format == "tfjob" else jobset_manifest
+        manifest = build(spec, name=args.name, image=args.image or "", volume_claim=args.volume_claim,
+                         cpu=args.cpu, memory=args.memory)
+        print(manifest_yaml(manifest), end="")
         return 0
+    for flag in ("image", "volume_claim", "cpu", "memory"):
+        if getattr(args, flag) is not None:
+            raise SpecError(flag.replace("_", "-"), getattr(args, flag), "only for --format tfjob or jobset",
+                            "drop it, or add --format jobset")
     addresses = addresses_for(spec, args.host, args.base_port)
     print(render(spec, addresses, args.format, only))
     return 0

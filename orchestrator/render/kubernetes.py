@@ -14,6 +14,7 @@ Apply it with ``kubectl apply -f tfjob.yaml`` on a cluster with the training ope
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -31,31 +32,70 @@ TFJOB_PORT = 2222
 """The port Kubeflow's operator puts in TF_CONFIG (``tfjob-port``)."""
 RUNS_MOUNT = "/runs"
 
+MANAGED_BY = "tf-cluster-orchestrator"
+"""The value of every rendered object's ``app.kubernetes.io/managed-by`` label."""
+
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+"""A Kubernetes resource quantity: the pattern controller-gen writes for ``resource.Quantity``."""
 
 
-def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None) -> dict:
-    """The ``TFJob`` of a spec (pure).
-
-    Args:
-        spec: validated job spec (MWMS or PSS; ``mirrored`` is one task, a TFJob with one worker).
-        name: the TFJob name (a DNS label: lowercase letters, digits, ``-``).
-        image: the project image (see ``docker/Dockerfile``) in a registry the cluster can pull from.
-        volume_claim: a ReadWriteMany PVC mounted at ``/runs`` for checkpoints and the model;
-            None keeps them in each pod (lost with it; no resume after a restart).
-
-    Returns:
-        The manifest as a dict (dump it as YAML or JSON).
+def check_name(name: str) -> None:
+    """Raise SpecError unless ``name`` is a DNS label (RFC 1123: the name of a TFJob's pods and Services).
 
     Raises:
-        SpecError: for a bad name or image, or fixed addresses (the operator assigns them).
+        SpecError: naming ``name`` and the fix.
     """
     if not _NAME.match(name):
         raise SpecError("name", name, "not a Kubernetes name", "use lowercase letters, digits and -, e.g. digits-mwms")
-    if not image or any(c.isspace() for c in image):
-        raise SpecError("image", image, "not an image reference", "e.g. --image registry.example.com/tf-orchestrator:0.1")
-    if spec.addresses:
-        raise SpecError("addresses", "...", "Kubernetes gives every pod its address", "drop addresses from the spec")
+
+
+def check_quantity(field: str, value: str) -> None:
+    """Raise SpecError unless ``value`` is a Kubernetes resource quantity.
+
+    The grammar is apimachinery's ``resource.Quantity`` (``pkg/api/resource/quantity.go``):
+    a signed decimal number, then a binary suffix (``Ki`` ... ``Ei``), a decimal suffix
+    (``n u m k M G T P E``) or a decimal exponent (``e3``); the pattern is the one
+    controller-gen writes into CRD schemas for it. ``2Gi``, ``500m``, ``1.5`` pass;
+    ``2 gigs``, ``2GB``, ``-`` do not.
+
+    Args:
+        field: the flag or field, for the message (``cpu``, ``memory``).
+        value: the quantity as written.
+
+    Raises:
+        SpecError: naming the field and the fix.
+    """
+    if not QUANTITY.fullmatch(value):
+        raise SpecError(field, value, "not a Kubernetes quantity",
+                        "write a number with an optional suffix, e.g. 2Gi, 512Mi, 500m, 2")
+    if value.startswith("-") or not any(c in "123456789" for c in value.split("e")[0].split("E")[0]):
+        raise SpecError(field, value, "a resource amount must be positive", "e.g. 2Gi, 512Mi, 500m, 2")
+
+
+def resources(cpu: str | None, memory: str | None) -> dict:
+    """The container's ``resources``: requests = limits for the given quantities (empty when none).
+
+    Requests equal to limits give the pod the ``Guaranteed`` QoS class when both are set,
+    so a TF task is the last to be evicted under memory pressure.
+
+    Raises:
+        SpecError: a malformed quantity (:func:`check_quantity`).
+    """
+    wanted = {}
+    for field, value in (("cpu", cpu), ("memory", memory)):
+        if value is None:
+            continue
+        check_quantity(field, value)
+        wanted[field] = value
+    return {"requests": dict(wanted), "limits": dict(wanted)} if wanted else {}
+
+
+def pod_env(spec: JobSpec, name: str) -> dict[str, str]:
+    """The environment every pod of the job gets (no TF_CONFIG, no health endpoint: there is no
+    orchestrator process on Kubernetes; tasks report nowhere and run as they would by hand)."""
     run_dir = f"{RUNS_MOUNT}/{name}"
     common_env = {
         env.RUN_ID: name,
@@ -74,26 +114,78 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         common_env["OMP_NUM_THREADS"] = str(spec.threads_per_task)
     if spec.strategy is Strategy.PARAMETER_SERVER:
         common_env["GRPC_FAIL_FAST"] = "use_caller"
+    return common_env
+
+
+def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: str | None,
+             container_resources: dict) -> dict:
+    """The pod spec of one task type: one container named ``tensorflow`` running the project image.
+
+    Every list and dict is the pod's own (copied), so YAML output has no aliases."""
+    environment = copy.deepcopy(environment)
+    container_resources = copy.deepcopy(container_resources)
+    container: dict = {
+        "name": "tensorflow",  # the TFJob operator looks for this container name
+        "image": image,
+        "command": ["python", "-m", "ps" if task_type == "ps" else "worker"],
+        "env": environment,
+        "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
+    }
+    if container_resources:
+        container["resources"] = container_resources
+    pod: dict = {"containers": [container]}
+    if volume_claim:
+        container["volumeMounts"] = [{"name": "runs", "mountPath": RUNS_MOUNT}]
+        pod["volumes"] = [{"name": "runs", "persistentVolumeClaim": {"claimName": volume_claim}}]
+    return pod
+
+
+def check_common(spec: JobSpec, name: str, image: str, volume_claim: str | None) -> None:
+    """Checks every Kubernetes rendering shares.
+
+    Raises:
+        SpecError: a bad name, image or claim, or fixed addresses (Kubernetes assigns them).
+    """
+    check_name(name)
+    if not image or any(c.isspace() for c in image):
+        raise SpecError("image", image, "not an image reference", "e.g. --image registry.example.com/tf-orchestrator:0.1")
+    if volume_claim is not None and not _SUBDOMAIN.fullmatch(volume_claim):
+        raise SpecError("volume-claim", volume_claim, "not a Kubernetes name", "e.g. --volume-claim tf-runs")
+    if spec.addresses:
+        raise SpecError("addresses", "...", "Kubernetes gives every pod its address", "drop addresses from the spec")
+
+
+def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
+                   cpu: str | None = None, memory: str | None = None) -> dict:
+    """The ``TFJob`` of a spec (pure).
+
+    Args:
+        spec: validated job spec (MWMS or PSS; ``mirrored`` is one task, a TFJob with one worker).
+        name: the TFJob name (a DNS label: lowercase letters, digits, ``-``).
+        image: the project image (see ``docker/Dockerfile``) in a registry the cluster can pull from.
+        volume_claim: a ReadWriteMany PVC mounted at ``/runs`` for checkpoints and the model;
+            None keeps them in each pod (lost with it; no resume after a restart).
+        cpu: CPU of every pod (requests = limits), a Kubernetes quantity (``2``, ``500m``); None: unset.
+        memory: memory of every pod (requests = limits), a quantity in bytes (``4Gi``); None: unset.
+
+    Returns:
+        The manifest as a dict (dump it as YAML or JSON).
+
+    Raises:
+        SpecError: for a bad name, image, claim or quantity, or fixed addresses (the operator assigns them).
+    """
+    check_common(spec, name, image, volume_claim)
+    container_resources = resources(cpu, memory)
+    environment = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
     replicas = {}
     for task_type, replica_type in REPLICA_TYPES.items():
         count = spec.count(task_type)
         if not count:
             continue
-        container = {
-            "name": "tensorflow",  # the operator looks for this container name
-            "image": image,
-            "command": ["python", "-m", "ps" if task_type == "ps" else "worker"],
-            "env": [{"name": k, "value": v} for k, v in sorted(common_env.items())],
-            "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
-        }
-        pod: dict = {"containers": [container]}
-        if volume_claim:
-            container["volumeMounts"] = [{"name": "runs", "mountPath": RUNS_MOUNT}]
-            pod["volumes"] = [{"name": "runs", "persistentVolumeClaim": {"claimName": volume_claim}}]
         replicas[replica_type] = {
             "replicas": count,
             "restartPolicy": RESTART_POLICIES[spec.supervision.policy(task_type)],
-            "template": {"spec": pod},
+            "template": {"spec": pod_spec(task_type, image, environment, volume_claim, container_resources)},
         }
     run_policy: dict = {"backoffLimit": spec.supervision.max_restarts, "cleanPodPolicy": "Running"}
     if spec.supervision.deadline_s is not None:
@@ -101,6 +193,6 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "TFJob",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "tf-cluster-orchestrator"}},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
         "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas},
     }

@@ -26,6 +26,9 @@ wrapper stays as the program's parent, in the task's process group:
   to stdout and stderr. The program gets ``ORCH_FAULTS`` without the ``time=`` faults; its
   ``step=`` faults fire in :func:`orchestrator.client.report` and the Keras callback.
 
+In a Kubernetes JobSet pod without ``TF_CONFIG`` it first computes it
+(:mod:`orchestrator.task.jobset`), so the program finds it in its environment.
+
 Without an orchestrator pid (containers, where there is no parent to watch) and without
 ``time=`` faults it simply ``exec`` s the program.
 """
@@ -41,6 +44,7 @@ import threading
 from orchestrator import env
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
+from orchestrator.task.jobset import ensure_tf_config
 from orchestrator.task.runtime import die_with_orchestrator
 
 STOP_GRACE_S = 1.0
@@ -91,13 +95,20 @@ def main(argv: list[str]) -> int:
     """Run the program ``argv`` (after an optional ``--``) as this task.
 
     Returns:
-        The program's exit code; 127 when it cannot be run; 2 without a program. When the
+        The program's exit code; 127 when it cannot be run; 2 without a program or with an
+        inconsistent JobSet environment (``TF_CONFIG`` is computed from it when absent:
+        :func:`orchestrator.task.jobset.ensure_tf_config`). When the
         program dies of a signal, the wrapper dies of the same signal.
     """
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
         print("usage: python -m orchestrator.task.execwrap -- PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    try:
+        ensure_tf_config()  # a Kubernetes JobSet pod: the program inherits the computed TF_CONFIG
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     orchestrator_pid = int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0)
     time_faults = FaultInjector.from_env().time_faults

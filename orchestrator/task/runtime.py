@@ -189,12 +189,14 @@ def record_errors(context: TaskContext, fn: Callable[[], _T]) -> _T:
 def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     """The common frame of every task entrypoint (``python -m worker``, ``python -m ps``).
 
-    Reads the context, installs the runtime (parent-death signal, stack dumps), starts the
+    Sets ``TF_CONFIG`` from the JobSet environment when it is absent (Kubernetes,
+    :func:`orchestrator.task.jobset.ensure_tf_config`), reads the context, installs the runtime (parent-death signal, stack dumps), starts the
     heartbeat stream, runs ``body(context, reporter)``, records an uncaught exception in the
     error file, and sends a final DONE heartbeat on success.
 
     Returns:
-        0 on success, 2 when the environment is not a task's; an exception propagates
+        0 on success, 2 when the environment is not a task's (no TF_CONFIG, or an
+        inconsistent JobSet environment: one line on stderr naming the variable); an exception propagates
         (Python exits 1 with the traceback on stderr).
     """
     # grpc, protobuf and psutil (~20 MB) load here, not when the module is imported: execwrap
@@ -202,7 +204,10 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     from orchestrator.proto import supervisor_pb2 as pb
     from orchestrator.task.reporter import HeartbeatReporter
 
+    from orchestrator.task.jobset import ensure_tf_config
+
     try:
+        ensure_tf_config()  # a Kubernetes JobSet pod computes its own TF_CONFIG
         context = TaskContext.from_env()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,330 @@
+"""Rendered TFJob and JobSet manifests pass every static check we have (tests/k8s/validators.py), and
+every kind of planted error is caught, by the validators named in the tables below.
+
+Validators (prefix of the problems each reports): ``schema`` kubernetes-validate strict (Kubernetes
+1.37 OpenAPI schemas) on pod / Job templates; ``model`` a round trip through the Kubeflow SDK
+models (kubeflow-training's TFJob, kubeflow-trainer-api's JobSet); ``crd`` the JobSet CRD's own
+schema (v0.12.0, vendored) with jsonschema, strict; ``quantity`` the kubernetes client's
+``parse_quantity``; ``label`` apimachinery's label rules; ``semantics`` what the operator /
+JobSet controller and this project's pods rely on.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+from orchestrator import env
+from orchestrator.errors import SpecError
+from orchestrator.render.jobset import jobset_manifest
+from orchestrator.render.kubernetes import tfjob_manifest
+from orchestrator.spec import JobSpec
+from orchestrator.spec.loader import build_spec, read_spec_file
+from orchestrator.spec.supervision import SupervisionSpec
+from orchestrator.task.jobset import tf_config_from_jobset
+from tests.conftest import REPO, orchestrator_cmd, test_env
+from tests.k8s.validators import validate_jobset, validate_tfjob
+
+SPECS = sorted((REPO / "cluster_specs").glob("*.yaml")) + sorted((REPO / "cluster_specs").glob("*.json"))
+
+
+def _spec(**kw) -> JobSpec:
+    return JobSpec.create(**kw)
+
+
+PSS = dict(strategy="parameter_server", workers=3, ps=2, evaluator=1,
+           supervision=SupervisionSpec.create(restart_policy={"ps": "never", "worker": "on-failure"},
+                                              max_restarts=5, deadline_s=3600))
+SPECS_KW = {
+    "mwms 2 workers": dict(workers=2),
+    "mwms chief + 2 workers, success on worker 0": dict(workers=2, chief=1),
+    "mwms 2 workers, chief policy": dict(workers=2, supervision=SupervisionSpec.create(success_policy="chief")),
+    "pss chief + 3 workers + 2 ps + evaluator": PSS,
+    "mirrored": dict(strategy="mirrored", workers=1),
+}
+
+
+def _from_file(path: Path) -> JobSpec:
+    raw = read_spec_file(str(path))
+    raw.pop("addresses", None)  # Kubernetes assigns addresses
+    return build_spec(raw, {})
+
+
+@pytest.mark.parametrize("case", list(SPECS_KW))
+@pytest.mark.parametrize("fmt", ["tfjob", "jobset"])
+def test_rendered_manifests_pass_every_validator(case, fmt):
+    build, validate = (tfjob_manifest, validate_tfjob) if fmt == "tfjob" else (jobset_manifest, validate_jobset)
+    doc = build(_spec(**SPECS_KW[case]), name="digits", image="reg.example/tfo:1", volume_claim="tf-runs",
+                cpu="2", memory="4Gi")
+    assert validate(doc) == []
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
+def test_every_example_spec_renders_valid_manifests(path):
+    spec = _from_file(path)
+    assert validate_tfjob(tfjob_manifest(spec, name="ex", image="reg/tfo:1")) == []
+    assert validate_jobset(jobset_manifest(spec, name="ex", image="reg/tfo:1")) == []
+
+
+def test_render_cli_prints_a_valid_jobset_and_tfjob():
+    for fmt, validate in (("jobset", validate_jobset), ("tfjob", validate_tfjob)):
+        result = subprocess.run(
+            orchestrator_cmd("render", "--spec", "cluster_specs/pss-2ps-3workers-chief.yaml", "--format", fmt,
+                             "--image", "reg/tfo:1", "--name", "digits-pss", "--volume-claim", "tf-runs",
+                             "--memory", "3Gi", "--cpu", "1500m"),
+            capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+        assert result.returncode == 0, result.stderr
+        assert "&id" not in result.stdout  # no YAML aliases
+        (doc,) = yaml.safe_load_all(result.stdout)
+        assert validate(doc) == []
+
+
+# --- what the JobSet means ------------------------------------------------------------------
+
+
+def _pod_env(doc: dict, rjob: dict, index: int, attempt: int = 0) -> dict[str, str]:
+    """The environment of pod ``index`` of a replicated job, as Kubernetes would build it: literal
+    values, downward-API label references resolved to the labels the JobSet controller sets
+    (jobset_controller.go labelAndAnnotateObject), and JOB_COMPLETION_INDEX (Indexed Job)."""
+    pod_labels = {"jobset.sigs.k8s.io/jobset-name": doc["metadata"]["name"],
+                  "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                  "jobset.sigs.k8s.io/job-index": "0",
+                  "jobset.sigs.k8s.io/restart-attempt": str(attempt)}
+    (container,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
+    environ = {"JOB_COMPLETION_INDEX": str(index)}
+    for e in container["env"]:
+        if "value" in e:
+            environ[e["name"]] = e["value"]
+        else:
+            path = e["valueFrom"]["fieldRef"]["fieldPath"]
+            label = path.removeprefix("metadata.labels['").removesuffix("']")
+            environ[e["name"]] = pod_labels[label]
+    return environ
+
+
+def test_each_jobset_pod_computes_a_tf_config_matching_the_spec():
+    spec = _spec(**PSS)
+    doc = jobset_manifest(spec, name="digits", image="reg/tfo:1")
+    seen = {}
+    for rjob in doc["spec"]["replicatedJobs"]:
+        for i in range(rjob["template"]["spec"]["completions"]):
+            environ = _pod_env(doc, rjob, i, attempt=1)
+            assert environ[env.ATTEMPT] == "1"
+            seen[(rjob["name"], i)] = tf_config_from_jobset(environ)
+    assert sorted(seen) == sorted((t.task_type, t.task_index) for t in spec.tasks())
+    clusters = {yaml.safe_dump(c["cluster"]) for c in seen.values()}
+    assert len(clusters) == 1  # every pod agrees on the cluster
+    cluster = seen[("chief", 0)]["cluster"]
+    assert cluster["ps"] == ["digits-ps-0-0.digits:2222", "digits-ps-0-1.digits:2222"]
+    assert "evaluator" not in cluster and seen[("evaluator", 0)]["task"] == {"type": "evaluator", "index": 0}
+
+
+def _rjob(doc: dict, name: str) -> dict:
+    (r,) = [r for r in doc["spec"]["replicatedJobs"] if r["name"] == name]
+    return r["template"]["spec"]
+
+
+def test_jobset_maps_success_restarts_and_deadline_to_its_own_fields():
+    doc = jobset_manifest(_spec(**PSS), name="digits", image="reg/tfo:1")
+    spec = doc["spec"]
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["chief"]}
+    assert spec["network"] == {"enableDNSHostnames": True, "subdomain": "digits", "publishNotReadyAddresses": True}
+    policy = spec["failurePolicy"]
+    assert policy["maxRestarts"] == 5 and policy["restartStrategy"] == "BlockingRecreate"
+    assert policy["rules"] == [
+        {"name": "deadline", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]},
+        {"name": "restartPolicyNever", "action": "FailJobSet", "targetReplicatedJobs": ["ps"]},
+        {"name": "permanentExitCode", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"],
+         "targetReplicatedJobs": ["chief"]},
+    ]
+    chief, worker, ps, evaluator = (_rjob(doc, n) for n in ("chief", "worker", "ps", "evaluator"))
+    assert all(j["template"]["spec"]["restartPolicy"] == "Never" for j in (chief, worker, ps, evaluator))
+    assert all(j["activeDeadlineSeconds"] == 3600 for j in (chief, worker, ps, evaluator))
+    # chief and ps: any failure ends the Job and reaches JobSet (whole-set restart); PSS workers
+    # (on-failure) and the evaluator are restarted alone, by their own Job
+    assert (chief["backoffLimit"], ps["backoffLimit"], worker["backoffLimit"], evaluator["backoffLimit"]) == (0, 0, 5, 5)
+    codes = chief["podFailurePolicy"]["rules"][0]["onExitCodes"]
+    assert codes["operator"] == "In" and codes["values"] == list(range(1, 128))  # 128-255 and signals: retried
+    assert "podFailurePolicy" not in worker and "podFailurePolicy" not in ps
+
+
+def test_mwms_restarts_the_whole_set_and_success_follows_the_policy():
+    doc = jobset_manifest(_spec(workers=3), name="m", image="reg/tfo:1")
+    worker = _rjob(doc, "worker")
+    assert worker["backoffLimit"] == 0 and worker["completions"] == worker["parallelism"] == 3
+    assert doc["spec"]["successPolicy"]["targetReplicatedJobs"] == ["worker"] and "successPolicy" not in worker
+    chief_policy = jobset_manifest(_spec(workers=3, supervision=SupervisionSpec.create(success_policy="chief")),
+                                   name="m", image="reg/tfo:1")
+    assert _rjob(chief_policy, "worker")["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(name="1digits"), "name"),                      # the Service name must start with a letter
+    (dict(name="d" * 55), "name"),                       # d...d-worker-0-1 is 64 characters
+    (dict(memory="2 gigs"), "memory"),
+    (dict(memory="2GB"), "memory"),
+    (dict(cpu="-1"), "cpu"),
+    (dict(cpu="0"), "cpu"),
+    (dict(volume_claim="Runs_PVC"), "volume-claim"),
+    (dict(image="reg/tfo 1"), "image"),
+])
+def test_bad_jobset_input_is_refused_naming_the_field(kwargs, field):
+    with pytest.raises(SpecError) as info:
+        jobset_manifest(_spec(workers=2), **{"name": "digits", "image": "reg/tfo:1", **kwargs})
+    assert info.value.field == field
+
+
+def test_render_cli_bad_quantity_is_one_line_and_exit_2():
+    result = subprocess.run(
+        orchestrator_cmd("render", "--workers", "2", "--format", "jobset", "--image", "r/x:1", "--memory", "2 gigs"),
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: memory='2 gigs': not a Kubernetes quantity; write a number with an optional suffix, e.g. 2Gi, 512Mi, 500m, 2"]
+
+
+# --- planted errors -------------------------------------------------------------------------
+
+Mutate = Callable[[dict], None]
+
+
+def _tf_container(d: dict) -> dict:
+    return d["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+
+
+def _rename(mapping: dict, old: str, new: str) -> None:
+    mapping[new] = mapping.pop(old)
+
+
+TFJOB_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
+    # kind of error: (mutation, validators that must catch it)
+    "unknown field in a container (imagePullPolicyy)": (
+        lambda d: _tf_container(d).__setitem__("imagePullPolicyy", "Always"), {"schema", "model"}),
+    "unknown field in the TFJob spec (tfReplicaSpec)": (
+        lambda d: _rename(d["spec"], "tfReplicaSpecs", "tfReplicaSpec"), {"model", "semantics"}),
+    "unknown field in runPolicy (backofLimit)": (
+        lambda d: _rename(d["spec"]["runPolicy"], "backoffLimit", "backofLimit"), {"model"}),
+    "env value not a string": (
+        lambda d: _tf_container(d)["env"].append({"name": "X", "value": 5}), {"schema"}),
+    "containerPort as a string": (
+        lambda d: _tf_container(d)["ports"][0].__setitem__("containerPort", "2222"), {"schema"}),
+    "malformed resource quantity (2 gigs)": (
+        lambda d: _tf_container(d).__setitem__("resources", {"limits": {"memory": "2 gigs"}}), {"quantity"}),
+    "wrong restartPolicy (Sometimes)": (
+        lambda d: d["spec"]["tfReplicaSpecs"]["Worker"].__setitem__("restartPolicy", "Sometimes"), {"semantics"}),
+    "bad label value (spaces)": (
+        lambda d: d["metadata"]["labels"].__setitem__("app.kubernetes.io/name", "digits job"), {"label"}),
+    "bad label key (two slashes)": (
+        lambda d: d["metadata"]["labels"].__setitem__("a/b/c", "x"), {"label"}),
+    "container not named tensorflow": (
+        lambda d: _tf_container(d).__setitem__("name", "tf"), {"semantics"}),
+    "replica type lowercase (worker)": (
+        lambda d: _rename(d["spec"]["tfReplicaSpecs"], "Worker", "worker"), {"semantics"}),
+    "two chiefs": (
+        lambda d: d["spec"]["tfReplicaSpecs"]["Chief"].__setitem__("replicas", 2), {"semantics"}),
+}
+
+
+def _js_job(d: dict, name: str = "worker") -> dict:
+    return _rjob(d, name)
+
+
+def _js_container(d: dict, name: str = "worker") -> dict:
+    return _js_job(d, name)["template"]["spec"]["containers"][0]
+
+
+def _js_env(d: dict, var: str) -> dict:
+    (e,) = [e for e in _js_container(d)["env"] if e["name"] == var]
+    return e
+
+
+JOBSET_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
+    "unknown field in a container (imagePullPolicyy)": (
+        lambda d: _js_container(d).__setitem__("imagePullPolicyy", "Always"), {"schema", "model", "crd"}),
+    "unknown field in the JobSet spec (replicatedJob)": (
+        lambda d: _rename(d["spec"], "replicatedJobs", "replicatedJob"), {"model", "crd"}),
+    "unknown field in failurePolicy (maxRestart)": (
+        lambda d: _rename(d["spec"]["failurePolicy"], "maxRestarts", "maxRestart"), {"model", "crd"}),
+    "malformed resource quantity (2 gigs)": (
+        lambda d: _js_container(d).__setitem__("resources", {"limits": {"memory": "2 gigs"}}), {"quantity", "crd"}),
+    "wrong pod restartPolicy (OnFailure: JobSet never sees the failure)": (
+        lambda d: _js_job(d, "chief")["template"]["spec"].__setitem__("restartPolicy", "OnFailure"), {"semantics"}),
+    "invalid pod restartPolicy (Sometimes)": (
+        lambda d: _js_job(d)["template"]["spec"].__setitem__("restartPolicy", "Sometimes"), {"model", "semantics"}),
+    "bad label value (spaces)": (
+        lambda d: _js_job(d)["template"]["metadata"]["labels"].__setitem__("app.kubernetes.io/name", "a b"), {"label"}),
+    "bad label key (empty name)": (
+        lambda d: d["metadata"]["labels"].__setitem__("example.com/", "x"), {"label"}),
+    "successPolicy operator not All/Any": (
+        lambda d: d["spec"]["successPolicy"].__setitem__("operator", "Most"), {"crd"}),
+    "failure action unknown (RestartEverything)": (
+        lambda d: d["spec"]["failurePolicy"]["rules"][0].__setitem__("action", "RestartEverything"), {"crd"}),
+    "failure rule without a name": (
+        lambda d: d["spec"]["failurePolicy"]["rules"][0].pop("name"), {"crd", "semantics"}),
+    "failure reason JobSet does not know (Deadline)": (
+        lambda d: d["spec"]["failurePolicy"]["rules"][0].__setitem__("onJobFailureReasons", ["Deadline"]),
+        {"semantics"}),
+    "two failure rules with one name": (
+        lambda d: d["spec"]["failurePolicy"]["rules"][1].__setitem__("name", "deadline"), {"semantics"}),
+    "maxRestarts as a string": (
+        lambda d: d["spec"]["failurePolicy"].__setitem__("maxRestarts", "5"), {"crd", "model"}),
+    "success targets a replicated job that does not exist (master)": (
+        lambda d: d["spec"]["successPolicy"].__setitem__("targetReplicatedJobs", ["master"]), {"semantics"}),
+    "Job not Indexed (no JOB_COMPLETION_INDEX)": (
+        lambda d: _js_job(d).__setitem__("completionMode", "NonIndexed"), {"semantics"}),
+    "task counts in the env disagree with the Jobs": (
+        lambda d: _js_job(d, "ps").__setitem__("completions", 3) or _js_job(d, "ps").__setitem__("parallelism", 3),
+        {"semantics"}),
+    "replicated-job name not read from the pod label": (
+        lambda d: _js_env(d, env.JOBSET_REPLICATED_JOB).__setitem__("valueFrom", {"fieldRef": {
+            "fieldPath": "metadata.labels['jobset.sigs.k8s.io/replicated-job-name']"}}), {"semantics"}),
+    "podFailurePolicy exit code as a string": (
+        lambda d: _js_job(d, "chief")["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"].__setitem__(0, "1"),
+        {"schema", "crd", "model"}),
+    "backoffLimit not an integer (1.5)": (
+        lambda d: _js_job(d).__setitem__("backoffLimit", 1.5), {"schema", "crd", "model"}),
+}
+
+
+def _caught_by(errs: list[str]) -> set[str]:
+    layers = set()
+    for e in errs:
+        head = e.split(": ", 1)[1] if e.split(": ", 1)[0] in ("Chief", "Worker", "PS", "Evaluator", "chief",
+                                                              "worker", "ps", "evaluator") else e
+        layers.add(head.split(":", 1)[0].split()[0])
+    return layers
+
+
+@pytest.fixture(scope="module")
+def tfjob_base() -> dict:
+    return tfjob_manifest(_spec(**{**PSS, "chief": 1}), name="digits", image="reg/tfo:1", cpu="1", memory="2Gi")
+
+
+@pytest.fixture(scope="module")
+def jobset_base() -> dict:
+    return jobset_manifest(_spec(**PSS), name="digits", image="reg/tfo:1", cpu="1", memory="2Gi")
+
+
+@pytest.mark.parametrize("kind", list(TFJOB_PLANTED))
+def test_planted_tfjob_error_is_caught(kind, tfjob_base):
+    assert validate_tfjob(tfjob_base) == []
+    mutate, expected = TFJOB_PLANTED[kind]
+    doc = copy.deepcopy(tfjob_base)
+    mutate(doc)
+    errs = validate_tfjob(doc)
+    assert expected <= _caught_by(errs), f"{kind}: expected {expected}, caught by {_caught_by(errs)}: {errs}"
+
+
+@pytest.mark.parametrize("kind", list(JOBSET_PLANTED))
+def test_planted_jobset_error_is_caught(kind, jobset_base):
+    assert validate_jobset(jobset_base) == []
+    mutate, expected = JOBSET_PLANTED[kind]
+    doc = copy.deepcopy(jobset_base)
+    mutate(doc)
+    errs = validate_jobset(doc)
+    assert expected <= _caught_by(errs), f"{kind}: expected {expected}, caught by {_caught_by(errs)}: {errs}"
