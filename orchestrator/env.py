@@ -32,6 +32,8 @@ Variable                       Meaning
 ``ORCH_STAY_UNTIL_STOPPED``    ``1`` (Compose): a finished task waits for SIGTERM instead of exiting
 ``ORCH_CLIENT_PID``            set by :mod:`orchestrator.client` itself: pid of the program's process
                                that announced the task (its children do not announce it again)
+``ORCH_SPARE_MODULE``          warm spares only: the task program it becomes (``worker``)
+``ORCH_SPARE_PRELOAD``         warm spares only: modules it imports while it waits (``tensorflow,...``)
 =============================  ==============================================================
 
 Kubernetes JobSet pods (``render --format jobset``) get no ``TF_CONFIG``: each pod computes
@@ -88,6 +90,8 @@ TASK_HEALTH_PORT = "ORCH_TASK_HEALTH_PORT"
 ORPHAN_TIMEOUT_S = "ORCH_ORPHAN_TIMEOUT_S"
 STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
 CLIENT_PID = "ORCH_CLIENT_PID"
+SPARE_MODULE = "ORCH_SPARE_MODULE"
+SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
 
 JOBSET_NAME = "JOBSET_NAME"
 JOBSET_REPLICATED_JOB = "JOBSET_REPLICATED_JOB_NAME"

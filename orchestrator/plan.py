@@ -130,6 +130,10 @@ class Plan:
         }
 
 
+SPARE_PRELOAD: Mapping[str, tuple[str, ...]] = {"worker": ("tensorflow", "tf_keras", "worker.train")}
+"""What a warm spare of a built-in task program imports while it waits (``python -m worker``)."""
+
+
 def new_run_id(now: float | None = None) -> str:
     """A sortable, unique run id: ``20261130-031500-a1b2``."""
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + "-" + secrets.token_hex(2)

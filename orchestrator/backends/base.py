@@ -11,7 +11,7 @@ Must (abstract): :meth:`Backend.allocate`, :meth:`Backend.start`, :meth:`Backend
 
 May (defaults do nothing): :meth:`Backend.open`, :meth:`Backend.release_port`,
 :meth:`Backend.reserve_again`, :meth:`Backend.sample`, :meth:`Backend.dump_stacks`,
-:meth:`Backend.oom_killed`,
+:meth:`Backend.oom_killed`, :meth:`Backend.keep_spares`, :meth:`Backend.spares`,
 :meth:`Backend.close`; and the class attributes :attr:`Backend.python`,
 :attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
 
@@ -80,6 +80,42 @@ class TaskHandle:
 
 
 @dataclass(frozen=True)
+class SpareRequest:
+    """Warm spares to keep ready (:mod:`orchestrator.task.spare`).
+
+    Attributes:
+        count: how many to keep ready.
+        argv: the task command a spare can stand in for (``python -m worker``); a start with
+            exactly this argv takes a ready spare instead of a new process.
+        env: the job's common task environment (no TF_CONFIG, no attempt).
+        preload: modules a spare imports before it is assigned (``tensorflow``, ...).
+        log_dir: where spares write their output until assigned.
+    """
+
+    count: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    preload: tuple[str, ...]
+    log_dir: Path
+
+
+@dataclass(frozen=True)
+class SpareInfo:
+    """One warm spare, for the live view and summary.json.
+
+    Attributes:
+        pid: its process id.
+        state: ``ready`` (waiting), ``used`` (became a task), ``died`` (ended unassigned),
+            ``stopped`` (not needed: removed at the end).
+        task: the task it became, when used.
+    """
+
+    pid: int
+    state: str
+    task: str = ""
+
+
+@dataclass(frozen=True)
 class ProcessSample:
     """CPU and memory of a task's processes, sampled by the backend.
 
@@ -138,6 +174,15 @@ class Backend(abc.ABC, Generic[H]):
         """The Python stacks of every thread of a (hung) task, as text, without killing it;
         "" when they cannot be had within ``timeout_s`` seconds. Default: ""."""
         return ""
+
+    def keep_spares(self, request: SpareRequest) -> None:
+        """Keep ``request.count`` warm spares ready (start missing ones, forget dead ones); a
+        later :meth:`start` with ``request.argv`` takes one. Called every look once the job
+        trains. Default: nothing (the backend has no spares)."""
+
+    def spares(self) -> list[SpareInfo]:
+        """Every spare the backend started for this job. Default: none."""
+        return []
 
     def oom_killed(self, handle: H) -> bool | None:
         """Whether the ended attempt was killed for memory (the kernel's or the engine's OOM

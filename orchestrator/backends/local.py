@@ -8,6 +8,7 @@ orchestrator's main thread: they set ``PR_SET_PDEATHSIG`` and die with it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -24,7 +25,16 @@ from typing import Iterable
 import psutil
 
 from orchestrator import env
-from orchestrator.backends.base import Backend, LaunchRequest, ProcessSample, TaskHandle, faulthandler_dump
+from orchestrator.backends.base import (
+    Backend,
+    LaunchRequest,
+    ProcessSample,
+    SpareInfo,
+    SpareRequest,
+    TaskHandle,
+    faulthandler_dump,
+)
+from orchestrator import env as envvars
 from orchestrator.backends.ports import PortReservations, port_holder
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.spec.address import LOOPBACK_IPV4, localhost_as_ipv4, parse_address
@@ -79,6 +89,16 @@ class LocalProcess(TaskHandle):
     def process(self) -> subprocess.Popen[bytes]:
         assert self.popen is not None
         return self.popen
+
+
+@dataclass(eq=False)
+class _Spare:
+    """A warm spare process and what became of it (see :class:`SpareInfo`)."""
+
+    popen: subprocess.Popen[bytes]
+    argv: tuple[str, ...]
+    state: str = "ready"
+    task: str = ""
 
 
 def py_spy_dump(pid: int, timeout_s: float) -> str:
@@ -160,6 +180,7 @@ class LocalBackend(Backend[LocalProcess]):
 
     def __init__(self) -> None:
         self.ports = PortReservations()
+        self._spares: list[_Spare] = []  # every spare started, used or not
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         """Reserve one port per task and return ``127.0.0.1:<port>`` addresses.
@@ -217,6 +238,22 @@ class LocalBackend(Backend[LocalProcess]):
         argv, env, log_dir = request.argv, request.env, request.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
+        spare = self._take_spare(request.argv)
+        if spare is not None:  # a warm spare becomes this task: no new process, no imports
+            stdout_path.touch()
+            stderr_path.touch()
+            assignment = {"env": dict(env), "stdout": str(stdout_path), "stderr": str(stderr_path)}
+            try:
+                assert spare.popen.stdin is not None
+                spare.popen.stdin.write((json.dumps(assignment) + "\n").encode())
+                spare.popen.stdin.close()
+            except OSError:
+                spare.state = "died"
+            else:
+                spare.state, spare.task = "used", request.task.name
+                log.info("spare pid %d becomes %s (attempt %d)", spare.popen.pid, request.task.name, request.attempt)
+                return LocalProcess(request.task, request.attempt, spare.popen.pid, stdout_path, stderr_path,
+                                    request.runtime, spare.popen, oom_kills_at_start=cgroup_oom_kills())
         full_env = {**os.environ, **env}
         with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
             try:
@@ -351,8 +388,68 @@ class LocalBackend(Backend[LocalProcess]):
             return None
         return now > process.oom_kills_at_start
 
+    # -- warm spares ------------------------------------------------------------------------
+    def keep_spares(self, request: SpareRequest) -> None:
+        """Keep ``request.count`` spares ready (:mod:`orchestrator.task.spare`), fewer when this
+        machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`)."""
+        for spare in self._spares:
+            if spare.state == "ready" and spare.popen.poll() is not None:
+                spare.state = "died"
+                log.warning("spare pid %d ended before it was used (exit %s)", spare.popen.pid, spare.popen.returncode)
+        ready = [s for s in self._spares if s.state == "ready" and s.argv == request.argv]
+        missing = request.count - len(ready)
+        if missing <= 0:
+            return
+        fits = int(psutil.virtual_memory().available // TASK_RSS_BYTES) - 1  # keep one task's worth free
+        if fits <= 0:
+            return
+        _, _, module = request.argv[0], request.argv[1], request.argv[2]
+        request.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **request.env, envvars.SPARE_MODULE: module, envvars.SPARE_PRELOAD: ",".join(request.preload)}
+        for _ in range(min(missing, fits)):
+            number = len(self._spares)
+            with open(request.log_dir / f"spare-{number}.log", "ab") as out:
+                try:
+                    popen = subprocess.Popen([request.argv[0], "-m", "orchestrator.task.spare"], env=env,
+                                             stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True,
+                                             close_fds=True)
+                except OSError as exc:
+                    log.warning("cannot start a spare: %s", exc)
+                    return
+            self._spares.append(_Spare(popen, tuple(request.argv)))
+
+    def _take_spare(self, argv: tuple[str, ...]) -> _Spare | None:
+        for spare in self._spares:
+            if spare.state == "ready" and spare.argv == tuple(argv):
+                if spare.popen.poll() is None:
+                    return spare
+                spare.state = "died"
+        return None
+
+    def spares(self) -> list[SpareInfo]:
+        """Every spare started for this job and what became of it."""
+        return [SpareInfo(s.popen.pid, s.state, s.task) for s in self._spares]
+
     def close(self) -> None:
-        """Release every port reservation still held."""
+        """Stop the spares that were not used (end of stdin first, then SIGKILL to their
+        group) and release every port reservation still held."""
+        for spare in self._spares:
+            if spare.state != "ready":
+                continue
+            spare.state = "stopped"
+            try:
+                os.killpg(spare.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                spare.popen.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                log.warning("spare pid %d survived SIGKILL", spare.popen.pid)
+            if spare.popen.stdin is not None:
+                try:
+                    spare.popen.stdin.close()
+                except OSError:
+                    pass
         self.ports.close()
 
 

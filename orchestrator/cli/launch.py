@@ -65,7 +65,8 @@ def add_parser(subparsers) -> None:
                      "Default exit-code (evaluator: on-failure)")
     sup.add_argument("--max-restarts", type=int, default=None, help="restarts allowed for the whole job (default 3)")
     sup.add_argument("--restart-backoff", type=float, default=None,
-                     help="seconds before the first restart, doubling each time up to 30 (default 1)")
+                     help="seconds before the first restart, doubling each time up to 30 (default: the first "
+                     "restart at once, then 1 s doubling)")
     sup.add_argument("--heartbeat-timeout", type=float, default=None, help="a task silent this long is hung (default 10 s)")
     sup.add_argument("--stall-timeout", type=float, default=None,
                      help="a training task whose step does not advance this long is hung (default 60 s)")
@@ -75,6 +76,9 @@ def add_parser(subparsers) -> None:
     sup.add_argument("--success-policy", default=None, metavar="POLICY",
                      help="all-workers: every chief/worker must exit 0 (default under multi_worker_mirrored); "
                      "chief: the coordinator exiting 0 is enough (Kubeflow TFJob's default; always under parameter_server)")
+    sup.add_argument("--spares", type=int, default=None,
+                     help="warm spare task processes kept ready (TensorFlow imported) once the job trains, so a "
+                     "restart skips the cold start (default: as many as one restart needs; 0: none)")
     sup.add_argument("--finish-timeout", type=float, default=None,
                      help="a task that reported the end of training and has not exited this long after is hung "
                      "(default none: post-training work is never a stall)")

@@ -95,6 +95,9 @@ class LinesView:
                 elif t.heartbeat is not None and "steps_per_second" in t.heartbeat.metrics:
                     bit += f" {t.heartbeat.metrics['steps_per_second']:.1f} steps/s"
             parts.append(bit)
+        ready = sum(1 for s in snapshot.spares if s.state == "ready")
+        if ready:
+            parts.append(f"{ready} spare(s) ready")
         self._print(snapshot.elapsed_s, f"{snapshot.state.value}: " + " | ".join(parts))
 
     def close(self) -> None:
@@ -148,7 +151,9 @@ class TableView:
         for t in snapshot.tasks:
             row = task_row(t)
             table.add_row(*(row[c] for c in self.COLUMNS), style=styles.get(t.state.value, ""))
-        return Group(table, Text("\n".join(self._events), style="dim"))
+        ready = [str(s.pid) for s in snapshot.spares if s.state == "ready"]
+        spares = Text(f"warm spares ready: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")
+        return Group(table, spares, Text("\n".join(self._events), style="dim"))
 
     def close(self) -> None:
         self._live.stop()

@@ -121,6 +121,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "failures": [f.to_dict() for f in snapshot.failures],
         "late_failures": [f.to_dict() for f in snapshot.late_failures],
         "faults": fault_report(plan),
+        "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
         "tasks": [_task_dict(t) for t in snapshot.tasks],
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
     }
@@ -218,6 +219,11 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
         if r["resumed_from_step"] is not None:
             line += f", resumed from step {r['resumed_from_step']}"
         lines += _wrap("recovery", line, width)
+    if summary.get("spares"):
+        used = [s for s in summary["spares"] if s["state"] == "used"]
+        lines += _wrap("spares", f"{len(summary['spares'])} warm spare(s) started, {len(used)} used"
+                       + (" (" + ", ".join(f"pid {s['pid']} became {s['task']}" for s in used) + ")" if used else ""),
+                       width)
     for f in summary.get("late_failures", []):
         when = "after the job succeeded" if f["after_success"] else "after training ended"
         lines += _wrap("warning", f"{_failure_text(f)} ({when}; it did not change the outcome)", width)

@@ -77,6 +77,7 @@ FLAG_FIELDS = {
     "deadline": "supervision.deadline_s",
     "finish_timeout": "supervision.finish_timeout_s",
     "success_policy": "supervision.success_policy",
+    "spares": "supervision.spares",
 }
 
 
@@ -319,7 +320,7 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         raise SpecError("supervision.restart_policy", policies, "must be a policy or a mapping role -> policy",
                         "e.g. restart_policy: {worker: on-failure}")
     supervision_raw = {k: v for k, v in supervision_raw.items()
-                       if v is not None or k in ("deadline_s", "finish_timeout_s", "success_policy")}
+                       if v is not None or k in ("deadline_s", "finish_timeout_s", "success_policy", "backoff_s", "spares")}
     try:
         supervision = SupervisionSpec.create(restart_policy=policies, **supervision_raw)
     except SpecError as exc:

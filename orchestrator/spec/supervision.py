@@ -96,7 +96,8 @@ class SupervisionSpec:
     Attributes:
         restart_policy: role -> policy; roles left out take the preset.
         max_restarts: restarts allowed for the whole job (each group or task restart counts one).
-        backoff_s: wait before the first restart, seconds; doubles with each restart.
+        backoff_s: wait before the first restart, seconds; doubles with each restart. None
+            (default): the first restart waits nothing, the next ones 1 s, doubling.
         backoff_max_s: cap of that wait, seconds.
         heartbeat_timeout_s: a running task with no heartbeat for this long is hung.
         stall_timeout_s: a task reporting ``training`` whose step does not advance for this
@@ -110,11 +111,13 @@ class SupervisionSpec:
             ``evaluating`` or ``saving``) and has not exited this long after is hung; None
             (default) for no bound: post-training work (export, evaluation) is never a
             training stall.
+        spares: warm spare task processes kept ready once the job trains; None (default)
+            for as many as one restart needs (MWMS: the group; otherwise one), 0 for none.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
     max_restarts: int = 3
-    backoff_s: float = 1.0
+    backoff_s: float | None = None
     backoff_max_s: float = 30.0
     heartbeat_timeout_s: float = 10.0
     stall_timeout_s: float = 60.0
@@ -122,6 +125,7 @@ class SupervisionSpec:
     deadline_s: float | None = None
     success_policy: SuccessPolicy | None = None
     finish_timeout_s: float | None = None
+    spares: int | None = None
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -150,7 +154,11 @@ class SupervisionSpec:
         if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) or self.max_restarts < 0:
             raise SpecError("max_restarts", self.max_restarts, "must be a whole number >= 0", "e.g. --max-restarts 3")
         for name in ("backoff_s", "backoff_max_s"):
-            _seconds(name, getattr(self, name), allow_zero=True)
+            if getattr(self, name) is not None:
+                _seconds(name, getattr(self, name), allow_zero=True)
+        if self.spares is not None and (not isinstance(self.spares, int) or isinstance(self.spares, bool)
+                                        or not 0 <= self.spares <= 64):
+            raise SpecError("spares", self.spares, "must be a whole number from 0 to 64", "e.g. --spares 2, or --spares 0")
         for name in ("heartbeat_timeout_s", "stall_timeout_s", "startup_timeout_s"):
             _seconds(name, getattr(self, name))
         for name in ("deadline_s", "finish_timeout_s"):
@@ -158,7 +166,12 @@ class SupervisionSpec:
                 _seconds(name, getattr(self, name))
 
     def backoff_for(self, restart_number: int) -> float:
-        """Seconds to wait before restart number ``restart_number`` (1 for the first)."""
+        """Seconds to wait before restart number ``restart_number`` (1 for the first):
+        ``backoff_s * 2**(n-1)`` capped at ``backoff_max_s``; without ``backoff_s`` the first
+        restart waits nothing (a lone failure is recovered at once) and restart n >= 2 waits
+        ``2**(n-2)`` s, capped."""
+        if self.backoff_s is None:
+            return 0.0 if restart_number <= 1 else min(self.backoff_max_s, 2.0 ** (restart_number - 2))
         return min(self.backoff_max_s, self.backoff_s * 2 ** max(0, restart_number - 1))
 
     def policy(self, role: str) -> RestartPolicy:
@@ -173,6 +186,7 @@ FIX_EXAMPLES = {
     "startup_timeout_s": "e.g. --startup-timeout 180",
     "deadline_s": "e.g. --deadline 600",
     "finish_timeout_s": "e.g. --finish-timeout 600",
+    "spares": "e.g. --spares 2",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:

@@ -298,6 +298,24 @@ def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | Non
     return min(times) if times else None
 
 
+def spare_count(strategy: Strategy, trainers: int, requested: int | None, builtin: bool) -> int:
+    """Warm spares to keep once the job trains: what one restart needs, unless requested.
+
+    Args:
+        strategy: MWMS restarts the whole group (every trainer); PSS restarts one worker;
+            mirrored has one task.
+        trainers: chief and workers of the job.
+        requested: ``--spares`` (None: the default).
+        builtin: the built-in program; a user's program gets none by default (it runs in
+            a process that has imported TensorFlow first only if asked, with ``--spares N``).
+    """
+    if requested is not None:
+        return requested
+    if not builtin:
+        return 0
+    return trainers if strategy is Strategy.MULTI_WORKER_MIRRORED else 1
+
+
 def culprit_order(steps: Sequence[int | None]) -> list[int]:
     """Indices of hung tasks, the one furthest behind first (peers blocked in a collective
     stall with the task that stopped first; a task with no step yet counts as furthest)."""

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from orchestrator.backends.base import Backend, LaunchRequest
+from orchestrator.backends.base import Backend, LaunchRequest, SpareInfo, SpareRequest
 from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
-from orchestrator.plan import Plan, attempt_env, task_dir
+from orchestrator.plan import SPARE_PRELOAD, Plan, attempt_env, task_dir
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
 from orchestrator.spec.supervision import SuccessPolicy
@@ -263,6 +263,8 @@ class Supervisor:
         self._tick_failures: list[Failure] = []
         self._next_view_at = 0.0
         self.fatal: Failure | None = None
+        self._trained = False  # a task reported a training step: spares may start
+        self._spares = self._spare_request()
         self._trainers_deadline: float | None = None
 
     # -- control from outside ------------------------------------------------------------
@@ -324,6 +326,8 @@ class Supervisor:
         self._check_hangs(now)
         self._decide(now)
         self._start_due_restarts(now)
+        if self._trained and self._spares is not None and not self.state.terminal:
+            self.backend.keep_spares(self._spares)
         if self._trainers_deadline is not None and now >= self._trainers_deadline and not self.state.terminal:
             self._trainers_deadline = None
             for rt in self._live():
@@ -380,6 +384,7 @@ class Supervisor:
             failures=tuple(self.failures),
             recoveries=tuple(r.record(self.started_at) for r in self.recoveries),
             fatal=self.fatal,
+            spares=tuple(self.backend.spares()),
         )
 
     @staticmethod
@@ -527,6 +532,8 @@ class Supervisor:
         if previous is None or previous.phase != hb.phase:
             rt.progress_at = record.received_at
         if hb.HasField("step") and hb.step != rt.last_step:
+            if hb.step > 0 and all(r.resumed_at is not None for r in self.recoveries):
+                self._trained = True  # spares start (again) only once training runs: they never slow a (re)start
             rt.last_step = hb.step
             rt.progress_at = record.received_at
             self._note_resumed(rt, record.received_at, RestartScope.GROUP)
@@ -728,6 +735,31 @@ class Supervisor:
         targets = decisions.restart_scope(self.plan.spec.strategy, [f.task for f in training], training_tasks)
         self._maybe_restart(training[0], targets.tasks, targets.scope, now, job_restart=True)
 
+    def _spare_request(self) -> SpareRequest | None:
+        """The warm spares this job keeps once it trains (None: none): stand-ins for the
+        trainers' command, with the job's common environment and TensorFlow preloaded."""
+        spec = self.plan.spec
+        trainers = [self._by_task[t] for t in spec.trainers()]
+        if not trainers:
+            return None
+        argv = trainers[0].plan.argv
+        if any(rt.plan.argv != argv for rt in trainers):
+            return None
+        builtin = trainers[0].plan.reports_heartbeats
+        count = decisions.spare_count(spec.strategy, len(trainers), spec.supervision.spares, builtin)
+        if count <= 0 or not builtin:  # a user's program: its argv runs through execwrap (not spare-able yet)
+            return None
+        common = {k: v for k, v in trainers[0].plan.env.items() if k not in ("TF_CONFIG", "ORCH_FAULTS")}
+        module = argv[2] if len(argv) == 3 and argv[1] == "-m" else ""
+        if not module:
+            return None
+        return SpareRequest(count=count, argv=argv, env=common, preload=SPARE_PRELOAD.get(module, ()),
+                            log_dir=self.plan.run_dir / "spares")
+
+    def spares(self) -> list[SpareInfo]:
+        """The warm spares the backend started for this job."""
+        return self.backend.spares()
+
     def _training_ended(self, cause: Failure) -> str:
         """Why training counts as ended at this failure ("" when it does not): the coordinator
         succeeded or reported a post-training phase, or the failed task itself did."""
@@ -779,10 +811,12 @@ class Supervisor:
             self.restarts_used += 1
         delay = decisions.backoff_s(self.policy, used + 1)
         names = [t.name for t in tasks]
+        self._trained = False
         self.recoveries.append(Recovery(cause=cause, scope=scope, tasks=names, detected_at=now))
         if scope is RestartScope.GROUP:
             self._set_job_state(JobState.RESTARTING)
-            self._stop(self._live(), f"stopped for a group restart after {cause.task.name} failed")
+            # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace
+            self._stop(self._live(), f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)
         self._event(
             f"restart {used + 1}/{self.policy.max_restarts}: {', '.join(names)} in {delay:.1f} s "
             f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)})",
@@ -827,15 +861,16 @@ class Supervisor:
             self.state = state
             self._event(f"job {state.value}" + (f": {self.reason}" if state.terminal and self.reason else ""))
 
-    def _stop(self, tasks: list[TaskRuntime], reason: str) -> None:
+    def _stop(self, tasks: list[TaskRuntime], reason: str, grace_s: float | None = None) -> None:
+        """Stop ``tasks`` in two phases (SIGTERM, SIGKILL after ``grace_s``, default the stop timeout)."""
         tasks = [rt for rt in tasks if rt.process is not None and not rt.state.terminal]
         if not tasks:
             return
         for rt in tasks:
             rt.stop_requested = True
             rt.reason = reason
-        self.backend.stop([rt.process for rt in tasks if rt.process is not None], timeout_s=self.stop_timeout_s,
-                          abort=self._force_stop)
+        self.backend.stop([rt.process for rt in tasks if rt.process is not None],
+                          timeout_s=self.stop_timeout_s if grace_s is None else grace_s, abort=self._force_stop)
         now = self.clock()
         for rt in tasks:
             assert rt.process is not None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from orchestrator.backends.base import SpareInfo
 from orchestrator.plan import Plan
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.states import Failure, JobState, TaskState
@@ -149,6 +150,7 @@ class JobSnapshot:
         failures: every task failure, earliest first.
         recoveries: every restart decision, earliest first.
         fatal: the failure that ended the job, if one did (the root cause).
+        spares: the warm spares started for the job and what became of them.
     """
 
     plan: Plan
@@ -163,6 +165,7 @@ class JobSnapshot:
     failures: tuple[Failure, ...]
     recoveries: tuple[RecoveryRecord, ...]
     fatal: Failure | None = None
+    spares: tuple[SpareInfo, ...] = ()
 
     @property
     def root_cause(self) -> Failure | None:

@@ -78,16 +78,18 @@ def start(launches, tmp_path, run_id, *args) -> Launch:
 
 def test_mwms_worker_sigkill_restarts_the_group_from_the_checkpoint(tmp_path, launches):
     launch = start(launches, tmp_path, "mwms-kill", "--workers", "2", "--epochs", "5", "--restart-backoff", "0.5",
-                   "--inject-fault", "worker:1:kill@step=60")
+                   "--inject-fault", "worker:1:kill@step=100")
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines)
     (recovery,) = summary["recoveries"]
     assert recovery["scope"] == "group" and "worker-1 (attempt 0) failed: signal SIGKILL" in recovery["cause"]
-    # 45 steps per epoch: the kill at step 60 loses the 15 steps after the epoch-1 checkpoint
-    assert recovery["resumed_from_step"] == 45
-    assert "resumed from step 45" in (tmp_path / "mwms-kill" / "attempt-1" / "worker-0" / "stdout.log").read_text()
+    # 45 steps per epoch: the kill at step 100 loses the 10 steps after the epoch-2 checkpoint
+    assert recovery["resumed_from_step"] == 90
+    assert "resumed from step 90" in (tmp_path / "mwms-kill" / "attempt-1" / "worker-0" / "stdout.log").read_text()
     assert summary["metrics"]["test_accuracy"] >= 0.85
     assert [t["restarts"] for t in summary["tasks"]] == [1, 1]
+    # the group restart ran in the warm spares started after the first step (TensorFlow already imported)
+    assert sorted(s["task"] for s in summary["spares"] if s["state"] == "used") == ["worker-0", "worker-1"]
     injected = float(re.search(r"unix ([\d.]+)", (tmp_path / "mwms-kill/attempt-0/worker-1/stdout.log").read_text())[1])
     detection_s = summary["failures"][0]["wall_time"] - injected
     print(f"SIGKILL detection latency: {detection_s:.3f} s; failure to training again: "

@@ -3,7 +3,7 @@
 Behaviour comes from ``TEST_BEHAVIOR_<type>_<index>_<attempt>``, else
 ``TEST_BEHAVIOR_<type>_<index>``, else ``TEST_BEHAVIOR``: ``succeed``, ``exit:<code>``, ``raise``, ``serve`` (never exits),
 ``ignore-term`` (never exits and ignores SIGTERM), ``stall`` (training, step never moves),
-``freeze`` (SIGSTOP itself), ``never-start`` (heartbeats but never trains or serves), ``spawn-child`` (serves with a child
+``exit-when:<glob under the run dir>:N:<code>``, ``freeze`` (SIGSTOP itself), ``never-start`` (heartbeats but never trains or serves), ``spawn-child`` (serves with a child
 process in its group), ``succeed-when-ready:N`` (succeeds once N serving tasks wrote
 their ``ready`` file), ``succeed-when:<glob under the run dir>:N``. It uses the real runtime and heartbeat client.
 """
@@ -45,6 +45,12 @@ def body(context, reporter) -> None:
                 raise TimeoutError("peers never became ready")
             time.sleep(0.05)
         behavior = "succeed"
+    if behavior.startswith("exit-when:"):  # exit with a code once N files match a glob (bounded wait)
+        _, pattern, wanted, code = behavior.split(":")
+        deadline = time.monotonic() + 30
+        while len(glob.glob(os.path.join(context.run_dir, pattern))) < int(wanted) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        behavior = f"exit:{code}"
     if behavior == "succeed":
         reporter.update(step=2, loss=0.25, test_accuracy=0.9)
         return
