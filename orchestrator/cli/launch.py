@@ -118,7 +118,7 @@ def run_launch(args: argparse.Namespace) -> int:
     faults = [Fault.parse(text) for text in args.inject_fault]
     if args.dry_run:
         plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
-                           backend=args.backend)
+                           backend=args.backend, backend_options=backend_options(args))
         print_warnings(plan.warnings)
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
