@@ -418,13 +418,8 @@ class SlurmBackend(Backend[SlurmStep]):
                 s.killed_at = s.killed_at or now
         known = [s.step_id for s in live if s.step_id]
         name = signals.Signals(signum).name.removeprefix("SIG")
-        if known:
-            try:
-                result = self._command("scancel", f"--signal={name}", *known)
-                if result.returncode != 0:
-                    log.debug("scancel --signal=%s %s: %s", name, " ".join(known), result.stderr.strip())
-            except LaunchError as exc:
-                log.warning("%s", exc)
+        if known:  # on a thread: slurmctld answers only once it reached the node (MessageTimeout when it is lost)
+            threading.Thread(target=self._scancel, args=(name, known), name="scancel", daemon=True).start()
         for s in live:
             if not s.step_id:
                 try:
@@ -432,8 +427,16 @@ class SlurmBackend(Backend[SlurmStep]):
                 except (ProcessLookupError, PermissionError):
                     pass
 
+    def _scancel(self, name: str, step_ids: list[str]) -> None:
+        try:
+            result = self._command("scancel", f"--signal={name}", *step_ids)
+            if result.returncode != 0:
+                log.debug("scancel --signal=%s %s: %s", name, " ".join(step_ids), result.stderr.strip())
+        except LaunchError as exc:
+            log.warning("%s", exc)
+
     def signal(self, step: SlurmStep, signum: int) -> None:
-        """Send ``signum`` to the task's step (``scancel --signal``); no-op once it ended."""
+        """Send ``signum`` to the task's step (``scancel --signal``, not waited for); no-op once it ended."""
         self._signal_steps([step], signum)
 
     def stop(self, steps: Iterable[SlurmStep], timeout_s: float = 10.0, abort: threading.Event | None = None) -> None:
@@ -462,7 +465,10 @@ class SlurmBackend(Backend[SlurmStep]):
 
     def dump_stacks(self, step: SlurmStep, timeout_s: float) -> str:
         """The task's Python stacks through its runtime's ``faulthandler`` (SIGUSR1 to the step);
-        "" for a user's program (SIGUSR1 would kill it; py-spy cannot reach another node)."""
+        "" for a user's program (SIGUSR1 would kill it; py-spy cannot reach another node), and at
+        once for a task on a node whose slurmd does not answer (nothing would come back)."""
+        if step.runtime and not self.node_answers(step.node):
+            return ""
         return faulthandler_dump(self, step, timeout_s)
 
     # -- lost nodes ------------------------------------------------------------------------

@@ -218,6 +218,8 @@ class HealthServer:
 
     def _thread_main(self) -> None:
         loop = asyncio.new_event_loop()
+        # a stream whose peer vanished (a lost node) fails its last write after the stop: not an error
+        loop.set_exception_handler(lambda _loop, ctx: log.debug("health server: %s", ctx.get("message")))
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:
