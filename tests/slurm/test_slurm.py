@@ -122,7 +122,7 @@ def test_a_sigkilled_worker_is_recovered_by_a_group_restart(slurm_env, tmp_path)
     assert code == 0, output(seen)
     assert summary["status"] == "Succeeded"
     assert summary["metrics"]["test_accuracy"] >= 0.85
-    assert summary["restarts_used"] == 1
+    assert summary["restarts"] == 1
     first = summary["failures"][0]
     assert first["task"] == "worker:1" and first["signal"] == "SIGKILL", first
     assert summary["recoveries"][0]["scope"] == "group"
