@@ -163,7 +163,8 @@ def prepare(
         engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
-        server = HealthServer(token, store, engine.release_port, host=engine.health_host).start()
+        server = HealthServer(token, store, engine.release_port, host=engine.health_host,
+                              register=engine.register_address).start()
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address, token=token,
                          faults=faults, commands=commands, dry_run=False)
     except BaseException:

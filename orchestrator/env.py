@@ -30,6 +30,9 @@ Variable                       Meaning
 ``ORCH_TASK_HEALTH_PORT``      containers: serve grpc.health.v1 on this port (the healthcheck probes it)
 ``ORCH_ORPHAN_TIMEOUT_S``      containers: kill the task once its orchestrator is unreachable this long
 ``ORCH_STAY_UNTIL_STOPPED``    ``1`` (Compose): a finished task waits for SIGTERM instead of exiting
+``ORCH_ADDRESS_FROM_TASK``     ``1`` (Slurm): bind a port on this node and register it with the
+                               orchestrator (``RegisterAddress``); the TF_CONFIG in the
+                               environment only names the task until the reply replaces it
 ``ORCH_CLIENT_PID``            set by :mod:`orchestrator.client` itself: pid of the program's process
                                that announced the task (its children do not announce it again)
 ``ORCH_SPARE_MODULE``          warm spares only: the task program it becomes (``worker``)
@@ -110,6 +113,7 @@ JOBSET_LABELS = {
 """Environment variable -> the pod label the JobSet controller sets (jobset ``api/jobset/v1alpha2``
 ``JobSetNameKey``, ``ReplicatedJobNameKey``, ``JobIndexKey``; ``pkg/constants`` ``RestartsKey``),
 read through the downward API (``fieldRef: metadata.labels['...']``)."""
+ADDRESS_FROM_TASK = "ORCH_ADDRESS_FROM_TASK"
 
 STOP_REQUESTED_FILE = "stop-requested"
 """Marker file in a task's directory: the orchestrator itself is stopping the task."""

@@ -1,5 +1,6 @@
-"""Backends start the planned tasks: ``local`` (subprocesses on this machine) and ``docker``
-(one container per task through the Docker Engine, :mod:`orchestrator.backends.docker`).
+"""Backends start the planned tasks: ``local`` (subprocesses on this machine), ``docker``
+(one container per task through the Docker Engine, :mod:`orchestrator.backends.docker`) and
+``slurm`` (one job step per task inside a Slurm allocation, :mod:`orchestrator.backends.slurm`).
 
 Every backend implements the contract declared in :mod:`orchestrator.backends.base`
 (:class:`~orchestrator.backends.base.Backend`); the supervisor decides, the backend acts.
@@ -20,7 +21,14 @@ def _docker_backend(**options: Any) -> Backend[Any]:
     return DockerBackend(**options)
 
 
-BACKENDS: dict[str, Callable[..., Backend[Any]]] = {"local": LocalBackend, "docker": _docker_backend}
+def _slurm_backend(**options: Any) -> Backend[Any]:
+    from orchestrator.backends.slurm import SlurmBackend
+
+    return SlurmBackend(**options)
+
+
+BACKENDS: dict[str, Callable[..., Backend[Any]]] = {"local": LocalBackend, "docker": _docker_backend,
+                                                    "slurm": _slurm_backend}
 
 
 def get_backend(name: str, **options: Any) -> Backend[Any]:

@@ -12,8 +12,9 @@ Must (abstract): :meth:`Backend.allocate`, :meth:`Backend.start`, :meth:`Backend
 May (defaults do nothing): :meth:`Backend.open`, :meth:`Backend.release_port`,
 :meth:`Backend.reserve_again`, :meth:`Backend.sample`, :meth:`Backend.dump_stacks`,
 :meth:`Backend.oom_killed`, :meth:`Backend.keep_spares`, :meth:`Backend.spares`,
+:meth:`Backend.register_address`, :meth:`Backend.prepare_restart`,
 :meth:`Backend.close`; and the class attributes :attr:`Backend.python`,
-:attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
+:attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`, :attr:`Backend.addresses_from_tasks`.
 
 Exit codes everywhere follow ``subprocess.Popen.returncode``: ``>= 0`` an exit code,
 ``< 0`` death by that signal.
@@ -28,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Generic, Iterable, Mapping, TypeVar
+from typing import ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -128,6 +129,23 @@ class ProcessSample:
     rss_bytes: int
 
 
+@dataclass(frozen=True)
+class Registration:
+    """The answer to a task's ``RegisterAddress`` (backends with ``addresses_from_tasks``).
+
+    Attributes:
+        ready: every task of the training cluster has registered.
+        address: ``host:port`` the task must serve at ("" when refused).
+        tf_config: the task's TF_CONFIG as JSON when ready, else "".
+        error: why the registration was refused ("" when it was not).
+    """
+
+    ready: bool
+    address: str = ""
+    tf_config: str = ""
+    error: str = ""
+
+
 H = TypeVar("H", bound=TaskHandle)
 
 
@@ -140,12 +158,17 @@ class Backend(abc.ABC, Generic[H]):
         parent_death_signal: True when tasks are this process's children and may set
             ``PR_SET_PDEATHSIG`` (the plan then carries ``ORCH_ORCHESTRATOR_PID``).
         health_host: the address the health endpoint binds, reachable by the tasks.
+        addresses_from_tasks: True when the backend cannot hold ports for its tasks (they run
+            on other machines): each task binds a port on its own node and registers it
+            (``RegisterAddress``, :meth:`register_address`); the plan's addresses then carry
+            the node and port 0. False (local, docker): the backend assigns every address.
     """
 
     name: ClassVar[str] = ""
     python: str = sys.executable
     parent_death_signal: bool = True
     health_host: str = "127.0.0.1"
+    addresses_from_tasks: bool = False
 
     # -- optional hooks ----------------------------------------------------------------------
     def open(self, run_id: str, run_dir: Path) -> None:
@@ -188,6 +211,20 @@ class Backend(abc.ABC, Generic[H]):
         """Whether the ended attempt was killed for memory (the kernel's or the engine's OOM
         killer): True, False, or None when the backend cannot tell. Default: None."""
         return None
+
+    def register_address(self, task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> Registration:
+        """A task bound ``host:port`` on its node and registers it; waits at most ``wait_s``
+        seconds for the rest of the training cluster. Called from the health server's worker
+        threads. Default: refused (the backend assigns addresses itself)."""
+        return Registration(False, error=f"the {self.name or 'this'} backend assigns every address itself")
+
+    def prepare_restart(self, tasks: Sequence[TaskId]) -> tuple[bool, str]:
+        """Called by the supervisor when it is about to restart ``tasks`` (before their new
+        attempts are planned): the backend may re-place them (a Slurm node was lost: move its
+        tasks to the nodes left). Returns ``(True, note)`` when they can be started again, the
+        note ("" for none) said as an event, or ``(False, why)`` when they cannot (not enough
+        nodes left): the job then fails with that reason. Default: ``(True, "")``."""
+        return True, ""
 
     def close(self) -> None:
         """Release everything the job held (ports, containers, networks). Must not raise:

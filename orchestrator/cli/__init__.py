@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from orchestrator.cli import compose, doctor, launch, render, validate
+from orchestrator.cli import compose, doctor, launch, render, sbatch, validate
 from orchestrator.errors import OrchestratorError, SpecError
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_parser(sub)
     doctor.add_parser(sub)
     compose.add_parser(sub)
+    sbatch.add_parser(sub)
     return parser
 
 
@@ -40,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
-    if command and args.command != "launch":
-        parser.error(f"a program after -- is only for launch, not {args.command}")
+    if command and args.command not in ("launch", "sbatch"):
+        parser.error(f"a program after -- is only for launch and sbatch, not {args.command}")
     args.command_argv = command
+    args.raw_argv = argv
     args.program_separator = separator
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -25,6 +25,12 @@ def add_parser(subparsers) -> None:
         description="Plan a cluster, start one process per task with its TF_CONFIG, supervise it over gRPC "
         "health, and report. Exit codes: 0 succeeded, 1 job failed, 2 bad input, 130 interrupted.",
     )
+    add_arguments(p)
+    p.set_defaults(func=run_launch)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Every option of ``launch`` (``sbatch`` takes them too and passes them on)."""
     p.add_argument("--spec", metavar="FILE", default=None,
                    help="cluster spec file (YAML or JSON, see cluster_specs/); flags given explicitly override its fields")
     topo = p.add_argument_group("topology")
@@ -88,7 +94,6 @@ def add_parser(subparsers) -> None:
     out.add_argument("--quiet", action="store_true", help="print only the final report")
     out.add_argument("--json", action="store_true", help="print only summary.json on stdout")
     out.add_argument("--dry-run", action="store_true", help="print the plan (TF_CONFIG, command, env of every task) and exit")
-    p.set_defaults(func=run_launch)
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
@@ -122,7 +127,7 @@ def run_launch(args: argparse.Namespace) -> int:
     faults = [Fault.parse(text) for text in args.inject_fault]
     if args.dry_run:
         plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
-                           backend=args.backend)
+                           backend=args.backend, backend_options=backend_options(args))
         print_warnings(plan.warnings)
         print(json.dumps(plan.to_dict(), indent=2))
         return 0

@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1 import health as grpc_health
 
 from orchestrator import env
+from orchestrator.backends.base import Registration
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.spec.model import TaskId
@@ -32,6 +33,8 @@ from orchestrator.spec.model import TaskId
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "tfcluster.v1.Supervisor"
+REGISTER_MAX_WAIT_S = 10.0
+"""Longest one ``RegisterAddress`` call waits for the rest of the cluster, seconds."""
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
@@ -124,12 +127,23 @@ def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(deny)
 
 
-class SupervisorServicer(pb_grpc.SupervisorServicer):
-    """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port releases."""
+RegisterFn = Callable[[TaskId, int, str, int, float], Registration]
+"""``(task, attempt, host, port, wait_s) -> Registration``: a backend's :meth:`register_address`."""
 
-    def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int]) -> None:
+
+def _refuse(task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> Registration:
+    return Registration(False, error="this orchestrator assigns every address itself")
+
+
+class SupervisorServicer(pb_grpc.SupervisorServicer):
+    """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port
+    releases, address registrations."""
+
+    def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int],
+                 register: RegisterFn = _refuse) -> None:
         self._store = store
         self._release_port = release_port
+        self._register = register
 
     async def StreamHeartbeats(self, request_iterator, context):  # noqa: N802 - gRPC name
         received = 0
@@ -142,6 +156,14 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
         task = TaskId(request.task.task_type, request.task.task_index)
         return pb.PortReply(port=self._release_port(task, request.task.attempt))
 
+    async def RegisterAddress(self, request, context):  # noqa: N802 - gRPC name
+        task = TaskId(request.task.task_type, request.task.task_index)
+        # the wait for the rest of the cluster blocks: on a worker thread, never on the event loop
+        loop = asyncio.get_running_loop()
+        reply = await loop.run_in_executor(None, self._register, task, request.task.attempt, request.host,
+                                           request.port, min(max(request.wait_s, 0.0), REGISTER_MAX_WAIT_S))
+        return pb.ClusterReply(ready=reply.ready, address=reply.address, tf_config=reply.tf_config, error=reply.error)
+
 
 class HealthServer:
     """The orchestrator's gRPC server, on its own thread.
@@ -153,6 +175,8 @@ class HealthServer:
             released, 0 when none was held. Runs on the server thread: keep it quick.
         host: interface to bind; loopback by default.
         port: 0 for any free port.
+        register: called by ``RegisterAddress`` with (task, attempt, host, port, wait_s) on a
+            worker thread; default: every registration refused.
     """
 
     def __init__(
@@ -162,7 +186,9 @@ class HealthServer:
         release_port: Callable[[TaskId, int], int] = lambda task, attempt: 0,
         host: str = "127.0.0.1",
         port: int = 0,
+        register: RegisterFn = _refuse,
     ) -> None:
+        self._register = register
         self._token = token
         self._store = store
         self._release_port = release_port
@@ -207,6 +233,8 @@ class HealthServer:
 
     def _thread_main(self) -> None:
         loop = asyncio.new_event_loop()
+        # a stream whose peer vanished (a lost node) fails its last write after the stop: not an error
+        loop.set_exception_handler(lambda _loop, ctx: log.debug("health server: %s", ctx.get("message")))
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:
@@ -224,7 +252,7 @@ class HealthServer:
             interceptors=[_TokenInterceptor(self._token)],
             options=[("grpc.so_reuseport", 0)],
         )
-        pb_grpc.add_SupervisorServicer_to_server(SupervisorServicer(self._store, self._release_port), server)
+        pb_grpc.add_SupervisorServicer_to_server(SupervisorServicer(self._store, self._release_port, self._register), server)
         health = grpc_health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         self.port = server.add_insecure_port(f"{self._host}:{self._port}")

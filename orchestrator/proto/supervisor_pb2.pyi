@@ -88,3 +88,27 @@ class PortReply(_message.Message):
     PORT_FIELD_NUMBER: _ClassVar[int]
     port: int
     def __init__(self, port: _Optional[int] = ...) -> None: ...
+
+class AddressRequest(_message.Message):
+    __slots__ = ("task", "host", "port", "wait_s")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    task: TaskKey
+    host: str
+    port: int
+    wait_s: float
+    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., wait_s: _Optional[float] = ...) -> None: ...
+
+class ClusterReply(_message.Message):
+    __slots__ = ("ready", "address", "tf_config", "error")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TF_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    address: str
+    tf_config: str
+    error: str
+    def __init__(self, ready: _Optional[bool] = ..., address: _Optional[str] = ..., tf_config: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...

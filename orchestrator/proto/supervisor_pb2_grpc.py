@@ -44,6 +44,11 @@ class SupervisorStub:
                 request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.PortRequest.SerializeToString,
                 response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.PortReply.FromString,
                 _registered_method=True)
+        self.RegisterAddress = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/RegisterAddress',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.AddressRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.ClusterReply.FromString,
+                _registered_method=True)
 
 
 class SupervisorServicer:
@@ -67,6 +72,20 @@ class SupervisorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterAddress(self, request, context):
+        """Address registration, for backends whose tasks run on other machines
+        (Slurm), where the orchestrator cannot hold a port for them: the task
+        binds a free port on its own node and holds it, registers host:port, and
+        calls again until the reply is ready (each call waits at most wait_s for
+        the rest of the training cluster). The ready reply carries the task's
+        TF_CONFIG; the task then serves at `address` (a restarted task on the same
+        node gets its earlier port back, so its peers' TF_CONFIG stays right), and
+        releases its own socket right before TensorFlow binds the port.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SupervisorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +98,11 @@ def add_SupervisorServicer_to_server(servicer, server):
                     servicer.ReleasePort,
                     request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.PortRequest.FromString,
                     response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.PortReply.SerializeToString,
+            ),
+            'RegisterAddress': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterAddress,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.AddressRequest.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.ClusterReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +159,33 @@ class Supervisor:
             '/tfcluster.v1.Supervisor/ReleasePort',
             orchestrator_dot_proto_dot_supervisor__pb2.PortRequest.SerializeToString,
             orchestrator_dot_proto_dot_supervisor__pb2.PortReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterAddress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/RegisterAddress',
+            orchestrator_dot_proto_dot_supervisor__pb2.AddressRequest.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.ClusterReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -807,6 +807,15 @@ class Supervisor:
             else:
                 self._event(f"{cause.task.name} is not restarted: {verdict.why_not}; the job goes on")
             return
+        placeable, note = self.backend.prepare_restart(tasks)  # e.g. Slurm: move tasks off a lost node
+        if not placeable:
+            if job_restart:
+                self._fail(cause, note)
+            else:
+                self._event(f"{cause.task.name} is not restarted: {note}; the job goes on")
+            return
+        if note:
+            self._event(note)
         if job_restart:  # the evaluator's restarts are its own; they never use up the job's
             self.restarts_used += 1
         delay = decisions.backoff_s(self.policy, used + 1)

@@ -45,7 +45,7 @@ from orchestrator import env
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import ensure_tf_config
-from orchestrator.task.runtime import die_with_orchestrator
+from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
 
 STOP_GRACE_S = 1.0
 """Seconds a user's program gets after the orchestrator's own SIGTERM before its group is SIGKILLed."""
@@ -112,6 +112,12 @@ def main(argv: list[str]) -> int:
         return 2
     orchestrator_pid = int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0)
     time_faults = FaultInjector.from_env().time_faults
+    if os.environ.get(env.ADDRESS_FROM_TASK) == "1":  # Slurm: register a port of this node, get TF_CONFIG
+        try:
+            take_cluster(TaskContext.from_env())  # sets TF_CONFIG; the program binds the port itself
+        except (RuntimeError, ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     try:
         if orchestrator_pid <= 0 and not time_faults:
             os.execvp(argv[0], argv)

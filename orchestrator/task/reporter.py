@@ -82,6 +82,8 @@ class HeartbeatReporter:
         self._thread: threading.Thread | None = None
         self._channel: grpc.Channel | None = None
         self._sent_final = threading.Event()
+        self._held = None
+        self._held_set = False
 
     @classmethod
     def from_context(cls, context) -> "HeartbeatReporter":
@@ -152,12 +154,24 @@ class HeartbeatReporter:
         if self._channel is not None:
             self._channel.close()
 
+    def hold(self, sock) -> None:
+        """Keep ``sock`` (the port this task registered) bound until :meth:`release_port`,
+        which then closes it instead of asking the orchestrator. None: nothing is held."""
+        self._held, self._held_set = sock, True
+
     def release_port(self) -> int:
         """Ask the orchestrator to release the port it reserved for this task.
 
         Call it right before the tf.distribute server binds. Returns the port (0 when
         the orchestrator held none, or when there is no orchestrator).
         """
+        if self._held_set:  # the task holds its own port (registered address): close it here
+            sock, self._held, self._held_set = self._held, None, False
+            if sock is None:
+                return 0
+            port = int(sock.getsockname()[1])
+            sock.close()
+            return port
         if self._channel is None:
             return 0
         stub = pb_grpc.SupervisorStub(self._channel)

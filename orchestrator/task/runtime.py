@@ -220,8 +220,15 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         global _task_health  # keep a reference: a collected grpc.Server stops serving
         _task_health = serve_task_health(int(os.environ[env.TASK_HEALTH_PORT]))
     reporter = HeartbeatReporter.from_context(context).start()
+
+    def registered_then_body() -> None:
+        ctx = context
+        if os.environ.get(env.ADDRESS_FROM_TASK) == "1":  # Slurm: bind a port here, register it, get TF_CONFIG
+            ctx = take_cluster(context, reporter)
+        body(ctx, reporter)
+
     try:
-        record_errors(context, lambda: body(context, reporter))
+        record_errors(context, registered_then_body)
     except BaseException:
         reporter.close(timeout_s=2.0)
         raise
@@ -230,6 +237,39 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         _wait_for_stop(context)
     reporter.close(pb.PHASE_DONE)
     return 0
+
+
+def take_cluster(context: TaskContext, reporter: Any = None) -> TaskContext:
+    """Register this task's address with the orchestrator and wait for the whole cluster
+    (:mod:`orchestrator.task.addressing`); sets ``TF_CONFIG`` in the environment to the reply's.
+
+    Args:
+        context: the task's context (its TF_CONFIG names the task only).
+        reporter: the task's heartbeat reporter; it then holds the bound port until
+            ``release_port()``, right before TensorFlow binds. Without one the socket is
+            closed at once (a user's program binds its port when it wants).
+
+    Returns:
+        The context with the cluster's TF_CONFIG.
+
+    Raises:
+        RuntimeError: the registration was refused or timed out.
+    """
+    import dataclasses
+
+    from orchestrator.task.addressing import register
+
+    tf_config, sock = register(context)
+    os.environ["TF_CONFIG"] = tf_config
+    cluster = json.loads(tf_config)
+    mine = cluster["cluster"].get(context.task_type, [])
+    where = mine[context.task_index] if context.task_index < len(mine) else "(not in the training cluster)"
+    print(f"{context.name}: registered {where}; cluster {json.dumps(cluster['cluster'], sort_keys=True)}", flush=True)
+    if reporter is not None:
+        reporter.hold(sock)
+    elif sock is not None:
+        sock.close()
+    return dataclasses.replace(context, tf_config=cluster)
 
 
 def _wait_for_stop(context: TaskContext) -> None:

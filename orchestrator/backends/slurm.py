@@ -1,0 +1,534 @@
+"""Slurm backend: inside an allocation, each task attempt is its own job step on one node.
+
+``launch --backend slurm`` runs where ``salloc`` or a batch script runs it (``SLURM_JOB_ID``
+and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
+
+* **Placement** (:func:`place`): tasks in the order chief, workers, ps, evaluator go round-robin
+  over the allocation's nodes in ``SLURM_JOB_NODELIST`` order: one task per node while there are
+  enough nodes, so ps and workers are spread; with fewer nodes than tasks, at most
+  ``tasks_per_node`` per node (default: as few as the tasks need, ``ceil(tasks / nodes)``).
+* **Steps**: ``srun --overlap --nodes=1 --ntasks=1 -w NODE --job-name RUN:TASK:ATTEMPT ...`` per
+  attempt, started from here; ``srun`` forwards the task's stdout and stderr into
+  ``attempt-<n>/<task>/`` and exits with the task's exit status (128+N for a death by signal N,
+  reported as ``-N``). The environment, job token included, goes through ``srun``'s
+  environment, never its command line.
+* **Addresses**: the orchestrator cannot hold ports on other nodes (``addresses_from_tasks``):
+  each task binds a port on its node and registers it (:mod:`orchestrator.backends.addresses`).
+  The plan's addresses read ``NODE_ADDRESS:0``; ``cluster.json`` in the run directory has the
+  real ones.
+* **Health endpoint** on this machine's address on the route to the nodes (never a wildcard),
+  or ``health_host``.
+* **Signals** go to the step: ``scancel --signal=SIG JOB.STEP``. A step that does not end within
+  :data:`LOST_GRACE_S` of SIGKILL (its node is gone: slurmd dead or cut off) has its ``srun``
+  killed here and counts as ended by SIGKILL; the step itself stays in Slurm's books until Slurm
+  declares the node down (``SlurmdTimeout``).
+* **Lost nodes** (:meth:`SlurmBackend.prepare_restart`): before a restart every node's slurmd is
+  probed (TCP connect, 1 s); tasks placed on a node that does not answer, or whose step could not
+  be killed, move to the nodes left, least loaded first, within ``tasks_per_node``; when they do
+  not fit the restart is refused and the job fails saying so.
+* **Shared run directory**: :meth:`SlurmBackend.open` writes a file into the runs directory and
+  reads it back on every node (one step); a directory the nodes do not share is bad input.
+* ``close`` cancels every step still running and waits (bounded) until ``squeue`` lists none of
+  this run's steps on the nodes that answer.
+
+Tasks are not this process's children: they have no parent-death signal; a task whose
+orchestrator is unreachable for ``ORPHAN_TIMEOUT_S`` kills itself, and the allocation's end
+(``salloc`` or the batch script returning) ends every step anyway.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+import os
+import secrets
+import shutil
+import signal as signals
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from orchestrator import env as envvars
+from orchestrator.backends.addresses import AddressBook
+from orchestrator.backends.base import Backend, LaunchRequest, Registration, TaskHandle, faulthandler_dump
+from orchestrator.errors import LaunchError, SpecError
+from orchestrator.spec.model import JobSpec, TaskId
+
+log = logging.getLogger(__name__)
+
+LOST_GRACE_S = 3.0
+"""Seconds a step may take to end after SIGKILL before its node counts as lost."""
+ORPHAN_TIMEOUT_S = 30.0
+"""A task that cannot reach its orchestrator this long after it could kills itself."""
+PROBE_TIMEOUT_S = 1.0
+"""TCP connect timeout when probing a node's slurmd, seconds."""
+COMMAND_TIMEOUT_S = 15.0
+"""Bound on every Slurm client command (squeue, scancel, scontrol), seconds."""
+DEFAULT_SLURMD_PORT = 6818
+
+
+def place(tasks: Sequence[TaskId], nodes: Sequence[str], tasks_per_node: int | None = None) -> dict[TaskId, str]:
+    """The node of every task (the placement rule of the module docstring).
+
+    Args:
+        tasks: the job's tasks, chief first (``JobSpec.tasks()`` order).
+        nodes: the allocation's nodes, in ``SLURM_JOB_NODELIST`` order.
+        tasks_per_node: most tasks on one node (default ``ceil(tasks / nodes)``).
+
+    Returns:
+        task -> node name.
+
+    Raises:
+        SpecError: no nodes, a bad ``tasks_per_node``, or more tasks than the nodes can hold.
+    """
+    if not nodes:
+        raise SpecError("SLURM_JOB_NODELIST", "", "the allocation has no nodes", "run inside salloc -N N or sbatch")
+    cap = tasks_per_node if tasks_per_node is not None else math.ceil(len(tasks) / len(nodes))
+    if cap < 1:
+        raise SpecError("tasks-per-node", tasks_per_node, "must be at least 1", "e.g. --tasks-per-node 2")
+    if len(tasks) > cap * len(nodes):
+        raise SpecError("tasks-per-node", cap, f"{len(tasks)} tasks do not fit on {len(nodes)} node(s) with at most "
+                        f"{cap} per node", f"allocate {math.ceil(len(tasks) / cap)} nodes (salloc -N "
+                        f"{math.ceil(len(tasks) / cap)}) or raise --tasks-per-node to {math.ceil(len(tasks) / len(nodes))}")
+    return {task: nodes[i % len(nodes)] for i, task in enumerate(tasks)}
+
+
+def move_off(placement: Mapping[TaskId, str], moving: Sequence[TaskId], nodes: Sequence[str], lost: set[str],
+             tasks_per_node: int) -> dict[TaskId, str] | str:
+    """Place ``moving`` (tasks whose node is lost) on the nodes left, least loaded first.
+
+    Returns:
+        The new placement, or a sentence saying why they do not fit.
+    """
+    left = [n for n in nodes if n not in lost]
+    new = dict(placement)
+    load = {n: sum(1 for t, m in new.items() if m == n and t not in moving) for n in left}
+    for task in moving:
+        free = [n for n in left if load[n] < tasks_per_node]
+        if not free:
+            return (f"node(s) {', '.join(sorted(lost))} lost; the {len(left)} node(s) left ({', '.join(left) or 'none'}) "
+                    f"cannot hold {len(moving)} more task(s) with at most {tasks_per_node} per node")
+        target = min(free, key=lambda n: (load[n], left.index(n)))
+        new[task] = target
+        load[target] += 1
+    return new
+
+
+def parse_node_list(text: str) -> list[str]:
+    """Node names, one a line (``scontrol show hostnames`` output)."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def exit_code_of(status: int) -> int:
+    """``srun``'s exit status as ``Popen.returncode`` would say it for the task: ``128+N`` -> ``-N``."""
+    if 128 < status < 128 + 65:
+        return -(status - 128)
+    return status
+
+
+@dataclass(eq=False)
+class SlurmStep(TaskHandle):
+    """A task attempt running as a job step (``pid``: the local ``srun``).
+
+    Attributes:
+        popen: the ``srun`` process.
+        node: the node the step runs on.
+        step_name: its ``--job-name``, unique per run, task and attempt.
+        step_id: ``JOB.STEP`` once known ("" before).
+        killed_at: monotonic seconds of the SIGKILL sent to the step (None before).
+        lost: the step did not end after SIGKILL; its ``srun`` was killed here.
+    """
+
+    popen: subprocess.Popen[bytes] | None = None
+    node: str = ""
+    step_name: str = ""
+    step_id: str = ""
+    killed_at: float | None = None
+    lost: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SlurmBackend(Backend[SlurmStep]):
+    """Runs each task attempt as a job step of the current allocation; see the module docstring.
+
+    Args:
+        tasks_per_node: most tasks on one node (default: as few as the tasks need).
+        health_host: address of this machine the nodes reach the health endpoint at (default:
+            the source address of the route to the first node).
+        environ: the environment to read ``SLURM_*`` from (default ``os.environ``).
+    """
+
+    name = "slurm"
+    parent_death_signal = False
+    """Tasks run on other nodes: no ORCH_ORCHESTRATOR_PID for them."""
+    addresses_from_tasks = True
+
+    def __init__(self, tasks_per_node: int | None = None, health_host: str | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.environ = dict(os.environ if environ is None else environ)
+        self.tasks_per_node_option = tasks_per_node
+        self.tasks_per_node = tasks_per_node or 1
+        self.health_host = health_host or ""
+        self.job_id = ""
+        self.nodes: list[str] = []
+        self.node_addr: dict[str, str] = {}
+        self.slurmd_port = DEFAULT_SLURMD_PORT
+        self.placement: dict[TaskId, str] = {}
+        self.lost: set[str] = set()
+        self.book: AddressBook | None = None
+        self.run_id = ""
+        self.run_dir: Path | None = None
+        self._lock = threading.Lock()
+        self._steps: list[SlurmStep] = []
+
+    # -- Slurm commands --------------------------------------------------------------------
+    def _command(self, *argv: str, timeout_s: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, env=self.environ)
+        except FileNotFoundError:
+            raise LaunchError(f"{argv[0]} not found: install the Slurm client commands (slurm-client)") from None
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"{' '.join(argv[:3])} did not answer within {timeout_s:g} s") from None
+
+    # -- setting up ------------------------------------------------------------------------
+    def open(self, run_id: str, run_dir: Path) -> None:
+        """Read the allocation (job id, nodes, their addresses), pick the health endpoint's
+        address, and check that the runs directory is shared by every node.
+
+        Raises:
+            SpecError: not inside an allocation, or the runs directory is not shared.
+            LaunchError: the Slurm commands are missing or fail.
+        """
+        self.run_id, self.run_dir = run_id, Path(run_dir)
+        self.job_id = self.environ.get("SLURM_JOB_ID", "")
+        nodelist = self.environ.get("SLURM_JOB_NODELIST") or self.environ.get("SLURM_NODELIST", "")
+        if not self.job_id or not nodelist:
+            raise SpecError("backend", "slurm", "not inside a Slurm allocation (SLURM_JOB_ID is not set)",
+                            "run it under salloc -N 3 --no-kill, or submit a batch script made by "
+                            "`python -m orchestrator sbatch`")
+        if shutil.which("srun", path=self.environ.get("PATH")) is None:
+            raise LaunchError("srun not found on PATH: install the Slurm client commands")
+        shown = self._command("scontrol", "show", "hostnames", nodelist)
+        if shown.returncode != 0:
+            raise LaunchError(f"scontrol show hostnames {nodelist} failed: {shown.stderr.strip()}")
+        self.nodes = parse_node_list(shown.stdout)
+        info = self._command("scontrol", "show", "node", "-o", ",".join(self.nodes))
+        for line in info.stdout.splitlines():
+            fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            if fields.get("NodeName") in self.nodes:
+                self.node_addr[fields["NodeName"]] = fields.get("NodeAddr", fields["NodeName"])
+        config = self._command("scontrol", "show", "config")
+        for line in config.stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "SlurmdPort" and value.strip().isdigit():
+                self.slurmd_port = int(value.strip())
+        if not self.health_host:
+            self.health_host = self._route_source(self.node_addr.get(self.nodes[0], self.nodes[0]))
+        if self.health_host in ("0.0.0.0", "::", ""):
+            raise SpecError("health-host", self.health_host, "a wildcard address would expose the health endpoint "
+                            "on every interface", "give this machine's address on the cluster network")
+        self.check_shared(run_dir.parent)
+
+    def _route_source(self, node_host: str) -> str:
+        """This machine's address on the route to ``node_host`` (UDP connect: nothing is sent)."""
+        try:
+            target = socket.gethostbyname(node_host)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((target, self.slurmd_port))
+                return str(probe.getsockname()[0])
+        except OSError as exc:
+            raise LaunchError(f"no route to node {node_host} for the health endpoint: {exc}; "
+                              "give --health-host ADDRESS") from None
+
+    def check_shared(self, runs_dir: Path) -> None:
+        """Write a file into ``runs_dir`` here and read it on every node (one job step).
+
+        Raises:
+            SpecError: a node cannot read it (the directory is not on a shared file system).
+            LaunchError: the step could not run.
+        """
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(8)
+        probe = runs_dir / f".shared-check-{self.run_id}-{token}"
+        probe.write_text(token, encoding="utf-8")
+        try:
+            result = self._command(
+                "srun", "--overlap", f"--nodes={len(self.nodes)}", f"--ntasks={len(self.nodes)}", "--ntasks-per-node=1",
+                "-w", ",".join(self.nodes), "--job-name", f"{self.run_id}:shared-check", "--quiet", "--label",
+                "sh", "-c", f'cat "{probe}" 2>/dev/null || echo missing', timeout_s=60.0)
+        finally:
+            probe.unlink(missing_ok=True)
+        seen = {}
+        for line in result.stdout.splitlines():
+            rank, _, text = line.partition(":")
+            if rank.strip().isdigit():
+                seen[int(rank.strip())] = text.strip()
+        bad = [self.nodes[r] for r in range(len(self.nodes)) if seen.get(r) != token]
+        if result.returncode != 0 and len(seen) < len(self.nodes):
+            raise LaunchError(f"could not run a step on every node to check the runs directory: "
+                              f"{result.stderr.strip()[-300:]}")
+        if bad:
+            raise SpecError("runs-dir", str(runs_dir), f"is not shared: node(s) {', '.join(bad)} cannot read a file "
+                            "written here", "put --runs-dir on a file system every node mounts (NFS, Lustre, ...)")
+
+    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+        """Place every task on a node (:func:`place`); addresses read ``NODE_ADDRESS:0`` until the
+        tasks register their ports. Fixed addresses of a spec file are replaced.
+
+        Raises:
+            SpecError: the tasks do not fit on the allocation's nodes.
+        """
+        if getattr(spec, "addresses", None):
+            log.warning("the spec's fixed addresses are replaced: on Slurm every task binds a port on its node")
+        nodes = self.nodes or ["localhost"]
+        tasks = list(spec.tasks())
+        self.placement = place(tasks, nodes, self.tasks_per_node_option)
+        self.tasks_per_node = self.tasks_per_node_option or math.ceil(len(tasks) / len(nodes))
+        self.book = AddressBook(spec, self.run_dir)
+        return {task: f"{self.node_addr.get(node, node)}:0" for task, node in self.placement.items()}
+
+    def register_address(self, task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> Registration:
+        """A task registers the port it bound on its node; see :mod:`orchestrator.backends.addresses`."""
+        if self.book is None:
+            return Registration(False, error="no job is planned")
+        try:
+            address = self.book.register(task, attempt, host, port)
+        except ValueError as exc:
+            return Registration(False, error=str(exc))
+        reply = self.book.wait(task, wait_s)
+        return reply if reply.ready else Registration(False, address)
+
+    def reserve_again(self, task: TaskId) -> None:
+        """The task will start a new attempt: the cluster waits for its new registration."""
+        if self.book is not None:
+            self.book.forget(task)
+
+    # -- tasks -----------------------------------------------------------------------------
+    def start(self, request: LaunchRequest) -> SlurmStep:
+        """Start one task attempt as a job step on its node (``srun`` runs here, in its own
+        session; the task's output goes to ``request.log_dir``).
+
+        Raises:
+            LaunchError: when ``srun`` cannot be started.
+        """
+        task, log_dir = request.task, request.log_dir
+        node = self.placement[task]
+        if self.book is not None:
+            self.book.expect(task, request.attempt)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
+        step_name = f"{self.run_id}:{task.name}:{request.attempt}"
+        argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={step_name}",
+                "--unbuffered", "--kill-on-bad-exit=0", "--quiet", "--export=ALL", f"--chdir={os.getcwd()}",
+                *request.argv]
+        full_env = {**self.environ, **request.env, envvars.ADDRESS_FROM_TASK: "1",
+                    envvars.ORPHAN_TIMEOUT_S: repr(ORPHAN_TIMEOUT_S)}
+        full_env.pop(envvars.ORCHESTRATOR_PID, None)
+        with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
+            try:
+                popen = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                         start_new_session=True, close_fds=True)
+            except OSError as exc:
+                raise LaunchError(f"cannot start srun for {task}: {exc}") from exc
+        step = SlurmStep(task, request.attempt, popen.pid, stdout_path, stderr_path, request.runtime, popen, node,
+                         step_name)
+        with self._lock:
+            self._steps.append(step)
+        return step
+
+    def _step_ids(self) -> dict[str, str]:
+        """Step name -> ``JOB.STEP`` of this job's steps now (``squeue -s``)."""
+        result = self._command("squeue", "-h", "-s", "-j", self.job_id, "-o", "%i %j")
+        ids = {}
+        for line in result.stdout.splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                ids[parts[1].strip()] = parts[0]
+        return ids
+
+    def _resolve(self, steps: Sequence[SlurmStep]) -> None:
+        """Fill in the step ids still unknown (one ``squeue`` for all)."""
+        if all(s.step_id for s in steps):
+            return
+        try:
+            ids = self._step_ids()
+        except LaunchError as exc:
+            log.warning("%s", exc)
+            return
+        for s in steps:
+            s.step_id = s.step_id or ids.get(s.step_name, "")
+
+    def poll(self, step: SlurmStep) -> int | None:
+        """The task's exit code (negative: signal), or None while it runs. A step SIGKILLed
+        more than :data:`LOST_GRACE_S` ago whose ``srun`` still waits is on a lost node: its
+        ``srun`` is killed and the task counts as ended by SIGKILL."""
+        assert step.popen is not None
+        code = step.popen.poll()
+        if code is not None:
+            return -signals.SIGKILL if step.lost else exit_code_of(code)
+        if step.killed_at is not None and time.monotonic() - step.killed_at > LOST_GRACE_S:
+            with step.lock:
+                if not step.lost:
+                    step.lost = True
+                    self.lost.add(step.node)
+                    log.warning("step %s of %s on node %s did not end %.0f s after SIGKILL: node %s is lost",
+                                step.step_id or step.step_name, step.task, step.node, LOST_GRACE_S, step.node)
+                    try:
+                        os.killpg(step.pid, signals.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            try:
+                step.popen.wait(10.0)
+            except subprocess.TimeoutExpired:
+                log.warning("srun pid %d survived SIGKILL for 10 s", step.pid)
+            return -signals.SIGKILL
+        return None
+
+    def wait(self, step: SlurmStep, timeout_s: float) -> int | None:
+        """Wait at most ``timeout_s`` seconds for the task to end; its exit code or None."""
+        deadline = time.monotonic() + timeout_s
+        assert step.popen is not None
+        while True:
+            code = self.poll(step)
+            if code is not None:
+                return code
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                step.popen.wait(min(left, 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _signal_steps(self, steps: Sequence[SlurmStep], signum: int) -> None:
+        """``scancel --signal`` to the steps that still run (one command); steps not yet known to
+        Slurm get the signal through their ``srun`` (which forwards it, or dies of it)."""
+        live = [s for s in steps if s.popen is not None and s.popen.poll() is None]
+        if not live:
+            return
+        self._resolve(live)
+        if signum == signals.SIGKILL:
+            now = time.monotonic()
+            for s in live:
+                s.killed_at = s.killed_at or now
+        known = [s.step_id for s in live if s.step_id]
+        name = signals.Signals(signum).name.removeprefix("SIG")
+        if known:  # on a thread: slurmctld answers only once it reached the node (MessageTimeout when it is lost)
+            threading.Thread(target=self._scancel, args=(name, known), name="scancel", daemon=True).start()
+        for s in live:
+            if not s.step_id:
+                try:
+                    os.killpg(s.pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _scancel(self, name: str, step_ids: list[str]) -> None:
+        try:
+            result = self._command("scancel", f"--signal={name}", *step_ids)
+            if result.returncode != 0:
+                log.debug("scancel --signal=%s %s: %s", name, " ".join(step_ids), result.stderr.strip())
+        except LaunchError as exc:
+            log.warning("%s", exc)
+
+    def signal(self, step: SlurmStep, signum: int) -> None:
+        """Send ``signum`` to the task's step (``scancel --signal``, not waited for); no-op once it ended."""
+        self._signal_steps([step], signum)
+
+    def stop(self, steps: Iterable[SlurmStep], timeout_s: float = 10.0, abort: threading.Event | None = None) -> None:
+        """Stop steps in two phases on one deadline: SIGTERM (``scancel --signal=TERM``), then
+        SIGKILL what is left after ``timeout_s`` seconds (or at once on ``abort``); a step that
+        SIGKILL does not end within :data:`LOST_GRACE_S` is on a lost node and is let go."""
+        steps = list(steps)
+        pending = [s for s in steps if self.poll(s) is None]
+        for s in pending:
+            try:
+                (s.stdout_path.parent / envvars.STOP_REQUESTED_FILE).touch()
+            except OSError:
+                pass
+        self._signal_steps(pending, signals.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline and not (abort is not None and abort.is_set()):
+            pending = [s for s in pending if self.poll(s) is None]
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            log.warning("%d step(s) did not stop within %.1f s of SIGTERM; sending SIGKILL", len(pending), timeout_s)
+            self._signal_steps(pending, signals.SIGKILL)
+        for s in pending:
+            if self.wait(s, LOST_GRACE_S + 10.0) is None:
+                raise LaunchError(f"step {s.step_id or s.step_name} survived SIGKILL")
+
+    def dump_stacks(self, step: SlurmStep, timeout_s: float) -> str:
+        """The task's Python stacks through its runtime's ``faulthandler`` (SIGUSR1 to the step);
+        "" for a user's program (SIGUSR1 would kill it; py-spy cannot reach another node), and at
+        once for a task on a node whose slurmd does not answer (nothing would come back)."""
+        if step.runtime and not self.node_answers(step.node):
+            return ""
+        return faulthandler_dump(self, step, timeout_s)
+
+    # -- lost nodes ------------------------------------------------------------------------
+    def node_answers(self, node: str) -> bool:
+        """True when the node's slurmd accepts a TCP connection within :data:`PROBE_TIMEOUT_S`."""
+        try:
+            with socket.create_connection((self.node_addr.get(node, node), self.slurmd_port), PROBE_TIMEOUT_S):
+                return True
+        except OSError:
+            return False
+
+    def prepare_restart(self, tasks: Sequence[TaskId]) -> tuple[bool, str]:
+        """Probe the nodes; move the tasks to restart off lost ones (see the module docstring).
+
+        Returns:
+            ``(True, note)`` with the moves made ("" for none), or ``(False, why)`` when the
+            nodes left cannot hold them.
+        """
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
+            answers = dict(zip(self.nodes, pool.map(self.node_answers, self.nodes)))
+        newly = {n for n, ok in answers.items() if not ok} - self.lost
+        if newly:
+            log.warning("node(s) %s do not answer (slurmd at port %d): lost", ", ".join(sorted(newly)), self.slurmd_port)
+        self.lost |= newly
+        moving = [t for t in tasks if self.placement.get(t) in self.lost]
+        if not moving:
+            return True, ""
+        placed = move_off(self.placement, moving, self.nodes, self.lost, self.tasks_per_node)
+        if isinstance(placed, str):
+            return False, placed
+        moves = ", ".join(f"{t.name} {self.placement[t]} -> {placed[t]}" for t in moving)
+        self.placement = placed
+        return True, f"node(s) {', '.join(sorted(self.lost))} lost (slurmd does not answer); moving {moves}"
+
+    # -- the end ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel every step of this run still running and wait (at most 10 s) until Slurm
+        lists none on the nodes that answer; steps on lost nodes are reported, not waited for."""
+        with self._lock:
+            steps = list(self._steps)
+        try:
+            live = [s for s in steps if s.popen is not None and s.popen.poll() is None]
+            if live:
+                self._signal_steps(live, signals.SIGKILL)
+                for s in live:
+                    self.wait(s, LOST_GRACE_S + 5.0)
+            if not self.job_id:
+                return
+            names = {s.step_name for s in steps}
+            deadline = time.monotonic() + 10.0
+            while True:
+                left = {n: i for n, i in self._step_ids().items() if n in names}
+                on_lost = {n for n in left if any(s.step_name == n and s.node in self.lost for s in steps)}
+                if len(left) == len(on_lost) or time.monotonic() > deadline:
+                    break
+                self._command("scancel", *[i for n, i in left.items() if n not in on_lost])
+                time.sleep(0.2)
+            if left:
+                log.warning("job step(s) %s still listed by Slurm%s", ", ".join(sorted(left.values())),
+                            " (on lost node(s): they go when Slurm declares the node down, SlurmdTimeout)"
+                            if on_lost else "")
+        except Exception:  # noqa: BLE001 - cleanup never costs the summary
+            log.warning("could not clean up the job steps", exc_info=True)

@@ -1,0 +1,193 @@
+"""``launch --backend slurm`` on a real Slurm cluster of 3 simulated nodes (see conftest.py).
+
+Every job runs the way a user runs it: ``salloc -N 3 --no-kill python -m orchestrator launch
+--backend slurm ...`` from this machine (the login node; the health endpoint binds the bridge
+address 10.250.79.1). Right after ``launch`` returns, still inside the allocation, ``squeue -s``
+records the job's steps: none of the run's may be left (but on a lost node, until Slurm itself
+declares it down).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, wait_until
+from tests.slurm.conftest import NODES, SLURM_DIR, SUBNET
+
+pytestmark = pytest.mark.slurm
+
+_STEPS_AFTER = 'python -m orchestrator "$@"; rc=$?; squeue -h -s -j "$SLURM_JOB_ID" -o "%i|%j|%N" > "$STEPS_FILE"; exit $rc'
+
+
+def run_job(slurm_env, tmp_path: Path, run_id: str, *args: str, nodes: int = 3, on_line=None,
+            timeout_s: float = 240) -> tuple[int, list[tuple[float, str]], dict, list[str]]:
+    """Run ``launch --backend slurm`` under ``salloc``; returns (exit code, output lines with their
+    monotonic arrival time, summary.json, this run's steps left in the allocation)."""
+    steps_file = tmp_path / f"{run_id}.steps"
+    cmd = ["salloc", f"-N{nodes}", "--no-kill", "bash", "-c", _STEPS_AFTER.replace("python", sys.executable, 1), "job",
+           "launch", "--backend", "slurm", "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env={**slurm_env, "STEPS_FILE": str(steps_file)})
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)], daemon=True).start()
+    seen: list[tuple[float, str]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if line is None:
+                break
+            seen.append((time.monotonic(), line.rstrip("\n")))
+            if on_line is not None:
+                on_line(line)
+        code = proc.wait(timeout=30)
+    except (queue.Empty, subprocess.TimeoutExpired):
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        pytest.fail(f"{run_id} did not end within {timeout_s} s:\n" + "\n".join(t for _, t in seen[-40:]))
+    (tmp_path / f"{run_id}.out").write_text("".join(f"{t:.2f} {ln}\n" for t, ln in seen))
+    summary = json.loads((tmp_path / run_id / "summary.json").read_text())
+    left = [ln for ln in steps_file.read_text().splitlines() if f"|{run_id}:" in ln] if steps_file.exists() else []
+    return code, seen, summary, left
+
+
+def seen_at(seen, text: str) -> float:
+    """Arrival time of the first output line containing ``text``."""
+    return next(t for t, ln in seen if text in ln)
+
+
+def output(seen) -> str:
+    return "\n".join(text for _, text in seen)
+
+
+def cluster_addresses(tmp_path: Path, run_id: str) -> dict[str, str]:
+    return json.loads((tmp_path / run_id / "cluster.json").read_text())["addresses"]
+
+
+def assert_node_addresses(addresses: dict[str, str]) -> None:
+    """Every TF_CONFIG address is a node's own address (10.250.79.1x), none loopback, each task
+    on its own node."""
+    hosts = [a.rsplit(":", 1)[0] for a in addresses.values()]
+    for host in hosts:
+        assert not ipaddress.ip_address(host).is_loopback and host.startswith(SUBNET + "1"), addresses
+    assert len(set(hosts)) == len(hosts), addresses
+
+
+def test_mwms_two_workers_across_two_nodes(slurm_env, tmp_path):
+    code, seen, summary, left = run_job(slurm_env, tmp_path, "mwms", "--workers", "2", "--epochs", "3")
+    assert code == 0, output(seen)
+    assert summary["status"] == "Succeeded"
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+    addresses = cluster_addresses(tmp_path, "mwms")
+    assert set(addresses) == {"worker-0", "worker-1"}
+    assert_node_addresses(addresses)
+    tf_config_lines = [ln for ln in (tmp_path / "mwms" / "attempt-0" / "worker-1" / "stdout.log").read_text().splitlines()
+                       if "registered" in ln]
+    assert tf_config_lines and addresses["worker-1"] in tf_config_lines[0]
+    plan = (tmp_path / "mwms" / "plan.json").read_text()
+    token_free = plan + output(seen)
+    assert '"ORCH_JOB_TOKEN": "***"' in plan and "x-job-token" not in token_free
+    assert (tmp_path / "mwms" / "model" / "saved_model.pb").exists()
+    assert left == [], left
+
+
+def test_pss_chief_worker_ps_on_three_nodes(slurm_env, tmp_path):
+    code, seen, summary, left = run_job(slurm_env, tmp_path, "pss", "--strategy", "parameter_server",
+                                        "--workers", "1", "--ps", "1", "--epochs", "4")
+    assert code == 0, output(seen)
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+    states = {t["task"]: (t["state"], t["signal"]) for t in summary["tasks"]}
+    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"), "ps:0": ("Stopped", "SIGTERM")}
+    addresses = cluster_addresses(tmp_path, "pss")
+    assert set(addresses) == {"chief-0", "worker-0", "ps-0"}
+    assert_node_addresses(addresses)
+    assert left == [], left
+
+
+def test_a_sigkilled_worker_is_recovered_by_a_group_restart(slurm_env, tmp_path):
+    code, seen, summary, left = run_job(slurm_env, tmp_path, "kill", "--workers", "2", "--epochs", "3",
+                                        "--inject-fault", "worker:1:kill@step=60")
+    assert code == 0, output(seen)
+    assert summary["status"] == "Succeeded"
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+    assert summary["restarts"] == 1
+    first = summary["failures"][0]
+    assert first["task"] == "worker:1" and first["signal"] == "SIGKILL", first
+    assert summary["recoveries"][0]["scope"] == "group"
+    assert left == [], left
+
+
+def _slurmd_pid(node: str) -> int:
+    return int(Path(SLURM_DIR, f"slurmd-{node}.pid").read_text())
+
+
+def _restore_node(slurm_env, node: str) -> None:
+    """Bring a node back: its link up, a new slurmd; wait until Slurm has it idle again."""
+    index = NODES.index(node)
+    subprocess.run(["ip", "link", "set", f"oslv{index}", "up"], check=True)
+    try:
+        os.kill(_slurmd_pid(node), 0)
+    except (ProcessLookupError, FileNotFoundError, ValueError):
+        conf = slurm_env["SLURM_CONF"]
+        subprocess.run(["nsenter", f"--net=/var/run/netns/{node}", "unshare", "--uts", "sh", "-c",
+                        f"hostname {node}; exec slurmd -f {conf} -N {node}"], check=True, timeout=30)
+
+    def usable() -> bool:  # back in service (a step of the ended job may still be completing there)
+        out = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True, env=slurm_env)
+        return out.stdout.strip() in ("idle", "mixed", "completing")
+
+    wait_until(usable, timeout_s=90, interval_s=0.25, what=f"{node} back in service")
+
+
+def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves(slurm_env, tmp_path):
+    """slurmd of worker-1's node SIGKILLed and the node's link cut mid-training: worker-1 stops
+    heartbeating, is declared hung within the heartbeat timeout (Slurm alone waits SlurmdTimeout),
+    and the group restarts with worker-1 on the spare node; the job succeeds."""
+    heartbeat_timeout_s = 4.0
+    lost_node = "osl1"  # placement: worker-0 on osl0, worker-1 on osl1, osl2 spare
+    cut: dict[str, float] = {}
+
+    def on_line(line: str) -> None:
+        if not cut and "worker-1 Running/training step" in line:
+            os.kill(_slurmd_pid(lost_node), signal.SIGKILL)
+            subprocess.run(["ip", "link", "set", f"oslv{NODES.index(lost_node)}", "down"], check=True)
+            cut["at"] = time.monotonic()
+
+    try:
+        code, seen, summary, left = run_job(
+            slurm_env, tmp_path, "lost", "--workers", "2", "--epochs", "10",
+            "--heartbeat-timeout", str(heartbeat_timeout_s), "--restart-backoff", "0.5", on_line=on_line)
+    finally:
+        _restore_node(slurm_env, lost_node)
+    text = output(seen)
+    assert cut, "training never showed up in the output:\n" + text
+    assert code == 0, text
+    hung = [(t, ln) for t, ln in seen if "worker-1 is hung: no heartbeat" in ln]
+    assert hung, text
+    detected_s = hung[0][0] - cut["at"]
+    print(f"\nnode cut -> worker-1 declared hung: {detected_s:.1f} s (heartbeat timeout {heartbeat_timeout_s:g} s)")
+    assert detected_s <= heartbeat_timeout_s + 2.0, text
+    assert f"worker-1 {lost_node} -> osl2" in text, text
+    assert summary["status"] == "Succeeded"
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+    addresses = cluster_addresses(tmp_path, "lost")
+    assert addresses["worker-1"].startswith(SUBNET + "12:"), addresses  # on osl2 now
+    recovery = summary["recoveries"][0]
+    before = [int(m.group(1)) for t, ln in seen if t <= cut["at"]
+              for m in [re.search(r"worker-1 Running/training step (\d+)", ln)] if m]
+    print(f"node cut at step >= {before[-1]}, training resumed from step {recovery['resumed_from_step']}; "
+          f"cut -> training again {seen_at(seen, 'training again') - cut['at']:.1f} s")
+    # only a step on the lost node may be left (Slurm lists it until it declares the node down)
+    assert all(ln.endswith(f"|{lost_node}") for ln in left), left
