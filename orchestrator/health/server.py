@@ -109,12 +109,24 @@ def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(deny)
 
 
-class SupervisorServicer(pb_grpc.SupervisorServicer):
-    """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port releases."""
+StatusSource = Callable[[bool, int], str]
+"""``(history, history_since) -> JSON text`` of the job's status (injected by ``api``; this
+layer knows nothing of snapshots)."""
 
-    def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int]) -> None:
+StopHandler = Callable[[str], tuple[bool, str]]
+"""``reason -> (accepted, job state)``: asks the job to stop (injected by ``api``)."""
+
+
+class SupervisorServicer(pb_grpc.SupervisorServicer):
+    """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port releases,
+    status queries and stop requests."""
+
+    def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int],
+                 status: StatusSource | None = None, stop: StopHandler | None = None) -> None:
         self._store = store
         self._release_port = release_port
+        self._status = status
+        self._stop = stop
 
     async def StreamHeartbeats(self, request_iterator, context):  # noqa: N802 - gRPC name
         received = 0
@@ -127,6 +139,17 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
         task = TaskId(request.task.task_type, request.task.task_index)
         return pb.PortReply(port=self._release_port(task, request.task.attempt))
 
+    async def GetStatus(self, request, context):  # noqa: N802 - gRPC name
+        if self._status is None:
+            return pb.StatusReply(status_json="{}")
+        return pb.StatusReply(status_json=self._status(request.history, request.history_since))
+
+    async def StopJob(self, request, context):  # noqa: N802 - gRPC name
+        if self._stop is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this endpoint cannot stop its job")
+        accepted, state = self._stop(request.reason or "stopped by a StopJob call")
+        return pb.StopReply(accepted=accepted, state=state)
+
 
 class HealthServer:
     """The orchestrator's gRPC server, on its own thread.
@@ -138,6 +161,8 @@ class HealthServer:
             released, 0 when none was held. Runs on the server thread: keep it quick.
         host: interface to bind; loopback by default.
         port: 0 for any free port.
+        status: answers ``GetStatus`` (JSON text); runs on the server thread: keep it quick.
+        stop: answers ``StopJob``; must only request the stop (it runs on the server thread).
     """
 
     def __init__(
@@ -147,7 +172,11 @@ class HealthServer:
         release_port: Callable[[TaskId, int], int] = lambda task, attempt: 0,
         host: str = "127.0.0.1",
         port: int = 0,
+        status: StatusSource | None = None,
+        stop: StopHandler | None = None,
     ) -> None:
+        self._status = status
+        self._stop = stop
         self._token = token
         self._store = store
         self._release_port = release_port
@@ -209,7 +238,8 @@ class HealthServer:
             interceptors=[_TokenInterceptor(self._token)],
             options=[("grpc.so_reuseport", 0)],
         )
-        pb_grpc.add_SupervisorServicer_to_server(SupervisorServicer(self._store, self._release_port), server)
+        pb_grpc.add_SupervisorServicer_to_server(SupervisorServicer(self._store, self._release_port, self._status, self._stop),
+                                                 server)
         health = grpc_health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         self.port = server.add_insecure_port(f"{self._host}:{self._port}")

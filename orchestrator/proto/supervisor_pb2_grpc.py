@@ -44,6 +44,16 @@ class SupervisorStub:
                 request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.PortRequest.SerializeToString,
                 response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.PortReply.FromString,
                 _registered_method=True)
+        self.GetStatus = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/GetStatus',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusReply.FromString,
+                _registered_method=True)
+        self.StopJob = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/StopJob',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
+                _registered_method=True)
 
 
 class SupervisorServicer:
@@ -67,6 +77,24 @@ class SupervisorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStatus(self, request, context):
+        """Status queries (`python -m orchestrator status`, the web page of
+        `status --web`): the job and every task as JSON, the shape of
+        summary.json plus live fields (see orchestrator/report/status.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopJob(self, request, context):
+        """`python -m orchestrator stop`: the same two-phase stop as Ctrl-C in the
+        launching terminal (SIGTERM, then SIGKILL after --stop-timeout); the
+        launcher writes summary.json with status Interrupted and exits 130.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SupervisorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +107,16 @@ def add_SupervisorServicer_to_server(servicer, server):
                     servicer.ReleasePort,
                     request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.PortRequest.FromString,
                     response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.PortReply.SerializeToString,
+            ),
+            'GetStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStatus,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusRequest.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusReply.SerializeToString,
+            ),
+            'StopJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopJob,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +173,60 @@ class Supervisor:
             '/tfcluster.v1.Supervisor/ReleasePort',
             orchestrator_dot_proto_dot_supervisor__pb2.PortRequest.SerializeToString,
             orchestrator_dot_proto_dot_supervisor__pb2.PortReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/GetStatus',
+            orchestrator_dot_proto_dot_supervisor__pb2.StatusRequest.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/StopJob',
+            orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
             options,
             channel_credentials,
             insecure,
