@@ -16,6 +16,7 @@ from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
+from orchestrator.web.server import parse_bind
 
 
 def add_parser(subparsers) -> None:
@@ -115,6 +116,8 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 def run_launch(args: argparse.Namespace) -> int:
     """Run ``launch``. Returns the exit code (0, 1, 2 or 130)."""
     spec = spec_from_args(args)
+    if args.web is not None:
+        parse_bind(args.web, allow_public=args.web_public)  # bad input before anything, --dry-run too
     if not 0 <= args.web_linger <= 3600:
         raise SpecError("web-linger", args.web_linger, "must be a number of seconds in [0, 3600]", "e.g. --web-linger 10")
     if not 0 < args.stop_timeout < 3600:  # also rejects nan and inf
