@@ -131,7 +131,7 @@
       box.appendChild(span);
     }
     for (const e of events) {
-      if (e.kind === "task") continue;
+      if (e.kind === "task" || (e.kind === "job" && !/^job (Restarting|Succeeded|Failed|Interrupted)/.test(e.text))) continue;
       const m = document.createElement("div");
       m.className = "mark k-" + e.kind;
       m.style.left = pos(e.t);
