@@ -26,12 +26,12 @@ import logging
 import threading
 import time
 from importlib import resources
-from typing import Any, Callable, Mapping
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.errors import SpecError
-from orchestrator.web import metrics
+
+if TYPE_CHECKING:  # aiohttp and prometheus-client load with the first WebServer: a launch without --web never pays them
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,9 @@ class WebServer:
         self._token = token.encode()
         self.host = host
         self.port = port
+        from orchestrator.web import metrics
+
+        self._metrics_module = metrics
         self._registry = metrics.registry_for(lambda: self._source(False, 0), process=process_metrics)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -179,7 +182,10 @@ class WebServer:
         loop.close()
 
     async def _serve(self) -> None:
-        app = web.Application(middlewares=[self._headers])
+        from aiohttp import web
+
+        app = web.Application()
+        app.on_response_prepare.append(self._headers)
         app.router.add_get("/", self._page)
         app.router.add_get("/index.html", self._page)
         app.router.add_get("/api/status", self._status)
@@ -195,11 +201,9 @@ class WebServer:
         if sockets:
             self.port = sockets[0].getsockname()[1]
 
-    @web.middleware
-    async def _headers(self, request: web.Request, handler):
-        response = await handler(request)
+    @staticmethod
+    async def _headers(request: web.Request, response: web.StreamResponse) -> None:
         response.headers.update(_HEADERS)
-        return response
 
     def _authorized(self, request: web.Request) -> bool:
         given = request.query.get("token", "")
@@ -210,15 +214,21 @@ class WebServer:
 
     @staticmethod
     def _refuse() -> web.Response:
+        from aiohttp import web
+
         return web.Response(status=401, text="401: missing or wrong token: open the URL the launcher printed "
                             "(or runs/<run-id>/endpoint.json's web_url)\n", headers={"WWW-Authenticate": "Bearer"})
 
     async def _page(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         if not self._authorized(request):
             return self._refuse()
         return web.Response(body=self._assets["index.html"], content_type="text/html", charset="utf-8")
 
     async def _static(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         name = request.match_info["name"]
         if name not in _STATIC or name == "index.html":
             raise web.HTTPNotFound()
@@ -227,6 +237,8 @@ class WebServer:
                             charset="utf-8")
 
     async def _status(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         if not self._authorized(request):
             return self._refuse()
         try:
@@ -242,7 +254,10 @@ class WebServer:
         return web.json_response(dict(status, poll_interval_s=POLL_INTERVAL_S))
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         if not self._authorized(request):
             return self._refuse()
+        metrics = self._metrics_module
         body = await asyncio.get_running_loop().run_in_executor(None, metrics.render, self._registry)
         return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})

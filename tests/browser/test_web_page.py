@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import api
-from tests.conftest import REPO, all_pids, assert_no_process_left, wait_until
+from tests.conftest import REPO, all_pids, assert_no_process_left
 
 CHROMIUM = os.environ.get("ORCH_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
