@@ -1,8 +1,11 @@
 """The Python API: one job from spec to summary; the CLI's ``launch`` is a thin layer over it.
 
-``dry_run`` builds the plan and starts nothing; ``prepare`` reserves addresses, starts the
-health server and writes ``plan.json``; ``run`` supervises to the end, stops the health
-server and writes ``summary.json``. ``check_job`` holds the checks both paths share.
+``launch`` starts a job in the background from a spec file, a dict, a :class:`JobSpec` or
+keyword arguments and returns a :class:`JobHandle` (status, stop, wait). Underneath it (and
+under the CLI): ``dry_run`` builds the plan and starts nothing; ``prepare`` reserves
+addresses, starts the health server (and the web page with ``web=``), writes ``plan.json``
+and ``endpoint.json``; ``run`` supervises to the end, stops the servers and writes
+``summary.json``. ``check_job`` holds the checks both paths share.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -22,10 +26,18 @@ from orchestrator.spec.faults import Fault
 from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
+from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
+from orchestrator.spec.loader import SUPERVISION_KEYS, TOP_KEYS, TRAINING_KEYS, build_spec, check_spec_mapping, read_spec_file, suggest
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import JobResult, Supervisor
 from orchestrator.supervisor.job import View
+from orchestrator.supervisor.snapshot import JobSnapshot
+from orchestrator.web.server import WebServer, parse_bind
+
+ENDPOINT_FILE = "endpoint.json"
+"""``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
+web URL), for ``status``, ``stop`` and ``status --web``. Removed when the job has ended."""
 
 
 def check_runs_dir(runs_dir: str | Path) -> None:
@@ -50,12 +62,34 @@ def check_runs_dir(runs_dir: str | Path) -> None:
 
 @dataclass
 class Job:
-    """A prepared job: plan written, ports held, health server up, nothing started yet."""
+    """A prepared job: plan written, ports held, health server up, nothing started yet.
+
+    Attributes:
+        recorder: the supervisor's view: keeps the latest snapshot, progress series and events
+            for status queries and the page; set ``recorder.view`` to show the job in a terminal.
+        web: the web page's server (``prepare(web=...)``), else None.
+        endpoint_path: ``runs/<run-id>/endpoint.json``.
+    """
 
     plan: Plan
     supervisor: Supervisor
     server: HealthServer
     store: HeartbeatStore
+    recorder: Recorder = field(default_factory=Recorder)
+    web: WebServer | None = None
+    endpoint_path: Path | None = None
+
+    @property
+    def web_url(self) -> str | None:
+        """The page's URL with its token, when the job serves one."""
+        return self.web.url if self.web is not None else None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new file only its owner can read (mode 0600 from its creation)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
@@ -131,6 +165,8 @@ def prepare(
     view: View | None = None,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
+    web: str | None = None,
+    web_public: bool = False,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -144,13 +180,18 @@ def prepare(
         view: live output (see :mod:`orchestrator.report.live`).
         backend: backend name.
         backend_options: passed to the backend (docker: ``image``, ``base_image``, ...).
+        web: ``[HOST:]PORT`` to serve the job's page and ``/metrics`` on (loopback unless
+            ``web_public``; port 0 for any free port), None for no page.
+        web_public: allow a non-loopback or wildcard ``web`` host.
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
-        SpecError: as :func:`check_job`, or when the run directory exists.
+        SpecError: as :func:`check_job`, when the run directory exists, or a ``web`` address
+            that is malformed, not loopback (without ``web_public``) or cannot be bound.
         LaunchError: when ports cannot be reserved or the backend cannot open.
     """
     check_job(spec, backend=backend, faults=faults, commands=commands)
+    web_bind = parse_bind(web, allow_public=web_public) if web is not None else None
     run_id = run_id or new_run_id()
     run_dir = Path(runs_dir).resolve() / run_id
     if run_dir.exists():
@@ -158,32 +199,284 @@ def prepare(
     engine = get_backend(backend, **(backend_options or {}))
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
-    server = None
+    recorder = Recorder(view)
+    holder: list[Supervisor] = []  # the servers start before the supervisor exists
+
+    def stop_job(reason: str) -> tuple[bool, str]:
+        snapshot = recorder.snapshot()
+        state = snapshot.state.value if snapshot is not None else "Pending"
+        if not holder or (snapshot is not None and snapshot.state.terminal):
+            return False, state
+        holder[0].request_stop(reason)
+        return True, state
+
+    server = web_server = None
     try:
         engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
+        if web_bind is not None:
+            web_server = WebServer(recorder.status, secrets.token_urlsafe(18), *web_bind).start()
         server = HealthServer(token, store, engine.release_port, host=engine.health_host,
-                              register=engine.register_address).start()
+                              register=engine.register_address, status=recorder.status_json,
+                              stop=stop_job).start()
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address, token=token,
                          faults=faults, commands=commands, dry_run=False)
     except BaseException:
         if server is not None:
             server.stop()
+        if web_server is not None:
+            web_server.stop()
         engine.close()
         raise
     run_dir.mkdir(parents=True)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
-    supervisor = Supervisor(plan, engine, store, view, **supervisor_options)
-    return Job(plan, supervisor, server, store)
+    supervisor = Supervisor(plan, engine, store, recorder, **supervisor_options)
+    holder.append(supervisor)
+    recorder.prime(supervisor.snapshot())
+    endpoint = run_dir / ENDPOINT_FILE
+    _write_private(endpoint, json.dumps({
+        "run_id": run_id, "pid": os.getpid(), "address": server.address, "token": token,
+        "web_url": web_server.url if web_server is not None else None,
+    }, indent=2) + "\n")
+    return Job(plan, supervisor, server, store, recorder, web_server, endpoint)
 
 
-def run(job: Job) -> tuple[JobResult, dict[str, Any]]:
-    """Supervise the job to its end; returns the result and the summary (also written)."""
+def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[JobResult, dict[str, Any]]:
+    """Supervise the job to its end; returns the result and the summary (also written, with
+    ``history.json``: the progress series and events the page charts).
+
+    Args:
+        job: from :func:`prepare`.
+        web_linger_s: with a web page: after the end, keep serving until every open page has
+            fetched the final state, at most this many seconds (it returns at once when no page
+            is open).
+        keep_web: leave the web page up; the caller ends it with :func:`close_web` (the CLI
+            prints the final report first).
+    """
     try:
         result = job.supervisor.run()
+        summary = build_summary(job.supervisor.snapshot())
+        write_summary(job.plan.run_dir, summary)  # before the endpoint goes: a status query always finds one
+        try:
+            job.recorder.write(job.plan.run_dir)
+        except OSError:
+            pass
     finally:
         job.server.stop()
-    summary = build_summary(job.supervisor.snapshot())
-    write_summary(job.plan.run_dir, summary)
+        if job.endpoint_path is not None:
+            job.endpoint_path.unlink(missing_ok=True)
+    if not keep_web:
+        close_web(job, web_linger_s)
     return result, summary
+
+
+def close_web(job: Job, linger_s: float = 0.0) -> None:
+    """Stop the job's web page once open pages have fetched the final state (at most
+    ``linger_s`` seconds; at once when no page is open). Nothing to do without a page."""
+    if job.web is None:
+        return
+    try:
+        if linger_s > 0:
+            job.web.wait_final_served(linger_s)
+    finally:
+        job.web.stop()
+
+
+def spec_from(spec: str | Path | Mapping[str, Any] | JobSpec | None = None, **fields: Any) -> JobSpec:
+    """A validated :class:`JobSpec` from a spec file path, a mapping of spec-file fields, a
+    ``JobSpec``, or nothing, with keyword fields on top (they win, as flags do over a file).
+
+    Keyword fields use the spec file's names: top-level ones (``strategy``, ``workers``, ``ps``,
+    ``chief``, ``evaluator``, ``addresses``, ...), ``training`` ones (``epochs``,
+    ``batch_size_per_replica``, ``steps_per_epoch``, ...) and ``supervision`` ones
+    (``max_restarts``, ``restart_policy``, ``deadline_s``, ...), without their section.
+
+    Raises:
+        SpecError: naming the first bad field (an unknown keyword gets the nearest valid name).
+    """
+    if isinstance(spec, JobSpec):
+        if fields:
+            raise SpecError(next(iter(fields)), fields[next(iter(fields))], "cannot be combined with a JobSpec",
+                            "pass a spec file path or a dict with keyword fields, or build the JobSpec with them")
+        return spec
+    if spec is None:
+        raw: dict[str, Any] = {}
+    elif isinstance(spec, Mapping):
+        raw = check_spec_mapping(dict(spec), "spec")
+    else:
+        raw = read_spec_file(spec)
+    overrides: dict[str, Any] = {}
+    every = tuple(k for k in TOP_KEYS if k not in ("training", "supervision")) + TRAINING_KEYS + SUPERVISION_KEYS
+    for name, value in fields.items():
+        if name in TOP_KEYS and name not in ("training", "supervision"):
+            overrides[name] = value
+        elif name in TRAINING_KEYS:
+            overrides.setdefault("training", {})[name] = value
+        elif name in SUPERVISION_KEYS:
+            overrides.setdefault("supervision", {})[name] = value
+        elif name in ("training", "supervision") and isinstance(value, Mapping):
+            overrides.setdefault(name, {}).update(value)
+        else:
+            raise SpecError(name, value, "is not a spec field", suggest(name, every))
+    return build_spec(raw, overrides)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job launched from Python ended.
+
+    Attributes:
+        status: ``Succeeded``, ``Failed`` or ``Interrupted``.
+        exit_code: what the CLI would exit with: 0, 1 or 130.
+        summary: ``summary.json`` as a dict.
+        result: the supervisor's result (root cause, failures, recoveries, wall time).
+    """
+
+    status: str
+    exit_code: int
+    summary: dict[str, Any]
+    result: JobResult
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+
+class JobHandle:
+    """A job running in the background of this Python process (see :func:`launch`).
+
+    The supervisor runs on a thread of its own, which starts every task process (the tasks'
+    parent-death signal follows that thread, and it lives until the job has ended). Leaving a
+    ``with`` block stops a job that is still running and waits for its end.
+    """
+
+    def __init__(self, job: Job, web_linger_s: float = 0.0) -> None:
+        self.job = job
+        self._web_linger_s = web_linger_s
+        self._outcome: Outcome | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"job-{job.plan.run_id}", daemon=False)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            result, summary = run(self.job, web_linger_s=self._web_linger_s)
+            self._outcome = Outcome(summary["status"], result.exit_code, summary, result)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    @property
+    def run_id(self) -> str:
+        return self.job.plan.run_id
+
+    @property
+    def run_dir(self) -> Path:
+        return self.job.plan.run_dir
+
+    @property
+    def web_url(self) -> str | None:
+        """The page's URL with its token (``launch(web=...)``), else None."""
+        return self.job.web_url
+
+    @property
+    def done(self) -> bool:
+        """True once the job has ended and its summary is written."""
+        return self._done.is_set()
+
+    def snapshot(self) -> JobSnapshot | None:
+        """The latest immutable snapshot of the job (at most a quarter second old)."""
+        return self.job.recorder.snapshot()
+
+    def status(self) -> dict[str, Any]:
+        """The job now as a dict: what ``status --json`` prints (``summary.json``'s shape plus
+        ``live``, ``elapsed_s`` and per task ``attempt`` and ``heartbeat_age_s``)."""
+        return self.job.recorder.status()
+
+    def stop(self, reason: str = "stopped from Python", timeout_s: float | None = None) -> Outcome:
+        """Stop every task (SIGTERM, then SIGKILL after the stop timeout), as Ctrl-C does, and
+        wait for the end. Returns the outcome (``Interrupted``, exit code 130, unless the job had
+        already ended).
+
+        Raises:
+            TimeoutError: the job did not end within ``timeout_s`` seconds.
+        """
+        if not self.done:
+            self.job.supervisor.request_stop(reason)
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float | None = None) -> Outcome:
+        """Wait for the end of the job (at most ``timeout_s`` seconds; None: until it ends).
+
+        Raises:
+            TimeoutError: the job did not end within ``timeout_s`` seconds.
+            OrchestratorError: what made supervision fail (the tasks are stopped first).
+        """
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"job {self.run_id} still running after {timeout_s:g} s")
+        self._thread.join(5.0)
+        if self._error is not None:
+            raise self._error
+        assert self._outcome is not None
+        return self._outcome
+
+    def __enter__(self) -> "JobHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.done:
+            self.stop("stopped: the with block of api.launch() was left")
+
+
+def launch(
+    spec: str | Path | Mapping[str, Any] | JobSpec | None = None,
+    *,
+    runs_dir: str | Path = "runs",
+    run_id: str | None = None,
+    program: Sequence[str] | None = None,
+    faults: Sequence[str | Fault] = (),
+    web: str | None = None,
+    web_public: bool = False,
+    web_linger_s: float = 0.0,
+    backend: str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    view: View | None = None,
+    stop_timeout_s: float = 10.0,
+    **fields: Any,
+) -> JobHandle:
+    """Launch a job from Python and return at once with a handle to it.
+
+    Args:
+        spec: a spec file path (YAML or JSON), a dict of spec-file fields, a :class:`JobSpec`,
+            or None for the defaults.
+        runs_dir, run_id: where the run directory goes and its name.
+        program: your own program's argv for every task (as after ``--`` on the command line);
+            None for the built-in one.
+        faults: faults to inject, as ``--inject-fault`` text (``"worker:1:kill@step=20"``).
+        web: ``[HOST:]PORT`` for the job's page and ``/metrics`` (``handle.web_url``).
+        web_public: allow a non-loopback ``web`` host.
+        web_linger_s: after the end, serve open pages until they have the final state, at most this long.
+        backend, backend_options: ``local`` or ``docker`` and its options.
+        view: live output in this process (a :mod:`orchestrator.report.live` view); default none.
+        stop_timeout_s: seconds between SIGTERM and SIGKILL when stopping tasks.
+        **fields: spec fields on top of ``spec`` (see :func:`spec_from`): ``workers=2, epochs=3``.
+
+    Returns:
+        A :class:`JobHandle`: ``status()``, ``snapshot()``, ``stop()``, ``wait()``.
+
+    Raises:
+        SpecError: bad input (nothing was started), naming the field.
+        LaunchError: ports could not be reserved or the backend could not open.
+    """
+    job_spec = spec_from(spec, **fields)
+    parsed = [f if isinstance(f, Fault) else Fault.parse(f) for f in faults]
+    commands = {t: list(program) for t in ("chief", "worker", "ps", "evaluator")} if program else None
+    if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
+        raise SpecError("run_id", run_id, "must be a plain directory name", "e.g. run_id='digits-1'")
+    job = prepare(job_spec, runs_dir=runs_dir, run_id=run_id, faults=parsed, commands=commands, view=view,
+                  backend=backend, backend_options=backend_options, web=web, web_public=web_public,
+                  stop_timeout_s=stop_timeout_s)
+    return JobHandle(job, web_linger_s=web_linger_s)

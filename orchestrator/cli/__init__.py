@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from orchestrator.cli import compose, doctor, launch, render, sbatch, validate
+from orchestrator.cli import compose, doctor, launch, list_runs, logs, render, sbatch, status, stop, validate
 from orchestrator.errors import OrchestratorError, SpecError
 
 
@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     compose.add_parser(sub)
     sbatch.add_parser(sub)
+    status.add_parser(sub)
+    stop.add_parser(sub)
+    logs.add_parser(sub)
+    list_runs.add_parser(sub)
     return parser
 
 

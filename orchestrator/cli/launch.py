@@ -16,6 +16,7 @@ from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
+from orchestrator.web.server import parse_bind
 
 
 def add_parser(subparsers) -> None:
@@ -94,6 +95,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--quiet", action="store_true", help="print only the final report")
     out.add_argument("--json", action="store_true", help="print only summary.json on stdout")
     out.add_argument("--dry-run", action="store_true", help="print the plan (TF_CONFIG, command, env of every task) and exit")
+    web = p.add_argument_group("web page and metrics (see README: watch and steer a job)")
+    web.add_argument("--web", default=None, metavar="[HOST:]PORT",
+                     help="serve a live page of the job and Prometheus /metrics there (host 127.0.0.1 unless given; "
+                     "port 0: any free port); the URL with its token is printed at the start")
+    web.add_argument("--web-public", action="store_true",
+                     help="allow a --web host that is not loopback (0.0.0.0, a routable address): plain HTTP, the token "
+                     "travels in clear")
+    web.add_argument("--web-linger", type=float, default=10.0, metavar="S",
+                     help="after the job ended, keep serving until open pages have its final state, at most S seconds "
+                     "(default 10; returns at once when no page is open)")
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
@@ -114,6 +125,10 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 def run_launch(args: argparse.Namespace) -> int:
     """Run ``launch``. Returns the exit code (0, 1, 2 or 130)."""
     spec = spec_from_args(args)
+    if args.web is not None:
+        parse_bind(args.web, allow_public=args.web_public)  # bad input before anything, --dry-run too
+    if not 0 <= args.web_linger <= 3600:
+        raise SpecError("web-linger", args.web_linger, "must be a number of seconds in [0, 3600]", "e.g. --web-linger 10")
     if not 0 < args.stop_timeout < 3600:  # also rejects nan and inf
         raise SpecError("stop-timeout", args.stop_timeout, "must be a number of seconds in (0, 3600)", "e.g. --stop-timeout 10")
     if args.replicas is not None and spec.strategy is not Strategy.MIRRORED:
@@ -139,10 +154,13 @@ def run_launch(args: argparse.Namespace) -> int:
     else:
         view = None
     job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
-                      stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args))
+                      stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
+                      web=args.web, web_public=args.web_public)
     print_warnings(job.plan.warnings)
+    if job.web_url is not None:
+        print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)
     if view is None:
-        view = job.supervisor.view = TableView()
+        view = job.recorder.view = TableView()
     elif isinstance(view, LinesView):
         what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
                 else f", program {' '.join(job.plan.user_program)}")
@@ -155,7 +173,7 @@ def run_launch(args: argparse.Namespace) -> int:
     # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as SIGTERM (torchrun too)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     try:
-        result, summary = api.run(job)
+        result, summary = api.run(job, keep_web=True)
     finally:
         view.close()
         for s, handler in previous.items():
@@ -164,4 +182,8 @@ def run_launch(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(format_final(summary), flush=True)
+    try:
+        api.close_web(job, args.web_linger)  # open pages get the final state first
+    except KeyboardInterrupt:
+        api.close_web(job)
     return result.exit_code

@@ -135,15 +135,26 @@ def _refuse(task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> 
     return Registration(False, error="this orchestrator assigns every address itself")
 
 
+StatusSource = Callable[[bool, int], str]
+"""``(history, history_since) -> JSON text`` of the job's status (injected by ``api``; this
+layer knows nothing of snapshots)."""
+
+StopHandler = Callable[[str], tuple[bool, str]]
+"""``reason -> (accepted, job state)``: asks the job to stop (injected by ``api``)."""
+
+
 class SupervisorServicer(pb_grpc.SupervisorServicer):
-    """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port
-    releases, address registrations."""
+    """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port releases,
+    address registrations, status queries and stop requests."""
 
     def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int],
-                 register: RegisterFn = _refuse) -> None:
+                 register: RegisterFn = _refuse, status: StatusSource | None = None,
+                 stop: StopHandler | None = None) -> None:
         self._store = store
         self._release_port = release_port
         self._register = register
+        self._status = status
+        self._stop = stop
 
     async def StreamHeartbeats(self, request_iterator, context):  # noqa: N802 - gRPC name
         received = 0
@@ -164,6 +175,17 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
                                            request.port, min(max(request.wait_s, 0.0), REGISTER_MAX_WAIT_S))
         return pb.ClusterReply(ready=reply.ready, address=reply.address, tf_config=reply.tf_config, error=reply.error)
 
+    async def GetStatus(self, request, context):  # noqa: N802 - gRPC name
+        if self._status is None:
+            return pb.StatusReply(status_json="{}")
+        return pb.StatusReply(status_json=self._status(request.history, request.history_since))
+
+    async def StopJob(self, request, context):  # noqa: N802 - gRPC name
+        if self._stop is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this endpoint cannot stop its job")
+        accepted, state = self._stop(request.reason or "stopped by a StopJob call")
+        return pb.StopReply(accepted=accepted, state=state)
+
 
 class HealthServer:
     """The orchestrator's gRPC server, on its own thread.
@@ -177,6 +199,8 @@ class HealthServer:
         port: 0 for any free port.
         register: called by ``RegisterAddress`` with (task, attempt, host, port, wait_s) on a
             worker thread; default: every registration refused.
+        status: answers ``GetStatus`` (JSON text); runs on the server thread: keep it quick.
+        stop: answers ``StopJob``; must only request the stop (it runs on the server thread).
     """
 
     def __init__(
@@ -187,8 +211,12 @@ class HealthServer:
         host: str = "127.0.0.1",
         port: int = 0,
         register: RegisterFn = _refuse,
+        status: StatusSource | None = None,
+        stop: StopHandler | None = None,
     ) -> None:
         self._register = register
+        self._status = status
+        self._stop = stop
         self._token = token
         self._store = store
         self._release_port = release_port
@@ -252,7 +280,8 @@ class HealthServer:
             interceptors=[_TokenInterceptor(self._token)],
             options=[("grpc.so_reuseport", 0)],
         )
-        pb_grpc.add_SupervisorServicer_to_server(SupervisorServicer(self._store, self._release_port, self._register), server)
+        pb_grpc.add_SupervisorServicer_to_server(
+            SupervisorServicer(self._store, self._release_port, self._register, self._status, self._stop), server)
         health = grpc_health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         self.port = server.add_insecure_port(f"{self._host}:{self._port}")

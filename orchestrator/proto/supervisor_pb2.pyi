@@ -112,3 +112,31 @@ class ClusterReply(_message.Message):
     tf_config: str
     error: str
     def __init__(self, ready: _Optional[bool] = ..., address: _Optional[str] = ..., tf_config: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("history", "history_since")
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_SINCE_FIELD_NUMBER: _ClassVar[int]
+    history: bool
+    history_since: int
+    def __init__(self, history: _Optional[bool] = ..., history_since: _Optional[int] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("status_json",)
+    STATUS_JSON_FIELD_NUMBER: _ClassVar[int]
+    status_json: str
+    def __init__(self, status_json: _Optional[str] = ...) -> None: ...
+
+class StopRequest(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class StopReply(_message.Message):
+    __slots__ = ("accepted", "state")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    state: str
+    def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...

@@ -49,6 +49,16 @@ class SupervisorStub:
                 request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.AddressRequest.SerializeToString,
                 response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.ClusterReply.FromString,
                 _registered_method=True)
+        self.GetStatus = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/GetStatus',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusReply.FromString,
+                _registered_method=True)
+        self.StopJob = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/StopJob',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
+                _registered_method=True)
 
 
 class SupervisorServicer:
@@ -86,6 +96,24 @@ class SupervisorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStatus(self, request, context):
+        """Status queries (`python -m orchestrator status`, the web page of
+        `status --web`): the job and every task as JSON, the shape of
+        summary.json plus live fields (see orchestrator/report/status.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopJob(self, request, context):
+        """`python -m orchestrator stop`: the same two-phase stop as Ctrl-C in the
+        launching terminal (SIGTERM, then SIGKILL after --stop-timeout); the
+        launcher writes summary.json with status Interrupted and exits 130.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SupervisorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -103,6 +131,16 @@ def add_SupervisorServicer_to_server(servicer, server):
                     servicer.RegisterAddress,
                     request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.AddressRequest.FromString,
                     response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.ClusterReply.SerializeToString,
+            ),
+            'GetStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStatus,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusRequest.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StatusReply.SerializeToString,
+            ),
+            'StopJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopJob,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -186,6 +224,60 @@ class Supervisor:
             '/tfcluster.v1.Supervisor/RegisterAddress',
             orchestrator_dot_proto_dot_supervisor__pb2.AddressRequest.SerializeToString,
             orchestrator_dot_proto_dot_supervisor__pb2.ClusterReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/GetStatus',
+            orchestrator_dot_proto_dot_supervisor__pb2.StatusRequest.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/StopJob',
+            orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,40 +11,15 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
-from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
-from orchestrator.supervisor.states import describe_exit
-
-
-def _num(hb: LastHeartbeat | None, name: str, fmt: str) -> str:
-    value = getattr(hb, name) if hb is not None else None
-    return format(value, fmt) if value is not None else "-"
+from orchestrator.report.status import COLUMNS, row, task_dict, title
+from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
 
 
 def task_row(t: TaskSnapshot) -> dict[str, str]:
-    """Display strings of one task's row."""
-    hb = t.heartbeat
-    age = f"{hb.age_s:.1f}s" if hb is not None and not t.state.terminal else "-"
-    state = t.state.value
-    if t.state.terminal and t.exit_code is not None:
-        state = f"{state} ({describe_exit(t.exit_code).replace('exit code ', 'exit ')})"
-    cpu = hb.cpu_percent if hb is not None else t.cpu_percent
-    rss = hb.rss_bytes if hb is not None else t.rss_bytes
-    return {
-        "task": t.name,
-        "state": state,
-        "phase": hb.phase if hb is not None else "",
-        "pid": str(t.pid or "-"),
-        "step": _num(hb, "step", "d"),
-        "epoch": _num(hb, "epoch", "d"),
-        "loss": _num(hb, "loss", ".4f"),
-        "ex/s": _num(hb, "examples_per_second", ".0f"),
-        "cpu%": f"{cpu:.0f}" if cpu is not None else "-",
-        "rss MB": f"{rss / 1e6:.0f}" if rss is not None else "-",
-        "restarts": str(t.restarts),
-        "beat": age,
-    }
+    """Display strings of one task's row (the same as ``status`` and the web page show)."""
+    return row(task_dict(t))
 
 
 class QuietView:
@@ -107,7 +82,7 @@ class LinesView:
 class TableView:
     """A rich live table, redrawn at most every ``refresh_s`` seconds (default 0.5 s)."""
 
-    COLUMNS = ("task", "state", "phase", "pid", "step", "epoch", "loss", "ex/s", "cpu%", "rss MB", "restarts", "beat")
+    COLUMNS = COLUMNS
 
     def __init__(self, refresh_s: float = 0.5) -> None:
         from rich.console import Console
@@ -134,26 +109,34 @@ class TableView:
         self._live.update(self._render(snapshot), refresh=True)
 
     def _render(self, snapshot: JobSnapshot):
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
-
         plan = snapshot.plan
-        title = (
-            f"run {plan.run_id} · {plan.spec.strategy.value} · {snapshot.state.value} · "
-            f"{snapshot.elapsed_s:.1f}s"
-            + (f" · global batch {plan.spec.global_batch_size}" if plan.user_program is None else "")
-        )
-        table = Table(title=title, title_justify="left", expand=False)
-        for col in self.COLUMNS:
-            table.add_column(col, justify="right" if col not in ("task", "state", "phase") else "left")
-        styles = {"Running": "green", "Succeeded": "bold green", "Failed": "bold red", "Stopped": "yellow"}
-        for t in snapshot.tasks:
-            row = task_row(t)
-            table.add_row(*(row[c] for c in self.COLUMNS), style=styles.get(t.state.value, ""))
-        ready = [str(s.pid) for s in snapshot.spares if s.state == "ready"]
-        spares = Text(f"warm spares ready: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")
-        return Group(table, spares, Text("\n".join(self._events), style="dim"))
+        status = {
+            "run_id": plan.run_id, "strategy": plan.spec.strategy.value, "status": snapshot.state.value,
+            "elapsed_s": snapshot.elapsed_s,
+            "global_batch_size": plan.spec.global_batch_size if plan.user_program is None else None,
+            "tasks": [task_dict(t) for t in snapshot.tasks],
+            "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
+        }
+        return render_status(status, self._events)
 
     def close(self) -> None:
         self._live.stop()
+
+
+def render_status(status: Mapping[str, Any], events: Sequence[str] = ()):
+    """The live table of a status (:func:`orchestrator.report.status.status_dict`, or a
+    ``summary.json``) as a rich renderable: the launcher's view and ``status --watch``."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title(status), title_justify="left", expand=False)
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col not in ("task", "state", "phase") else "left")
+    styles = {"Running": "green", "Succeeded": "bold green", "Failed": "bold red", "Stopped": "yellow"}
+    for task in status.get("tasks", []):
+        cells = row(task)
+        table.add_row(*(cells[c] for c in COLUMNS), style=styles.get(str(task["state"]), ""))
+    ready = [str(s["pid"]) for s in status.get("spares") or [] if s.get("state") == "ready"]
+    spares = Text(f"warm spares ready: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")
+    return Group(table, spares, Text("\n".join(events), style="dim"))

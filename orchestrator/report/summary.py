@@ -43,7 +43,8 @@ def heartbeat_dict(beat: LastHeartbeat | None) -> dict | None:
     return out
 
 
-def _task_dict(t: TaskSnapshot) -> dict:
+def task_dict(t: TaskSnapshot) -> dict:
+    """One task's entry of ``summary.json``."""
     code = t.exit_code
     sample = None if t.cpu_percent is None else {"cpu_percent": t.cpu_percent, "rss_bytes": t.rss_bytes}
     return {
@@ -122,7 +123,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "late_failures": [f.to_dict() for f in snapshot.late_failures],
         "faults": fault_report(plan),
         "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
-        "tasks": [_task_dict(t) for t in snapshot.tasks],
+        "tasks": [task_dict(t) for t in snapshot.tasks],
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
     }
 

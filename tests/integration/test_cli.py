@@ -115,7 +115,7 @@ def test_launch_warns_on_stderr_and_in_plan_json_before_the_job_runs(tmp_path, m
 
     seen = {}
 
-    def run_nothing(job):  # stands in for supervising the job: the warning came before it
+    def run_nothing(job, **_options):  # stands in for supervising the job: the warning came before it
         seen["stderr"] = capsys.readouterr().err
         seen["plan"] = json.loads((job.plan.run_dir / "plan.json").read_text())
         job.server.stop()

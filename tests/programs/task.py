@@ -5,7 +5,10 @@ Behaviour comes from ``TEST_BEHAVIOR_<type>_<index>_<attempt>``, else
 ``ignore-term`` (never exits and ignores SIGTERM), ``stall`` (training, step never moves),
 ``exit-when:<glob under the run dir>:N:<code>``, ``freeze`` (SIGSTOP itself), ``never-start`` (heartbeats but never trains or serves), ``spawn-child`` (serves with a child
 process in its group), ``succeed-when-ready:N`` (succeeds once N serving tasks wrote
-their ``ready`` file), ``succeed-when:<glob under the run dir>:N``. It uses the real runtime and heartbeat client.
+their ``ready`` file), ``succeed-when:<glob under the run dir>:N``, ``train:<steps>:<seconds per step>[:<exit code>]``
+(trains: step, falling loss and examples/s reported every step, one stdout line per step, then succeeds, or exits
+with the code; ``steps`` 0: forever).
+It uses the real runtime and heartbeat client.
 """
 
 from __future__ import annotations
@@ -53,6 +56,20 @@ def body(context, reporter) -> None:
         behavior = f"exit:{code}"
     if behavior == "succeed":
         reporter.update(step=2, loss=0.25, test_accuracy=0.9)
+        return
+    if behavior.startswith("train:"):  # a training loop without TensorFlow: steps, loss, throughput
+        _, steps, period, *code = behavior.split(":")
+        step, period_s = 0, float(period)
+        while int(steps) == 0 or step < int(steps):
+            step += 1
+            loss = 2.0 / (1.0 + 0.05 * step) + 0.01 * (context.task_index + 1)
+            reporter.update(step=step, epoch=step // 10, loss=loss, examples_per_second=32 / period_s)
+            print(f"{context.name} step {step} loss {loss:.4f}", flush=True)
+            forever.wait(period_s)  # the pace of the fake training
+        if code:
+            print(f"about to exit {code[0]}", file=sys.stderr, flush=True)
+            os._exit(int(code[0]))
+        reporter.update(test_accuracy=0.9)
         return
     if behavior.startswith("exit:"):
         print("about to exit", file=sys.stderr, flush=True)

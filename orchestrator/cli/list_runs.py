@@ -1,0 +1,83 @@
+"""``python -m orchestrator list [--runs-dir DIR]``: every run with its status, strategy, tasks,
+start, wall time and test accuracy (running jobs are asked over gRPC, others read from their
+``summary.json``). Exit codes: 0, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from orchestrator.errors import SpecError
+from orchestrator.report.runs import run_dirs, run_status
+
+COLUMNS = ("run", "status", "strategy", "tasks", "started", "wall", "accuracy")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "list",
+        help="runs with status, strategy, tasks, start, wall time and accuracy",
+        description="List the runs under --runs-dir, oldest first. Exit codes: 0, 2 bad input.",
+    )
+    p.add_argument("--runs-dir", default="runs", help="where run directories are (default ./runs)")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=run_list)
+
+
+def run_entry(status: dict) -> dict:
+    """One run's line of ``list`` as plain data."""
+    tasks = status.get("tasks") or []
+    metrics = status.get("metrics") or {}
+    counts: dict[str, int] = {}
+    for t in tasks:
+        kind = str(t.get("task", "?")).split(":")[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    return {
+        "run_id": status.get("run_id"),
+        "run_dir": status.get("run_dir"),
+        "status": status.get("status"),
+        "live": bool(status.get("live")),
+        "strategy": status.get("strategy"),
+        "tasks": counts,
+        "started_at": status.get("started_at"),
+        "wall_time_s": status.get("elapsed_s", status.get("wall_time_s")),
+        "test_accuracy": metrics.get("test_accuracy"),
+        "exit_code": status.get("exit_code"),
+    }
+
+
+def _cells(e: dict) -> dict[str, str]:
+    started = str(e["started_at"] or "-").replace("T", " ")[:19]
+    return {
+        "run": str(e["run_id"]),
+        "status": str(e["status"]),
+        "strategy": str(e["strategy"] or "-"),
+        "tasks": " ".join(f"{k}:{v}" for k, v in e["tasks"].items()) or "-",
+        "started": started,
+        "wall": f"{e['wall_time_s']:.1f}s" if isinstance(e["wall_time_s"], (int, float)) else "-",
+        "accuracy": f"{e['test_accuracy']:.4f}" if isinstance(e["test_accuracy"], (int, float)) else "-",
+    }
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Run ``list``. Returns the exit code."""
+    root = Path(args.runs_dir)
+    if root.exists() and not root.is_dir():
+        raise SpecError("runs-dir", args.runs_dir, "is not a directory", "point --runs-dir at your runs directory")
+    entries = []
+    for run_dir in run_dirs(root):
+        status = run_status(run_dir, timeout_s=1.0)
+        status.setdefault("run_dir", str(run_dir))
+        entries.append(run_entry(status))
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    if not entries:
+        print(f"no runs under {root}")
+        return 0
+    rows = [dict(zip(COLUMNS, COLUMNS))] + [_cells(e) for e in entries]
+    widths = {c: max(len(r[c]) for r in rows) for c in COLUMNS}
+    for r in rows:
+        print("  ".join(r[c].rjust(widths[c]) if c in ("wall", "accuracy") else r[c].ljust(widths[c]) for c in COLUMNS).rstrip())
+    return 0

@@ -1,0 +1,85 @@
+"""Queries to a running orchestrator's endpoint: ``status``, ``stop`` and ``status --web`` use them.
+
+Every call carries the job token (``x-job-token`` metadata) and a deadline; the address and
+token come from ``runs/<run-id>/endpoint.json`` (see :mod:`orchestrator.report.runs`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from orchestrator import env
+from orchestrator.errors import OrchestratorError
+from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+
+
+class EndpointError(OrchestratorError):
+    """The orchestrator's endpoint did not answer (gone, or the token is wrong).
+
+    Attributes:
+        code: the gRPC status code name (``UNAVAILABLE``, ``UNAUTHENTICATED``, ``DEADLINE_EXCEEDED``, ...).
+    """
+
+    def __init__(self, address: str, code: str, details: str) -> None:
+        super().__init__(f"the orchestrator at {address} did not answer: {code} ({details})")
+        self.code = code
+
+
+class EndpointClient:
+    """A token-carrying client of one orchestrator's ``tfcluster.v1.Supervisor`` service.
+
+    Args:
+        address: ``host:port`` of the orchestrator's endpoint.
+        token: the job token.
+        timeout_s: deadline of each call, seconds.
+    """
+
+    def __init__(self, address: str, token: str, timeout_s: float = 3.0) -> None:
+        self.address = address
+        self._metadata = ((env.TOKEN_METADATA_KEY, token),)
+        self._timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.SupervisorStub(self._channel)
+
+    def status(self, history: bool = False, history_since: int = 0) -> dict[str, Any]:
+        """The job's status: the shape of ``summary.json`` plus live fields; with ``history``
+        also the charted series and the events (``history.series``, ``history.events``).
+
+        Raises:
+            EndpointError: the endpoint did not answer within the deadline, or refused the token.
+        """
+        try:
+            reply = self._stub.GetStatus(pb.StatusRequest(history=history, history_since=history_since),
+                                         metadata=self._metadata, timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise EndpointError(self.address, exc.code().name, exc.details() or "") from None
+        data = json.loads(reply.status_json or "{}")
+        if not isinstance(data, dict):
+            raise EndpointError(self.address, "INVALID_REPLY", "status is not a JSON object")
+        return data
+
+    def stop(self, reason: str) -> tuple[bool, str]:
+        """Ask the job to stop (two-phase, as Ctrl-C). Returns (accepted, job state when asked);
+        not accepted when the job had already ended.
+
+        Raises:
+            EndpointError: the endpoint did not answer within the deadline, or refused the token.
+        """
+        try:
+            reply = self._stub.StopJob(pb.StopRequest(reason=reason), metadata=self._metadata, timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise EndpointError(self.address, exc.code().name, exc.details() or "") from None
+        return reply.accepted, reply.state
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "EndpointClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,146 @@
+"""What status queries and the web page read while a job runs: the latest snapshot, each task's
+progress over time (the page's charts) and the job's events (its timeline).
+
+:class:`Recorder` is a view (:class:`~orchestrator.supervisor.job.View`): the supervisor hands
+it every snapshot and event from its loop thread, it keeps them, and passes them on to the
+terminal's view. Other threads (the gRPC server, the web server) read it under a lock; none of
+them ever touches the supervisor's live records.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.report.status import status_dict
+from orchestrator.supervisor.snapshot import JobSnapshot
+
+
+class _View(Protocol):
+    def update(self, snapshot: JobSnapshot) -> None: ...
+
+    def event(self, elapsed_s: float, text: str) -> None: ...
+
+
+def event_kind(text: str) -> str:
+    """The timeline lane of an event: ``restart``, ``failure``, ``recovered``, ``job`` or ``task``."""
+    if text.startswith("restart "):
+        return "restart"
+    if text.startswith("job "):
+        return "job"
+    if " again " in text:
+        return "recovered"
+    if "failed" in text or " is hung" in text:
+        return "failure"
+    return "task"
+
+
+class Recorder:
+    """Keeps the latest snapshot, a bounded progress series per task and every event.
+
+    Args:
+        view: the view everything is passed on to (the terminal's); None for none. It may be
+            replaced later (``recorder.view = TableView()``).
+        sample_interval_s: least seconds of job time between two samples of one task.
+        max_samples: samples kept (oldest dropped first); at two per second per task,
+            30,000 are 50 minutes of a 5-task job (about 3 MB of JSON for a page opened late).
+        max_events: events kept (oldest dropped first).
+    """
+
+    def __init__(self, view: _View | None = None, sample_interval_s: float = 0.5, max_samples: int = 30_000,
+                 max_events: int = 2_000) -> None:
+        self.view = view
+        self._interval_s = sample_interval_s
+        self._lock = threading.Lock()
+        self._snapshot: JobSnapshot | None = None
+        self._status: tuple[JobSnapshot, dict[str, Any]] | None = None
+        self._seq = 0
+        self._samples: deque[dict[str, Any]] = deque(maxlen=max_samples)
+        self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
+        self._last_sample: dict[str, tuple[float, int | None, int]] = {}
+
+    # -- the View protocol (the supervisor's thread) ------------------------------------
+    def prime(self, snapshot: JobSnapshot) -> None:
+        """Keep ``snapshot`` as the latest without passing it on (before the job starts)."""
+        with self._lock:
+            self._snapshot = snapshot
+
+    def update(self, snapshot: JobSnapshot) -> None:
+        with self._lock:
+            self._snapshot = snapshot
+            for t in snapshot.tasks:
+                hb = t.heartbeat
+                if hb is None or t.state.terminal:
+                    continue
+                last = self._last_sample.get(t.name)
+                if last is not None and last[2] == t.attempt and snapshot.elapsed_s - last[0] < self._interval_s:
+                    continue
+                self._last_sample[t.name] = (snapshot.elapsed_s, hb.step, t.attempt)
+                self._seq += 1
+                self._samples.append({
+                    "seq": self._seq, "t": round(snapshot.elapsed_s, 2), "task": t.name, "attempt": t.attempt,
+                    "step": hb.step, "loss": hb.loss, "examples_per_second": hb.examples_per_second,
+                    "cpu_percent": round(hb.cpu_percent, 1), "rss_bytes": hb.rss_bytes,
+                })
+        if self.view is not None:
+            self.view.update(snapshot)
+
+    def event(self, elapsed_s: float, text: str) -> None:
+        with self._lock:
+            self._seq += 1
+            self._events.append({"seq": self._seq, "t": round(elapsed_s, 2), "text": text, "kind": event_kind(text)})
+        if self.view is not None:
+            self.view.event(elapsed_s, text)
+
+    def close(self) -> None:
+        close = getattr(self.view, "close", None)
+        if close is not None:
+            close()
+
+    # -- readers (any thread) ------------------------------------------------------------
+    def snapshot(self) -> JobSnapshot | None:
+        """The latest snapshot (at most the supervisor's view interval old), None before any."""
+        with self._lock:
+            return self._snapshot
+
+    def history(self, since: int = 0) -> dict[str, Any]:
+        """Samples and events with a sequence number above ``since``, and the last number
+        (``seq``) to ask from next time."""
+        with self._lock:
+            return {
+                "seq": self._seq,
+                "samples": [s for s in self._samples if s["seq"] > since],
+                "events": [e for e in self._events if e["seq"] > since],
+            }
+
+    def status(self, history: bool = False, since: int = 0) -> dict[str, Any]:
+        """:func:`~orchestrator.report.status.status_dict` of the latest snapshot (built once per
+        snapshot), with ``history`` (:meth:`history`) when asked; ``{}`` before any snapshot."""
+        with self._lock:
+            snapshot, cached = self._snapshot, self._status
+        if snapshot is None:
+            return {}
+        if cached is None or cached[0] is not snapshot:
+            cached = (snapshot, status_dict(snapshot))
+            with self._lock:
+                self._status = cached
+        out = dict(cached[1])
+        if history:
+            out["history"] = self.history(since)
+        return out
+
+    def status_json(self, history: bool = False, since: int = 0) -> str:
+        """:meth:`status` as JSON text (what the gRPC ``GetStatus`` answers)."""
+        return json.dumps(self.status(history, since))
+
+    def write(self, run_dir: Path) -> Path:
+        """Write the whole history to ``run_dir/history.json`` (atomically); returns its path.
+        ``status --web`` of a finished run charts it."""
+        path = run_dir / "history.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.history(0)) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        return path

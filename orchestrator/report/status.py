@@ -1,0 +1,103 @@
+"""The status of a job as plain JSON, and the rows every view shows of it.
+
+:func:`status_dict` is what ``status --json``, the gRPC ``GetStatus`` query, the web page and
+``/metrics`` read: the shape of ``summary.json`` (so a finished run's summary reads the same
+way) plus live fields: ``live`` (the job is still running), ``elapsed_s``, and per task
+``attempt`` and ``heartbeat_age_s``. :func:`row` turns one of its tasks into the display
+strings of the live table; :func:`title` is the table's title line.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from orchestrator.report.summary import build_summary, task_dict as summary_task_dict
+from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.states import TaskState
+
+COLUMNS = ("task", "state", "phase", "pid", "step", "epoch", "loss", "ex/s", "cpu%", "rss MB", "restarts", "beat")
+"""The columns of the task table: the terminal's live view, ``status`` and the web page."""
+
+
+def status_dict(snapshot: JobSnapshot) -> dict[str, Any]:
+    """The job now, as JSON-ready data: ``summary.json``'s fields plus ``live``, ``elapsed_s``
+    (seconds since the start) and per task ``task_type``, ``task_index``, ``attempt`` and
+    ``heartbeat_age_s`` (seconds since its last heartbeat, orchestrator clock; None without one)."""
+    out = build_summary(snapshot)
+    out["live"] = not snapshot.ended
+    out["elapsed_s"] = round(snapshot.elapsed_s, 3)
+    out["global_batch_size"] = snapshot.plan.spec.global_batch_size if snapshot.plan.user_program is None else None
+    out["updated_at"] = time.time()
+    out["tasks"] = [task_dict(t) for t in snapshot.tasks]
+    return out
+
+
+def task_dict(t: TaskSnapshot) -> dict[str, Any]:
+    """One task of :func:`status_dict`: its ``summary.json`` entry plus live fields."""
+    task = summary_task_dict(t)
+    task["name"] = t.name
+    task["task_type"] = t.task.task_type
+    task["task_index"] = t.task.task_index
+    task["attempt"] = t.attempt
+    task["heartbeat_age_s"] = round(t.heartbeat.age_s, 3) if t.heartbeat is not None else None
+    return task
+
+
+def _num(beat: Mapping[str, Any] | None, name: str, fmt: str) -> str:
+    value = beat.get(name) if beat else None
+    return format(value, fmt) if value is not None else "-"
+
+
+def row(task: Mapping[str, Any]) -> dict[str, str]:
+    """Display strings of one task of a :func:`status_dict` (or of a ``summary.json``) for the
+    table (:data:`COLUMNS`)."""
+    beat = task.get("last_heartbeat")
+    sample = task.get("process_sample")
+    state = str(task["state"])
+    terminal = TaskState(state).terminal if state in TaskState._value2member_map_ else False
+    if terminal and task.get("exit"):
+        state = f"{state} ({str(task['exit']).replace('exit code ', 'exit ')})"
+    age = task.get("heartbeat_age_s")
+    cpu = beat.get("cpu_percent") if beat else (sample or {}).get("cpu_percent")
+    rss = beat.get("rss_bytes") if beat else (sample or {}).get("rss_bytes")
+    return {
+        "task": str(task.get("name") or str(task["task"]).replace(":", "-")),
+        "state": state,
+        "phase": str(beat.get("phase", "")) if beat else "",
+        "pid": str(task.get("pid") or "-"),
+        "step": _num(beat, "step", "d"),
+        "epoch": _num(beat, "epoch", "d"),
+        "loss": _num(beat, "loss", ".4f"),
+        "ex/s": _num(beat, "examples_per_second", ".0f"),
+        "cpu%": f"{cpu:.0f}" if cpu is not None else "-",
+        "rss MB": f"{rss / 1e6:.0f}" if rss is not None else "-",
+        "restarts": str(task.get("restarts", 0)),
+        "beat": f"{age:.1f}s" if age is not None and beat and not terminal else "-",
+    }
+
+
+def title(status: Mapping[str, Any]) -> str:
+    """``run 2026... · parameter_server · Running · 11.5s · global batch 16``."""
+    elapsed = status.get("elapsed_s", status.get("wall_time_s", 0.0)) or 0.0
+    text = f"run {status['run_id']} · {status['strategy']} · {status['status']} · {elapsed:.1f}s"
+    batch = status.get("global_batch_size") or (status.get("training") or {}).get("global_batch_size")
+    if batch:
+        text += f" · global batch {batch}"
+    return text
+
+
+def format_table(status: Mapping[str, Any]) -> str:
+    """The task table as plain text (``status`` when stdout is not a terminal, and tests)."""
+    rows = [dict(zip(COLUMNS, COLUMNS))] + [row(t) for t in status.get("tasks", [])]
+    widths = {c: max(len(r[c]) for r in rows) for c in COLUMNS}
+    left = ("task", "state", "phase")
+    lines = [title(status)]
+    for r in rows:
+        lines.append("  ".join(r[c].ljust(widths[c]) if c in left else r[c].rjust(widths[c]) for c in COLUMNS).rstrip())
+    if status.get("reason") and not status.get("live", False):
+        lines.append(f"{status['status']}: {status['reason']}")
+    rc = status.get("root_cause")
+    if rc:
+        lines.append(f"root cause: {rc['task']} (attempt {rc['attempt']}): {rc.get('message') or ''}".rstrip(": "))
+    return "\n".join(lines)

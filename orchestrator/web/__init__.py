@@ -1,0 +1,1 @@
+"""The job's web page and Prometheus ``/metrics`` (aiohttp; the page's assets ship in ``static/``)."""
