@@ -372,7 +372,8 @@ def write_report(suite: Suite, meta: dict, only: list[str] | None = None) -> str
         f"({meta['machine']['cpu']}), {meta['machine']['memory_gib']} GiB, Python {meta['machine']['python']}; "
         f"load average {meta['load_before']} before, {meta['load_after']} after; {meta['duration_s']:.0f} s.",
         "",
-        "Ratios are orchestrated / hand-launched runs done side by side (interleaved, alternating order). "
+        ("Ratios are orchestrated / hand-launched runs done side by side (interleaved, alternating order). " if not only
+         else "Ratios are runs of this section done side by side (interleaved, rotating order), paired by round. ") +
         "Each figure is min / median / max over its runs; a target is met when the median meets it.",
         "",
         markdown_table(suite.rows),
