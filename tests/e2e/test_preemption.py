@@ -19,9 +19,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
-from tests.e2e.test_recovery import launches, start  # noqa: F401 - launches is a fixture
+from tests.e2e.test_recovery import start
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture()
+def launches():
+    """Background launches (:func:`tests.e2e.test_recovery.start`), killed if a test fails early."""
+    started: list = []
+    yield started
+    for launch in started:
+        launch.kill()
 
 UNDISTURBED_MWMS_ACCURACY = 0.95
 """Test accuracy of the undisturbed ``--workers 2 --epochs 3`` fit run (seed 0): 0.9500 in two
