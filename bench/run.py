@@ -4,8 +4,12 @@ Sections (in order): ``tf`` (throughput and launch -> first step, orchestrated v
 hand-launched, interleaved), ``recovery`` (MWMS worker SIGKILL: detection, recovery time,
 steps lost), ``hang`` (a frozen worker: detection), ``footprint`` (orchestrator RSS and CPU
 during a 5-task job), ``client`` (per-task cost of the health client), ``ingest``
-(heartbeats/s into the HealthServer), ``scale`` (detection with many simulated tasks).
-Writes ``bench/results/<name>.json`` and ``bench/results/README.md``.
+(heartbeats/s into the HealthServer), ``scale`` (detection with many simulated tasks),
+``checkpoint`` (throughput cost of ``--checkpoint-every`` 10 / 50 against per epoch; steps
+lost to a preemption and to a SIGKILL with ``--checkpoint-every 10``), ``hogwild`` (examples/s
+of ``--strategy hogwild --threads`` 1, 2, 4 next to ``mirrored``).
+Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
+writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from bench.stats import markdown_table, meets, ratios, summarize
 from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, run_hand, run_orchestrated
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale")
+SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild")
 
 
 def _r(value, digits: int = 1):
@@ -273,6 +277,81 @@ class Suite:
                  {"sizes": per_size})
 
 
+    # -- 8: checkpoint cost and steps lost ----------------------------------------------
+    def checkpoint(self) -> None:
+        """MWMS 2 workers, fit: per-epoch examples/s with ``--checkpoint-every`` 10 and 50 over
+        the same job checkpointing per epoch only (45 steps), runs interleaved in rotating order
+        and paired by round; then steps lost to a preemption (SIGTERM, ``term`` fault) and to a
+        SIGKILL with ``--checkpoint-every 10``."""
+        rounds = 1 if self.quick else 3
+        epochs = 3 if self.quick else 5
+        settings = {"epoch": [], "50": [], "10": []}
+        order = list(settings)
+        for i in range(rounds):
+            for every in order[i % 3:] + order[:i % 3]:
+                extra = [] if every == "epoch" else ["--checkpoint-every", every]
+                r = run_orchestrated(self.workdir, self._id(f"ckpt-{every}"),
+                                     ["--workers", "2", "--epochs", str(epochs), *extra], "worker-0")
+                settings[every].append(r.coordinator.examples_per_second())
+                log(f"checkpoint {every}: {settings[every][-1]} examples/s")
+        base = settings["epoch"]
+        for every in ("10", "50"):
+            self.add("8", f"checkpoint_every_{every}_throughput_ratio",
+                     f"throughput with --checkpoint-every {every} / per-epoch checkpoints (45 steps), MWMS 2 workers",
+                     "ratio", ratios(settings[every], base), None,
+                     {"examples_per_second": summarize(settings[every]), "per_epoch": summarize(base)})
+        self.add("8", "checkpoint_per_epoch_throughput", "throughput with per-epoch checkpoints, MWMS 2 workers",
+                 "examples/s", base)
+        lost = {"preemption": [], "sigkill_every_10": []}
+        details = []
+        for _ in range(1):
+            for kind, args in (("preemption", ["--inject-fault", "worker:1:term@step=60"]),
+                               ("sigkill_every_10", ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"])):
+                r = run_orchestrated(self.workdir, self._id(f"lost-{kind}"),
+                                     ["--workers", "2", "--epochs", "3", "--restart-backoff", "0.2", *args], "worker-0")
+                out = (r.run_dir / "attempt-0" / "worker-1" / "stdout.log").read_text(errors="replace") \
+                    if (r.run_dir / "attempt-0" / "worker-1" / "stdout.log").exists() else ""
+                fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
+                saved = re.search(r"checkpoint saved after step (\d+)", out)
+                done = int(saved.group(1)) if saved else (fault[1] if fault else None)  # steps done before it ended
+                rec = ((r.summary or {}).get("recoveries") or [{}])[0]
+                resumed = rec.get("resumed_from_step")
+                lost[kind].append(None if done is None or resumed is None else done - resumed)
+                details.append({"run": r.run_dir.name, "kind": kind, "steps_done": done, "resumed_from_step": resumed,
+                                "exit": rec.get("cause")})
+                log(f"steps lost, {kind}: {lost[kind][-1]} (done {done}, resumed from {resumed})")
+        self.add("8", "steps_lost_preemption", "steps lost to a preemption (SIGTERM from outside at step 60), MWMS 2 workers",
+                 "steps", lost["preemption"], "<= 0", {"runs": details})
+        self.add("8", "steps_lost_sigkill_every_10", "steps lost to a SIGKILL at step 67 with --checkpoint-every 10",
+                 "steps", lost["sigkill_every_10"], "<= 10", {"runs": details})
+
+    # -- 9: hogwild ---------------------------------------------------------------------
+    def hogwild(self) -> None:
+        """Examples/s (median per-epoch rate after the first epoch) of ``--strategy hogwild
+        --threads`` 1, 2, 4 and of ``--strategy mirrored`` (2 replicas, fit), interleaved."""
+        rounds = 1 if self.quick else 3
+        epochs = 3 if self.quick else 6
+        cases = {"hogwild-1": ["--strategy", "hogwild", "--threads", "1"],
+                 "hogwild-2": ["--strategy", "hogwild", "--threads", "2"],
+                 "hogwild-4": ["--strategy", "hogwild", "--threads", "4"],
+                 "mirrored": ["--strategy", "mirrored", "--replicas", "2"]}
+        rates: dict[str, list] = {k: [] for k in cases}
+        accuracy: dict[str, list] = {k: [] for k in cases}
+        names = list(cases)
+        for i in range(rounds):
+            for name in names[i % 4:] + names[:i % 4]:
+                r = run_orchestrated(self.workdir, self._id(name), [*cases[name], "--epochs", str(epochs)], "worker-0")
+                rates[name].append(r.coordinator.examples_per_second())
+                accuracy[name].append(((r.summary or {}).get("metrics") or {}).get("test_accuracy"))
+                log(f"{name}: {rates[name][-1]} examples/s, test accuracy {accuracy[name][-1]}")
+        for name in names:
+            self.add("9", f"{name.replace('-', '_')}_examples_per_second", f"{name} examples/s (one task, 2 cores)",
+                     "examples/s", rates[name], None, {"test_accuracy": summarize(accuracy[name])})
+        for name in names[:3]:
+            self.add("9", f"{name.replace('-', '_')}_over_mirrored", f"{name} / mirrored (2 replicas) examples/s",
+                     "ratio", ratios(rates[name], rates["mirrored"]))
+
+
 def machine() -> dict:
     cpu = ""
     try:
@@ -284,15 +363,17 @@ def machine() -> dict:
             "python": platform.python_version(), "kernel": platform.release()}
 
 
-def write_report(suite: Suite, meta: dict) -> str:
+def write_report(suite: Suite, meta: dict, only: list[str] | None = None) -> str:
+    title = f"`python -m bench{' --quick' if suite.quick else ''}{' --only ' + ' '.join(only) if only else ''}`"
     lines = [
-        "# Benchmark results",
+        "# Benchmark results" if not only else f"## {title}",
         "",
-        f"`python -m bench{' --quick' if suite.quick else ''}` on {meta['date']}: {meta['machine']['cores']} cores "
+        f"{title} on {meta['date']}: {meta['machine']['cores']} cores "
         f"({meta['machine']['cpu']}), {meta['machine']['memory_gib']} GiB, Python {meta['machine']['python']}; "
         f"load average {meta['load_before']} before, {meta['load_after']} after; {meta['duration_s']:.0f} s.",
         "",
-        "Ratios are orchestrated / hand-launched runs done side by side (interleaved, alternating order). "
+        ("Ratios are orchestrated / hand-launched runs done side by side (interleaved, alternating order). " if not only
+         else "Ratios are runs of this section done side by side (interleaved, rotating order), paired by round. ") +
         "Each figure is min / median / max over its runs; a target is met when the median meets it.",
         "",
         markdown_table(suite.rows),
@@ -301,6 +382,16 @@ def write_report(suite: Suite, meta: dict) -> str:
     if suite.notes:
         lines += ["Notes:", ""] + [f"- {n}" for n in suite.notes] + [""]
     text = "\n".join(lines)
+    if only:  # keep the full run's table; replace this selection's earlier section, if any
+        readme = RESULTS / "README.md"
+        old = readme.read_text() if readme.exists() else "# Benchmark results\n"
+        head = f"## {title}"
+        if head in old:
+            start = old.index(head)
+            nxt = old.find("\n## ", start + len(head))
+            old = old[:start] + (old[nxt + 1:] if nxt != -1 else "")
+        readme.write_text(old.rstrip("\n") + "\n\n" + text)
+        return text
     (RESULTS / "README.md").write_text(text)
     return text
 
@@ -325,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(), "quick": args.quick,
                 "load_before": load_before, "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
                 "duration_s": time.monotonic() - started, "sections": args.only or list(SECTIONS)}
-        (RESULTS / "suite.json").write_text(json.dumps(meta, indent=2) + "\n")
-        print(write_report(suite, meta))
+        suite_file = "suite.json" if not args.only else f"suite-{'-'.join(args.only)}.json"
+        (RESULTS / suite_file).write_text(json.dumps(meta, indent=2) + "\n")
+        print(write_report(suite, meta, args.only))
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -70,8 +70,12 @@ File                           Meaning
 ``stop-requested``             written by the local backend right before its SIGTERM: the
                                orchestrator itself stops the task (not a preemption), so
                                ``execwrap`` SIGKILLs a user's program that ignores SIGTERM
-                               after :data:`orchestrator.task.execwrap.STOP_GRACE_S`
+                               after :data:`orchestrator.task.execwrap.STOP_GRACE_S`, and
+                               a built-in task dies at once instead of taking the preemption
+                               path (:func:`orchestrator.task.runtime.route_sigterm`)
 =============================  ==============================================================
+
+Exit code: :data:`PREEMPTED_EXIT_CODE` (143) says "preempted: my state is saved, restart me".
 """
 
 from __future__ import annotations
@@ -117,6 +121,16 @@ ADDRESS_FROM_TASK = "ORCH_ADDRESS_FROM_TASK"
 
 STOP_REQUESTED_FILE = "stop-requested"
 """Marker file in a task's directory: the orchestrator itself is stopping the task."""
+
+PREEMPTED_EXIT_CODE = 143
+"""Exit code of a task that received SIGTERM from outside (``docker stop``, a Kubernetes
+eviction, Slurm preemption, a spot reclaim) and exited on purpose: the built-in trainers after
+saving a checkpoint at the next step (TF's ``PreemptionCheckpointHandler``), other tasks at
+once. TensorFlow's own restartable exit code (``failure_handling_util._RESTARTABLE_EXIT_CODE``,
+the ``exit_fn`` of its GCE ``TerminationConfig``), within Kubeflow's retryable 128-255; the
+supervisor retries it under every restart policy except ``never``
+(:func:`orchestrator.supervisor.decisions.retry_verdict`). Popen tells it from a death by
+SIGTERM (return code -15); the Docker backend cannot (a container's status 143 reads as SIGTERM)."""
 
 TOKEN_METADATA_KEY = "x-job-token"
 """gRPC metadata key that carries the job token."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.task.runtime import restore_sigterm
+from orchestrator.task.runtime import route_sigterm
 
 
 def configure_threads(tf) -> None:
@@ -42,7 +42,7 @@ def serve(context, reporter) -> None:
         protocol=resolver.rpc_layer or "grpc",
         start=True,
     )
-    restore_sigterm()  # TF's preemption notifier caught SIGTERM: stops must stay prompt
+    route_sigterm()  # TF's preemption notifier caught SIGTERM: ours stay prompt, preemptions exit 143
     reporter.update(phase=pb.PHASE_SERVING, message=f"serving {server.target}")
     print(f"{context.name}: tf.distribute.Server serving at {server.target}", flush=True)
     server.join()

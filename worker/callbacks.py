@@ -37,13 +37,65 @@ class HeartbeatCallback(keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None) -> None:
-        if not self._begun:  # the first batch tells where BackupAndRestore resumed
+        if not self._begun:  # the first batch tells where BackupAndRestore resumed (mid-epoch too)
             self._begun = True
-            self._progress.begin(self._epoch * self._steps_per_epoch)
+            self._progress.begin(self._epoch * self._steps_per_epoch + int(batch))
         self._progress.step(self._epoch * self._steps_per_epoch + int(batch) + 1, lambda: _loss(logs))
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         self._progress.report(_loss(logs), epoch=epoch + 1)
+
+
+class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """tf-keras ``BackupAndRestore(save_before_preemption=True)`` that works on any platform.
+
+    tf-keras turns ``save_before_preemption`` on only on Google Cloud under MWMS
+    (``distributed_file_utils.support_on_demand_checkpoint_callback``); elsewhere it is
+    silently off. This callback does what ``WorkerTrainingState`` does there, here too
+    (MirroredStrategy and MWMS): it creates TF's
+    ``tf.distribute.experimental.PreemptionCheckpointHandler`` on the callback's own checkpoint
+    managers, with ``termination_config`` (SIGTERM is the notice, no grace period, our
+    ``exit_fn``), and ``BackupAndRestore.on_train_batch_end`` then checks for a preemption
+    after every batch: the whole cluster saves ``(model, optimizer, epoch, batch)`` at the next
+    step and runs ``exit_fn``. After a restart ``fit`` resumes at the batch after the saved one.
+
+    Args:
+        backup_dir: the job's backup directory (shared by every worker).
+        save_freq: ``"epoch"``, or save every this many batches as well.
+        termination_config: ``termination_config(cleanup)`` -> a
+            ``tf.distribute.experimental.TerminationConfig`` whose ``exit_fn`` calls
+            ``cleanup()`` first.
+    """
+
+    def __init__(self, backup_dir: str, save_freq, termination_config) -> None:
+        super().__init__(backup_dir, save_freq=save_freq, save_before_preemption=True)
+        self._termination_config = termination_config
+
+    def on_train_begin(self, logs=None) -> None:
+        super().on_train_begin(logs)  # restores (model, epoch, batch) from the chief's backup
+        state = self._training_state
+        if state._enable_save_before_preemption:
+            return  # Google Cloud: tf-keras made its own handler
+        import tensorflow as tf
+        from tf_keras.src.distribute import distributed_file_utils
+
+        strategy = self.model.distribute_strategy
+        writer = state.write_checkpoint_manager
+
+        def cleanup() -> None:  # a non-chief's write directory is a temp one (tf-keras' rule)
+            distributed_file_utils.remove_temp_dirpath(writer.directory, strategy)
+
+        cleanup()  # a stale temp checkpoint of an earlier attempt must not be restored below
+        handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+            strategy.cluster_resolver, writer, termination_config=self._termination_config(cleanup))
+        handler._read_checkpoint_manager = state.read_checkpoint_manager  # as worker_training_state.py does
+        handler._run_counter = 0  # its step count must agree on every worker; they all start here
+        state.preemption_handler = handler
+        state._enable_save_before_preemption = True  # backup_if_preempted() and batch-level resume
+        self.model._preemption_handler = handler
+        from orchestrator.task.runtime import route_sigterm
+
+        route_sigterm()  # the orchestrator's own SIGTERM before TF's handler
 
 
 class EvaluationCallback(keras.callbacks.Callback):

@@ -34,11 +34,13 @@ class Progress:
         """Training starts (again) after ``resumed_from_step`` steps already done."""
         self.resumed_from_step = self._last_step = self.step_now = resumed_from_step
         self._last_time = time.monotonic()
-        self._reporter.update(phase=pb.PHASE_TRAINING, message="training", step=resumed_from_step)
+        # one update: the phase change goes out at once, and the supervisor reads where training
+        # resumed from that very heartbeat
+        resumed = {"resumed_from_step": resumed_from_step} if resumed_from_step else {}
+        self._reporter.update(phase=pb.PHASE_TRAINING, message="training", step=resumed_from_step, **resumed)
         if os.environ.get("BENCH_TIMING"):  # bench/: the same marker with and without the orchestrator
             print(f"bench: first step {resumed_from_step + 1} done (unix {time.time():.3f})", flush=True)
         if resumed_from_step:
-            self._reporter.update(resumed_from_step=resumed_from_step)
             print(f"resumed from step {resumed_from_step}", flush=True)
 
     def due(self) -> bool:

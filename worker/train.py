@@ -8,10 +8,24 @@ Strategies (``ORCH_STRATEGY``):
 * ``parameter_server``: the chief runs the ``ClusterCoordinator``; workers and ps only
   serve (:func:`ps.server.serve`).
 
+* ``hogwild``: one task, ``threads`` Python threads each run a compiled train step on one
+  shared model and optimizer without locks (Hogwild!), each with its own shuffled stream.
+
 Loops (``training.loop``): ``fit`` (tf-keras ``Model.fit`` with ``BackupAndRestore``) or
 ``custom`` (``strategy.run`` + ``strategy.reduce``; ``ClusterCoordinator.schedule`` with
 per-worker datasets under PSS; a ``tf.train.CheckpointManager`` per epoch). Both resume
-from the job's backup directory after a restart and report the mean loss per epoch.
+from the job's backup directory after a restart, at the global step of the checkpoint, and
+report the mean loss per epoch. ``checkpoint_every`` adds a checkpoint every N steps.
+
+Preemption (a SIGTERM from outside, :func:`orchestrator.task.runtime.route_sigterm`):
+under MirroredStrategy and MWMS both loops save a checkpoint at the next step with TF's
+``tf.distribute.experimental.PreemptionCheckpointHandler`` (the custom loop runs each step
+through ``PreemptionCheckpointHandler.run``; ``fit`` through
+:class:`worker.callbacks.PreemptionBackupAndRestore`), then exit with
+:data:`orchestrator.env.PREEMPTED_EXIT_CODE`. TF has no such handler under
+ParameterServerStrategy (``PreemptionCheckpointHandler`` raises ``NotImplementedError`` with a
+ps in the cluster; ``BackupAndRestore`` skips batch hooks under PSS): there, and under hogwild,
+a preempted task exits with that code at once.
 
 When training ends every training task reports phase ``finishing`` at once; then the
 chief evaluates test accuracy on a plain copy of the trained weights and exports a
@@ -29,10 +43,13 @@ import shutil
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.task.runtime import restore_sigterm
+from orchestrator.task.runtime import exit_preempted, route_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
 from worker.progress import Progress
+
+PEER_SAVE_TIMEOUT_S = 30.0
+"""Bound on the wait, after a preemption checkpoint, for every trainer to confirm its save."""
 
 
 def train(context, reporter) -> None:
@@ -64,6 +81,8 @@ class Job:
         self.per_replica = int(options.get("batch_size_per_replica", 16))
         self.learning_rate = float(options.get("learning_rate", 0.005))
         self.loop = options.get("loop", "fit")
+        self.checkpoint_every = int(options.get("checkpoint_every") or 0) or None
+        self.threads = int(options.get("threads") or 2)
         # the strategy first: MWMS and logical devices must be set before TF's runtime starts,
         # and reading TFRecord files starts it
         self.strategy = self._strategy(int(options.get("replicas", 2)))
@@ -71,7 +90,7 @@ class Job:
         self.replicas = self.strategy.num_replicas_in_sync
         self.global_batch = self.per_replica * self.replicas
         self.steps_per_epoch = int(options.get("steps_per_epoch") or math.ceil(data.num_train / self.global_batch))
-        self.is_chief = context.is_chief or context.strategy == "mirrored"
+        self.is_chief = context.is_chief or context.strategy in ("mirrored", "hogwild")
         run_dir = context.run_dir or context.task_dir
         self.backup_dir = context.backup_dir or os.path.join(context.task_dir, "backup")
         self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
@@ -80,9 +99,13 @@ class Job:
 
     def _strategy(self, replicas: int):
         tf, strategy_name = self.tf, self.context.strategy
+        if strategy_name == "hogwild":
+            route_sigterm()
+            return tf.distribute.get_strategy()  # the default strategy: the threads share one model
         if strategy_name == "mirrored":
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+            route_sigterm()
             return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.reporter.release_port()
@@ -90,7 +113,7 @@ class Job:
             strategy = tf.distribute.ParameterServerStrategy(resolver)
         else:
             strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
-        restore_sigterm()  # TF's preemption notifier caught SIGTERM: stops must stay prompt
+        route_sigterm()  # TF's preemption notifier caught SIGTERM: ours stay prompt, preemptions exit 143
         return strategy
 
     def _scratch(self, name: str) -> str:
@@ -105,7 +128,7 @@ class Job:
         print(
             f"{ctx.name}: {type(self.strategy).__name__}, {self.replicas} replica(s) in sync, per-replica batch "
             f"{self.per_replica}, global batch {self.global_batch}, {self.steps_per_epoch} steps/epoch, {self.epochs} "
-            f"epochs, {self.loop} loop, data {self.data.source}: {self.data.num_train} train examples, "
+            f"epochs, {self._loop_name()}, checkpoint {self._checkpoint_name()}, data {self.data.source}: {self.data.num_train} train examples, "
             f"{self.data.num_features} features, {self.data.num_classes} classes",
             flush=True,
         )
@@ -118,8 +141,10 @@ class Job:
             epochs=self.epochs,
         )
         with self.strategy.scope():
-            model = self._build(compile=self.loop == "fit")
-        if self.loop == "fit":
+            model = self._build(compile=self.loop == "fit" and ctx.strategy != "hogwild")
+        if ctx.strategy == "hogwild":
+            final_loss = self._hogwild(model)
+        elif self.loop == "fit":
             final_loss = self._fit(model)
         elif ctx.strategy == "parameter_server":
             final_loss = self._custom_pss(model)
@@ -130,6 +155,56 @@ class Job:
         self.reporter.update(phase=pb.PHASE_FINISHING, message="training finished",
                              step=self.progress.step_now or None, loss=final_loss)
         self._finish(model, final_loss)
+
+    def _loop_name(self) -> str:
+        return f"hogwild loop with {self.threads} threads" if self.context.strategy == "hogwild" else f"{self.loop} loop"
+
+    def _checkpoint_name(self) -> str:
+        return f"every {self.checkpoint_every} steps and every epoch" if self.checkpoint_every else "every epoch"
+
+    @property
+    def preemption_supported(self) -> bool:
+        """Whether TF's ``PreemptionCheckpointHandler`` works here: MirroredStrategy and MWMS
+        (it raises ``NotImplementedError`` with a ps in the cluster)."""
+        return self.context.strategy in ("mirrored", "multi_worker_mirrored")
+
+    def _termination_config(self, cleanup=None):
+        """TF's ``TerminationConfig`` for this platform: SIGTERM is the preemption notice (no
+        ``termination_watcher_fn``), no grace period (save at the next step, then exit), and
+        :meth:`_exit_preempted` as ``exit_fn``."""
+        def exit_fn() -> None:
+            if cleanup is not None:
+                cleanup()
+            self._exit_preempted()
+
+        return self.tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn, grace_period=0)
+
+    def _exit_preempted(self) -> None:
+        """``TerminationConfig.exit_fn``: every trainer runs it right after its part of the
+        preemption checkpoint. Waits (bounded) until every trainer has saved, so that none
+        exits first and has the orchestrator stop a peer, the chief above all, in the middle
+        of its save; then exits with :data:`orchestrator.env.PREEMPTED_EXIT_CODE`."""
+        step = self.progress.step_now
+        peers = self._trainer_names()
+        if len(peers) > 1:
+            from tensorflow.python.eager import context as tf_context
+
+            ctx, prefix = tf_context.context(), f"orchestrator/preemption-saved/{self.context.attempt}"
+            deadline = time.monotonic() + PEER_SAVE_TIMEOUT_S
+            try:
+                ctx.set_config_key_value(f"{prefix}/{self.context.name}", str(step))
+                for name in peers:
+                    left_ms = int(max(1.0, deadline - time.monotonic()) * 1000)
+                    ctx.get_config_key_value(f"{prefix}/{name}", timeout_in_ms=left_ms)
+            except Exception as exc:  # noqa: BLE001 - a peer gone or late: exit anyway, the chief saved
+                print(f"{self.context.name}: not every peer confirmed its preemption save: {exc}", flush=True)
+        self.reporter.update(message=f"preempted: checkpoint saved after step {step}", preempted_after_step=step)
+        self.reporter.close(timeout_s=1.0)
+        exit_preempted(f"checkpoint saved after step {step}")
+
+    def _trainer_names(self) -> list[str]:
+        cluster = self.context.tf_config.get("cluster", {})
+        return [f"{t}-{i}" for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
 
     def _build(self, compile: bool = True):
         from worker.model import build_model
@@ -147,7 +222,7 @@ class Job:
     # -- Model.fit ---------------------------------------------------------------------
     def _fit(self, model) -> float | None:
         keras = self.keras
-        from worker.callbacks import HeartbeatCallback
+        from worker.callbacks import HeartbeatCallback, PreemptionBackupAndRestore
 
         if self.context.strategy == "parameter_server":
             data = keras.utils.experimental.DatasetCreator(self._pss_dataset_fn)
@@ -155,9 +230,15 @@ class Job:
         else:
             data, policy = self._dataset(self.seed)
             self._log_policy(policy)
+        save_freq = self.checkpoint_every or "epoch"
+        if self.preemption_supported:
+            backup = PreemptionBackupAndRestore(self.backup_dir, save_freq, self._termination_config)
+        else:  # PSS: BackupAndRestore saves per epoch only; TF has no preemption handler
+            backup = keras.callbacks.BackupAndRestore(backup_dir=self.backup_dir, save_freq=save_freq)
         callbacks = [
-            keras.callbacks.BackupAndRestore(backup_dir=self.backup_dir),
+            # progress first: the step it counts is done when the backup callback saves after it
             HeartbeatCallback(self.progress, self.steps_per_epoch),
+            backup,
             keras.callbacks.ModelCheckpoint(os.path.join(self._scratch("checkpoints"), "ckpt-{epoch}"),
                                             save_weights_only=True),
             keras.callbacks.TensorBoard(log_dir=self._scratch("tensorboard"), update_freq="epoch"),
@@ -196,9 +277,12 @@ class Job:
         with self.strategy.scope():
             optimizer = keras.optimizers.Adam(learning_rate=self.learning_rate)
             loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
-            epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
-        return optimizer, loss_fn, epoch_var, checkpoint
+            # global steps done: a checkpoint taken mid-epoch (preemption, checkpoint_every)
+            # resumes at exactly this step
+            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=step_var)
+        return optimizer, loss_fn, step_var, checkpoint
 
     def _step_fn(self, model, optimizer, loss_fn, global_batch: int):
         tf = self.tf
@@ -226,29 +310,39 @@ class Job:
         return train_step
 
     def _custom_sync(self, model) -> float | None:
-        """Mirrored / MWMS: ``strategy.run`` per step, ``strategy.reduce`` of the replica losses."""
+        """Mirrored / MWMS: ``strategy.run`` per step, ``strategy.reduce`` of the replica losses,
+        each step through TF's ``PreemptionCheckpointHandler.run`` (a preemption saves at the
+        next step and exits); a checkpoint at every epoch end and every ``checkpoint_every`` steps.
+        """
         tf, strategy = self.tf, self.strategy
-        optimizer, loss_fn, epoch_var, checkpoint = self._custom_parts(model)
+        optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)
         manager = tf.train.CheckpointManager(checkpoint, self._scratch("backup"), max_to_keep=1)
-        restored = tf.train.latest_checkpoint(self.backup_dir)  # every worker reads the chief's copy
-        if restored:
-            checkpoint.restore(restored)
-        start_epoch = int(epoch_var.numpy())
+        # restores the latest checkpoint in the job's backup directory on every worker; the
+        # chief saves there at a preemption, the others into a temp dir they delete
+        handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+            strategy.cluster_resolver, checkpoint, checkpoint_dir=self.backup_dir,
+            termination_config=self._termination_config())
+        route_sigterm()  # ours before TF's handler
+        start_step = int(step_var.numpy())
         ds, policy = self._dataset(self.seed)
         self._log_policy(policy)
         iterator = iter(strategy.experimental_distribute_dataset(ds))
         train_step = self._train_step(model, optimizer, loss_fn)
 
-        self.progress.begin(start_epoch * self.steps_per_epoch)
+        self.progress.begin(start_step)
         mean = None
-        for epoch in range(start_epoch, self.epochs):
-            total = 0.0
-            for i in range(self.steps_per_epoch):
-                loss = train_step(iterator)
-                total += float(loss)
-                self.progress.step(epoch * self.steps_per_epoch + i + 1, float(loss))
-            mean = total / self.steps_per_epoch
-            epoch_var.assign(epoch + 1)
+        spe = self.steps_per_epoch
+        for epoch in range(start_step // spe, self.epochs):
+            total, first = 0.0, (start_step - epoch * spe if epoch == start_step // spe else 0)
+            for i in range(first, spe):
+                loss = float(handler.run(train_step, iterator))
+                step_var.assign_add(1)
+                step = epoch * spe + i + 1
+                total += loss
+                self.progress.step(step, loss)
+                if self.checkpoint_every and step % self.checkpoint_every == 0 and i + 1 < spe:
+                    manager.save()
+            mean = total / max(1, spe - first)
             manager.save()
             print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
             self.progress.report(mean, epoch=epoch + 1)
@@ -257,28 +351,108 @@ class Job:
         return mean
 
     def _custom_pss(self, model) -> float | None:
-        """PSS: the coordinator schedules steps on workers with per-worker datasets."""
+        """PSS: the coordinator schedules steps on workers with per-worker datasets; every
+        ``checkpoint_every`` steps it waits for them (``join``) and saves."""
         tf, strategy = self.tf, self.strategy
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        optimizer, loss_fn, epoch_var, checkpoint = self._custom_parts(model)
+        optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)
         manager = tf.train.CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint)
-        start_epoch = int(epoch_var.numpy())
+        start_step = int(step_var.numpy())
         self._log_policy(None)
         iterator = iter(coordinator.create_per_worker_dataset(self._pss_dataset_fn))
         train_step = self._train_step(model, optimizer, loss_fn)
 
-        self.progress.begin(start_epoch * self.steps_per_epoch)
+        self.progress.begin(start_step)
         mean = None
-        for epoch in range(start_epoch, self.epochs):
+        spe = self.steps_per_epoch
+        for epoch in range(start_step // spe, self.epochs):
             results = []
-            for i in range(self.steps_per_epoch):
+            first = start_step - epoch * spe if epoch == start_step // spe else 0
+            for i in range(first, spe):
                 results.append(coordinator.schedule(train_step, args=(iterator,)))
-                self.progress.step(epoch * self.steps_per_epoch + i + 1)
+                step = epoch * spe + i + 1
+                self.progress.step(step)
+                if self.checkpoint_every and step % self.checkpoint_every == 0 and i + 1 < spe:
+                    coordinator.join()
+                    step_var.assign(step)
+                    manager.save()
             coordinator.join()
-            mean = sum(float(r.fetch()) for r in results) / len(results)
-            epoch_var.assign(epoch + 1)
+            mean = sum(float(r.fetch()) for r in results) / max(1, len(results))
+            step_var.assign((epoch + 1) * spe)
+            manager.save()
+            print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
+            self.progress.report(mean, epoch=epoch + 1)
+        return mean
+
+    # -- hogwild -----------------------------------------------------------------------
+    def _hogwild(self, model) -> float | None:
+        """Hogwild!: ``threads`` Python threads each run one compiled train step (a
+        ``tf.function`` traced once) on the shared model and optimizer, with no lock around the
+        updates (TF runs each step's ops with the GIL released, so the threads' reads and
+        writes of the variables interleave), each thread with its own shuffled stream of the
+        training data. Per epoch the threads share ``steps_per_epoch`` steps; a checkpoint at
+        each epoch end (all threads joined).
+
+        Raises:
+            Whatever a thread raised (the first one), after every thread has stopped.
+        """
+        import threading
+
+        tf = self.tf
+        optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)
+        optimizer.build(model.trainable_variables)  # slots exist before the threads race
+        manager = tf.train.CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+        step_fn = self._step_fn(model, optimizer, loss_fn, self.per_replica)
+        spec_x = tf.TensorSpec([self.per_replica, self.data.num_features], tf.float32)
+        spec_y = tf.TensorSpec([self.per_replica], tf.int64)
+        train_step = tf.function(step_fn).get_concrete_function(spec_x, spec_y)  # traced once, shared
+        streams = []
+        for k in range(self.threads):
+            ds, _ = datasets.train_dataset(tf, self.data, self.per_replica, self.seed * 1000 + k + 1)
+            streams.append(iter(ds))
+        print(f"{self.context.name}: hogwild, {self.threads} threads on one model, no locks", flush=True)
+
+        start_step = int(step_var.numpy())
+        spe = self.steps_per_epoch
+        self.progress.begin(start_step)
+        done = [0] * self.threads  # steps each thread finished (each writes its own slot)
+        losses = [0.0] * self.threads
+        errors: list[BaseException] = []
+        mean = None
+
+        def work(k: int, steps: int) -> None:
+            try:
+                it = streams[k]
+                for _ in range(steps):
+                    x, y = next(it)
+                    losses[k] += float(train_step(tf.cast(x, tf.float32), tf.cast(y, tf.int64)))
+                    done[k] += 1
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(exc)
+
+        for epoch in range(start_step // spe, self.epochs):
+            base = sum(done)
+            epoch_steps = spe - (start_step - epoch * spe if epoch == start_step // spe else 0)
+            losses[:] = [0.0] * self.threads
+            shares = [epoch_steps // self.threads + (1 if k < epoch_steps % self.threads else 0)
+                      for k in range(self.threads)]
+            workers = [threading.Thread(target=work, args=(k, n), name=f"hogwild-{k}", daemon=True)
+                       for k, n in enumerate(shares)]
+            for t in workers:
+                t.start()
+            step0 = epoch * spe + (spe - epoch_steps)
+            while alive := [t for t in workers if t.is_alive()]:
+                alive[0].join(timeout=self.context.heartbeat_interval_s / 2)  # report between waits
+                count = sum(done) - base
+                self.progress.step(step0 + count, lambda: sum(losses) / max(1, sum(done) - base))
+            if errors:
+                raise errors[0]
+            mean = sum(losses) / max(1, epoch_steps)
+            step_var.assign((epoch + 1) * spe)
             manager.save()
             print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
             self.progress.report(mean, epoch=epoch + 1)

@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cluster spec file (YAML or JSON, see cluster_specs/); flags given explicitly override its fields")
     topo = p.add_argument_group("topology")
     topo.add_argument("--strategy", default=None,
-                      help="multi_worker_mirrored (default), parameter_server, or mirrored (one task, --replicas devices)")
+                      help="multi_worker_mirrored (default), parameter_server, mirrored (one task, --replicas devices), "
+                      "or hogwild (one task, --threads threads training one shared model without locks)")
     topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None, help="add a chief task (always present with parameter_server)")
@@ -44,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="add a sidecar evaluator task that evaluates the chief's checkpoints on the test split")
     topo.add_argument("--replicas", type=int, default=None,
                       help="replicas (logical CPU devices) of the one task under --strategy mirrored (default 2)")
+    topo.add_argument("--threads", type=int, default=None,
+                      help="threads of the one task under --strategy hogwild (default 2)")
     train = p.add_argument_group("training (built-in program)")
     train.add_argument("--loop", choices=("fit", "custom"), default=None,
                        help="tf-keras Model.fit (default) or a custom loop (strategy.run / ClusterCoordinator.schedule)")
@@ -57,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     train.add_argument("--steps-per-epoch", type=int, default=None, help="default: train examples / global batch")
     train.add_argument("--learning-rate", type=float, default=None, help=f"Adam learning rate (default {d.learning_rate})")
     train.add_argument("--seed", type=int, default=None, help="seed of the split and initial weights (default 0)")
+    train.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
+                       help="also checkpoint every STEPS global steps, so a task killed without warning loses at "
+                       "most STEPS steps (default: at the end of each epoch; a preemption by SIGTERM loses none)")
     run = p.add_argument_group("run")
     run.add_argument("--runs-dir", default="runs", help="where run directories go (default ./runs)")
     run.add_argument("--run-id", default=None, help="name of the run directory (default: time stamp + random suffix)")
@@ -65,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
     run.add_argument("--inject-fault", action="append", default=[], metavar="TASK:KIND@TRIGGER",
                      help="inject a fault, e.g. worker:1:kill@step=20 or worker:1:exit=3@step=5 "
-                     "(kinds: kill, exit=N, raise, hang, stop; triggers: step=N, time=S; repeatable)")
+                     "(kinds: kill, exit=N, raise, hang, stop, term; triggers: step=N, time=S; repeatable)")
     sup = p.add_argument_group("supervision (see README: failure handling)")
     sup.add_argument("--restart-policy", action="append", default=[], metavar="[ROLE=]POLICY",
                      help="never | on-failure | exit-code, for every role or one (e.g. worker=on-failure); repeatable. "

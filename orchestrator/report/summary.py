@@ -102,7 +102,9 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "threads_per_task": plan.threads_per_task,
         "program": list(user_program) if user_program else "built-in",
         "training": None if user_program else {
-            "loop": spec.training.loop,
+            "loop": "hogwild" if spec.strategy.value == "hogwild" else spec.training.loop,
+            "threads": spec.training.threads or 2 if spec.strategy.value == "hogwild" else None,
+            "checkpoint_every": spec.training.checkpoint_every,
             "data": spec.training.data or "digits",
             "epochs": spec.training.epochs,
             "batch_size_per_replica": spec.training.batch_size_per_replica,

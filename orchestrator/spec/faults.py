@@ -6,11 +6,13 @@ Syntax: ``TASK:KIND@TRIGGER[,attempt=N]``
 * ``KIND``: ``kill`` (SIGKILL itself), ``exit=N`` (exit with code N at once),
   ``raise`` (raise an exception in the training loop: an error file is written),
   ``hang`` (block the training loop; heartbeats go on, steps stop),
-  ``stop`` (SIGSTOP itself: the whole process freezes, heartbeats stop too).
+  ``stop`` (SIGSTOP itself: the whole process freezes, heartbeats stop too),
+  ``term`` (SIGTERM as a preemption sends it: from outside the orchestrator, without its
+  stop marker; the task checkpoints at the next step and exits 143).
 * ``TRIGGER``: ``step=N`` (after training step N: chief/worker running the built-in
   program, or a user's program reporting steps through :mod:`orchestrator.client`) or
   ``time=S`` (S seconds after the task started; any task, not ``raise``; for a user's
-  program only ``kill``, ``exit=N`` and ``stop``, fired by its wrapper
+  program only ``kill``, ``exit=N``, ``stop`` and ``term``, fired by its wrapper
   :mod:`orchestrator.task.execwrap`).
 * ``attempt=N``: which attempt it hits (default 0, so a restarted task runs clean).
 
@@ -31,12 +33,12 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.model import TaskId
 
 ENV = "ORCH_FAULTS"
-KINDS = ("kill", "exit", "raise", "hang", "stop")
+KINDS = ("kill", "exit", "raise", "hang", "stop", "term")
 _RE = re.compile(
     r"^(?P<task>[a-z]+[:\-]\d+):(?P<kind>[a-z]+)(?:=(?P<code>\d+))?@(?P<trigger>step|time)=(?P<at>\d+(?:\.\d+)?)"
     r"(?:,attempt=(?P<attempt>\d+))?$"
 )
-_FIX = "write TASK:KIND@TRIGGER, e.g. worker:1:kill@step=20 or ps:0:exit=3@time=5 (kinds: kill, exit=N, raise, hang, stop)"
+_FIX = "write TASK:KIND@TRIGGER, e.g. worker:1:kill@step=20 or ps:0:exit=3@time=5 (kinds: kill, exit=N, raise, hang, stop, term)"
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Fault:
 
     Attributes:
         task: the task it hits.
-        kind: kill | exit | raise | hang | stop.
+        kind: kill | exit | raise | hang | stop | term.
         exit_code: for ``exit``.
         trigger: ``step`` or ``time``.
         at: the step number, or seconds after the task started.

@@ -11,7 +11,8 @@ and the distributed-training guide:
 * MultiWorkerMirroredStrategy: no ps; with no chief, worker 0 is the chief;
 * ParameterServerStrategy: a chief (the coordinator running ``ClusterCoordinator``),
   at least one worker and at least one ps;
-* the evaluator is never part of the training cluster (tensorflow#46169).
+* the evaluator is never part of the training cluster (tensorflow#46169);
+* ``hogwild`` (the built-in program's asynchronous threads) runs in exactly one task.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class Strategy(str, enum.Enum):
     MIRRORED = "mirrored"
     MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
     PARAMETER_SERVER = "parameter_server"
+    HOGWILD = "hogwild"
+    """One task; ``training.threads`` Python threads run compiled train steps on one shared
+    model and optimizer without locks (Hogwild!, Niu et al. 2011): not a ``tf.distribute``
+    strategy, the built-in program's own."""
 
     @classmethod
     def parse(cls, value: str) -> "Strategy":
@@ -121,6 +126,11 @@ class TrainingSpec:
         data: ``None`` for the embedded digits, else a ``.npz`` file (x_train, y_train,
             x_test, y_test) or a directory of TFRecord files (``train*``/``test*``).
         replicas: replicas of the single ``mirrored`` task (logical CPU devices).
+        checkpoint_every: also checkpoint every this many global steps (tf-keras
+            ``BackupAndRestore(save_freq=N)``; a ``tf.train.CheckpointManager`` save every N
+            steps in the custom loops), so a task killed without warning (SIGKILL, OOM) loses
+            at most N steps; ``None``: at the end of each epoch only.
+        threads: Python threads of the ``hogwild`` strategy (``None``: 2); only with hogwild.
     """
 
     epochs: int = 10
@@ -131,6 +141,8 @@ class TrainingSpec:
     loop: str = "fit"
     data: str | None = None
     replicas: int = 2
+    checkpoint_every: int | None = None
+    threads: int | None = None
 
     def validate(self) -> None:
         """Raises SpecError naming the first bad field."""
@@ -149,6 +161,11 @@ class TrainingSpec:
         if self.loop not in LOOPS:
             raise SpecError("training.loop", self.loop, "unknown training loop", "use fit or custom")
         _positive_int("training.replicas", self.replicas, "e.g. --replicas 2")
+        if self.checkpoint_every is not None:
+            _positive_int("training.checkpoint_every", self.checkpoint_every,
+                          "e.g. --checkpoint-every 50, or omit it to checkpoint at the end of each epoch")
+        if self.threads is not None:
+            _positive_int("training.threads", self.threads, "e.g. --threads 2")
         if self.data is not None:
             check_data_path(self.data)
 
@@ -227,6 +244,15 @@ class JobSpec:
                     "MirroredStrategy runs in one task (replicas are devices of that task)",
                     "use --workers 1 --replicas N, or --strategy multi_worker_mirrored",
                 )
+        elif self.strategy is Strategy.HOGWILD:
+            if self.ps or self.chief or self.workers != 1:
+                field_name, value = ("ps", self.ps) if self.ps else ("chief", self.chief) if self.chief else ("workers", self.workers)
+                raise SpecError(
+                    field_name,
+                    value,
+                    "hogwild runs in exactly one task (its threads share one model in one process)",
+                    "use --strategy hogwild --threads N without --workers/--ps/--chief (or --workers 1)",
+                )
         elif self.strategy is Strategy.MULTI_WORKER_MIRRORED:
             if self.ps:
                 raise SpecError(
@@ -262,6 +288,7 @@ class JobSpec:
         if not isinstance(self.training, TrainingSpec):
             raise SpecError("training", self.training, "must be a mapping of training options", "see README: spec format")
         self.training.validate()
+        self._validate_training_for_strategy()
         if not isinstance(self.supervision, SupervisionSpec):
             raise SpecError("supervision", self.supervision, "must be a mapping of supervision options", "see README: spec format")
         self.supervision.validate()
@@ -271,6 +298,28 @@ class JobSpec:
                             "use --success-policy chief (the default under parameter_server)")
         if self.addresses is not None:
             self._validate_addresses()
+
+    def _validate_training_for_strategy(self) -> None:
+        """Training options that only some strategies take.
+
+        Raises:
+            SpecError: ``training.threads`` without hogwild; ``training.checkpoint_every`` with hogwild,
+                or with ``parameter_server`` and the ``fit`` loop (tf-keras ``BackupAndRestore``
+                skips its batch-level saves under ParameterServerStrategy:
+                ``on_train_batch_end`` returns early).
+        """
+        t = self.training
+        if t.threads is not None and self.strategy is not Strategy.HOGWILD:
+            raise SpecError("training.threads", t.threads, f"threads are for --strategy hogwild, not {self.strategy.value}",
+                            "drop --threads, or use --strategy hogwild")
+        if t.checkpoint_every is not None and self.strategy is Strategy.HOGWILD:
+            raise SpecError("training.checkpoint_every", t.checkpoint_every,
+                            "hogwild checkpoints at the end of each epoch only",
+                            "drop --checkpoint-every")
+        if (t.checkpoint_every is not None and self.strategy is Strategy.PARAMETER_SERVER and t.loop == "fit"):
+            raise SpecError("training.checkpoint_every", t.checkpoint_every,
+                            "tf-keras BackupAndRestore saves only per epoch under ParameterServerStrategy",
+                            "use --loop custom (its coordinator checkpoints every N steps), or drop --checkpoint-every")
 
     def _validate_addresses(self) -> None:
         """One address per task, none for a task the job does not have, all distinct."""
@@ -329,10 +378,13 @@ class JobSpec:
 
         Mirrored: ``training.replicas`` logical CPU devices of the one task. MWMS: every
         chief and worker holds one replica. PSS: each step runs on one worker, so one
-        replica per step (``strategy.num_replicas_in_sync`` == 1 on CPU).
+        replica per step (``strategy.num_replicas_in_sync`` == 1 on CPU). Hogwild: one
+        (each step is one thread's batch; the threads' steps are counted together).
         """
         if self.strategy is Strategy.MIRRORED:
             return self.training.replicas
+        if self.strategy is Strategy.HOGWILD:
+            return 1  # every step is one thread's batch on the shared model
         if self.strategy is Strategy.MULTI_WORKER_MIRRORED:
             return self.chief + self.workers
         return 1

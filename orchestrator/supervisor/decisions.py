@@ -24,7 +24,9 @@ Rules and their sources:
   first (:func:`likely_culprit`) is named.
 * Retry (:func:`retry_verdict`): the role's restart policy (Kubeflow's ``never`` /
   ``OnFailure`` / ``ExitCode``: exit codes 1-127 permanent, 128-255 and signals retryable)
-  and the job's ``max_restarts`` (Kubeflow ``backoffLimit``).
+  and the job's ``max_restarts`` (Kubeflow ``backoffLimit``). A preemption
+  (:data:`orchestrator.env.PREEMPTED_EXIT_CODE`: the task saved its state and asks to be
+  restarted) is retried under every policy except ``never``.
 * Scope (:func:`restart_scope`): TF's "Handling task failure" guide. MWMS: every worker is in
   every collective, so the whole group restarts. PSS: a worker restarts alone (the
   coordinator re-dispatches its closures); a ps or the coordinator failing restarts the
@@ -38,6 +40,7 @@ import re
 from dataclasses import dataclass
 from typing import AbstractSet, Sequence
 
+from orchestrator.env import PREEMPTED_EXIT_CODE
 from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy, SupervisionSpec
 from orchestrator.supervisor.states import TaskState, describe_exit
@@ -133,10 +136,15 @@ def retry_verdict(
             under ``exit-code`` whatever the code.
         training_ended: why training counts as ended (e.g. ``worker-0 reported finishing``),
             or "": a restart would rerun finished training from scratch, so none is made.
+
+    A preemption (``exit_code`` == :data:`~orchestrator.env.PREEMPTED_EXIT_CODE`) is retried
+    under every policy except ``never``, whatever the exit-code ranges say.
     """
     if training_ended:
         return RetryVerdict(False, f"training had ended ({training_ended}), and a restart would run it again")
-    if policy is RestartPolicy.EXIT_CODE and peer:
+    if policy is not RestartPolicy.NEVER and exit_code == PREEMPTED_EXIT_CODE:
+        pass  # preempted: it saved its state and asks to be restarted
+    elif policy is RestartPolicy.EXIT_CODE and peer:
         pass  # a consequence of a peer: retryable whatever the exit code
     elif not policy.retryable(exit_code):
         why = f"the {policy.value} restart policy of {role} does not retry {describe_exit(exit_code)}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.backends.base import ProcessSample, TaskHandle
+from orchestrator.env import PREEMPTED_EXIT_CODE
 from orchestrator.health.server import HeartbeatRecord
 from orchestrator.plan import TaskPlan
 from orchestrator.spec.model import TaskId
@@ -54,6 +55,8 @@ def describe_exit(exit_code: int | None) -> str:
             return f"signal {signal.Signals(-exit_code).name}"
         except ValueError:
             return f"signal {-exit_code}"
+    if exit_code == PREEMPTED_EXIT_CODE:
+        return f"exit code {exit_code} (preempted)"
     return f"exit code {exit_code}"
 
 

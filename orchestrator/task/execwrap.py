@@ -20,7 +20,8 @@ wrapper stays as the program's parent, in the task's process group:
 * injected faults (``--inject-fault TASK:KIND@time=S``, :mod:`orchestrator.task.faults`):
   the wrapper fires the ``time=`` faults of its attempt on the program, from outside, S
   seconds after it started: ``kill`` SIGKILLs the group (the wrapper included: the task dies
-  of SIGKILL), ``exit=N`` SIGKILLs the program and exits N, ``stop`` SIGSTOPs the group.
+  of SIGKILL), ``exit=N`` SIGKILLs the program and exits N, ``stop`` SIGSTOPs the group,
+  ``term`` SIGTERMs the group as a preemption would (no stop marker).
   ``hang`` and ``raise`` need the program's own loop and cannot fire from here (the wrapper
   says so on stderr). Each fault that fires prints ``injecting fault: KIND at time=S (unix T)``
   to stdout and stderr. The program gets ``ORCH_FAULTS`` without the ``time=`` faults; its
@@ -50,7 +51,7 @@ from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_c
 STOP_GRACE_S = 1.0
 """Seconds a user's program gets after the orchestrator's own SIGTERM before its group is SIGKILLed."""
 
-OUTSIDE_KINDS = ("kill", "exit", "stop")
+OUTSIDE_KINDS = ("kill", "exit", "stop", "term")
 """Fault kinds the wrapper can fire on the program from outside."""
 
 
@@ -89,6 +90,8 @@ def _fire(fault: dict, program: subprocess.Popen) -> None:
         program.kill()  # the backend then kills what the program left in the group
     elif kind == "stop":
         os.killpg(0, signal.SIGSTOP)
+    elif kind == "term":  # a preemption: no stop marker, so _on_sigterm leaves the program alone
+        os.killpg(0, signal.SIGTERM)
 
 
 def main(argv: list[str]) -> int:

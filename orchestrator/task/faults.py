@@ -94,6 +94,8 @@ class FaultInjector:
             os._exit(fault["exit_code"])
         elif kind == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        elif kind == "term":  # a preemption: SIGTERM without the orchestrator's stop marker
+            os.kill(os.getpid(), signal.SIGTERM)
         elif kind == "hang":
             while True:  # blocks this thread only; heartbeats continue
                 time.sleep(3600)

@@ -4,6 +4,8 @@
 * dies with the orchestrator: ``PR_SET_PDEATHSIG`` (Linux), checked once after it is set;
 * dumps all thread stacks to stderr on ``SIGUSR1`` (the orchestrator asks before it kills
   a hung task) and on fatal signals (``faulthandler``);
+* tells the orchestrator's own SIGTERM (die at once) from a preemption (checkpoint, then
+  exit :data:`orchestrator.env.PREEMPTED_EXIT_CODE`): :func:`route_sigterm`;
 * records an uncaught exception as a JSON error file (message, type, traceback,
   timestamp), as torch.distributed.elastic's ``@record`` does, so the orchestrator can name
   the root cause.
@@ -142,16 +144,115 @@ def install(context: TaskContext) -> None:
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
 
 
-def restore_sigterm() -> None:
-    """Make SIGTERM terminate the task again, at once.
+def stop_requested(task_dir: str | None = None) -> bool:
+    """Whether the orchestrator itself is stopping this task: the local backend writes the
+    marker :data:`orchestrator.env.STOP_REQUESTED_FILE` into the task's directory right
+    before its SIGTERM. Any other SIGTERM (``docker stop``, a Kubernetes eviction, Slurm
+    preemption, a spot reclaim) comes from outside: a preemption."""
+    task_dir = os.environ.get(env.TASK_DIR, "") if task_dir is None else task_dir
+    return bool(task_dir) and os.path.exists(os.path.join(task_dir, env.STOP_REQUESTED_FILE))
 
-    TensorFlow's coordination service installs a preemption notifier that catches SIGTERM
-    (``preemption_notifier.cc: SIGTERM caught``) when a multi-worker strategy or server
-    starts, so the orchestrator's two-phase stop would always wait for SIGKILL. The default
-    action also ends a task blocked inside a collective, where no Python handler could run.
-    Call it right after the strategy or server is created.
+
+_preemption_handler: Callable[[int, Any], Any] | None = None
+"""The Python SIGTERM handler a preemption goes to (TF's ``PreemptionCheckpointHandler``)."""
+_wakeup_thread: threading.Thread | None = None
+
+
+def _die_of_sigterm() -> None:
+    """Die of SIGTERM now, from any thread: the default action, as the orchestrator expects of
+    its own stops (a Python handler could only run once the main thread leaves TF's C++)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal(int(signal.SIGTERM), 0)  # SIG_DFL, at the C level: allowed from any thread
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # delivered before it returns
+    finally:
+        os.kill(os.getpid(), signal.SIGKILL)  # not reached unless the above failed
+
+
+def exit_preempted(why: str) -> None:
+    """Exit at once with :data:`orchestrator.env.PREEMPTED_EXIT_CODE` (from any thread).
+
+    Args:
+        why: one clause for the task's logs, e.g. ``checkpoint saved at step 37``.
     """
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    line = f"preempted (SIGTERM from outside): {why}; exiting with code {env.PREEMPTED_EXIT_CODE}"
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            print(line, file=stream, flush=True)
+        except (OSError, ValueError):
+            pass
+    os._exit(env.PREEMPTED_EXIT_CODE)
+
+
+def _has_preemption_handler() -> bool:
+    current = signal.getsignal(signal.SIGTERM)
+    return _preemption_handler is not None or (callable(current) and current is not _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM in the main thread: ours -> die at once; from outside -> the preemption path."""
+    if stop_requested():
+        _die_of_sigterm()
+    elif _preemption_handler is not None:
+        _preemption_handler(signum, frame)  # TF: flag it; the checkpoint is saved at the next step
+    else:
+        exit_preempted("nothing to checkpoint in this task")
+
+
+def _watch_wakeups(read_fd: int) -> None:
+    """Act on SIGTERM even while the main thread is blocked in TensorFlow's C++ (a collective,
+    ``Server.join()``), where Python handlers wait: CPython's C handler writes the signal
+    number to the wakeup fd at once (``signal.set_wakeup_fd``)."""
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM not in data:
+            continue
+        if stop_requested():
+            _die_of_sigterm()
+        elif not _has_preemption_handler():
+            exit_preempted("nothing to checkpoint in this task")
+        # else: the main thread hands it to TF's handler between two steps
+
+
+def route_sigterm() -> None:
+    """Tell the orchestrator's own SIGTERM from a preemption (call in the main thread).
+
+    TensorFlow catches SIGTERM twice: its coordination service's preemption notifier (C++,
+    ``preemption_notifier.cc: SIGTERM caught``) when a multi-worker strategy or server
+    starts, and ``tf.distribute.experimental.PreemptionCheckpointHandler``, which installs a
+    Python handler that makes the cluster checkpoint at the next step and exit. Call this right
+    after the strategy or server is created, and again right after a
+    ``PreemptionCheckpointHandler`` is (its handler is then chained behind ours):
+
+    * the orchestrator's own stop (the marker :func:`stop_requested`): the task dies of SIGTERM
+      at once, even while its main thread is blocked in a collective (a wakeup-fd thread), so
+      stops stay prompt and never write a preemption checkpoint;
+    * a SIGTERM from outside: TF's ``PreemptionCheckpointHandler`` takes it when there is one
+      (checkpoint at the next step, then :data:`~orchestrator.env.PREEMPTED_EXIT_CODE`); a
+      task without one (ps, PSS worker: nothing of its own to save) exits with that code at once.
+
+    Raises:
+        ValueError: when called outside the main thread (``signal.signal``'s rule).
+    """
+    global _preemption_handler, _wakeup_thread
+    current = signal.getsignal(signal.SIGTERM)
+    if callable(current) and current is not _on_sigterm:
+        _preemption_handler = current
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if _wakeup_thread is None:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        if signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False) != -1:
+            raise RuntimeError("signal.set_wakeup_fd is already in use in this task")
+        _wakeup_thread = threading.Thread(target=_watch_wakeups, args=(read_fd,), name="sigterm-router", daemon=True)
+        _wakeup_thread.start()
 
 
 def write_error_file(path: str, exc: BaseException, task: str = "") -> None:

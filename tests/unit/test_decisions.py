@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.env import PREEMPTED_EXIT_CODE
 from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import RestartPolicy, SupervisionSpec
 from orchestrator.supervisor.decisions import (
@@ -18,7 +19,7 @@ from orchestrator.supervisor.decisions import (
     restart_scope,
     retry_verdict,
 )
-from orchestrator.supervisor.states import TaskState
+from orchestrator.supervisor.states import TaskState, describe_exit
 
 MWMS, PSS = Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER
 W0, W1, W2 = TaskId("worker", 0), TaskId("worker", 1), TaskId("worker", 2)
@@ -90,6 +91,26 @@ def test_restarts_are_bounded_by_max_restarts(used, retried):
     if not retried:
         assert verdict.why_not == (f"restarts exhausted: worker-1 failed on attempt {used + 1} of {used + 1}, "
                                    f"{used} of --max-restarts 3 used")
+
+
+@pytest.mark.parametrize("policy, retried", [
+    (RestartPolicy.NEVER, False),
+    (RestartPolicy.ON_FAILURE, True),
+    (RestartPolicy.EXIT_CODE, True),
+])
+@pytest.mark.parametrize("role", ["chief", "worker", "ps"])
+def test_a_preemption_is_retried_under_every_policy_but_never(policy, retried, role):
+    verdict = retry_verdict(policy, role, PREEMPTED_EXIT_CODE, restarts_used=0, max_restarts=3,
+                            task_name=f"{role}-0", attempt=0)
+    assert verdict.retry is retried
+    if not retried:
+        assert "does not retry exit code 143 (preempted)" in verdict.why_not
+
+
+def test_the_preemption_exit_code_is_tensorflows_restartable_code_and_reads_as_preempted():
+    assert PREEMPTED_EXIT_CODE == 143  # tensorflow failure_handling_util._RESTARTABLE_EXIT_CODE
+    assert describe_exit(PREEMPTED_EXIT_CODE) == "exit code 143 (preempted)"
+    assert describe_exit(-15) == "signal SIGTERM"  # a death by SIGTERM is not a preemption exit
 
 
 def test_max_restarts_zero_never_restarts():
