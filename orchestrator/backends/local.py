@@ -35,7 +35,7 @@ from orchestrator.backends.base import (
     faulthandler_dump,
 )
 from orchestrator import env as envvars
-from orchestrator.backends.ports import PortReservations, port_holder
+from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.spec.address import LOOPBACK_IPV4, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 LOOPBACK = LOOPBACK_IPV4
 """Addresses are IPv4 literals: ``localhost`` may resolve to IPv6 where it is off (tensorflow#19900)."""
 
+
+MAX_LOCAL_TASKS = 512
+"""Most tasks the local backend runs on one machine (user programs included; the built-in
+program is bounded far lower by memory, :func:`check_memory`)."""
 
 TASK_RSS_BYTES = 700 * 2**20
 """Resident memory of one task of the built-in program (TensorFlow + tf-keras + the model), measured."""
@@ -195,7 +199,14 @@ class LocalBackend(Backend[LocalProcess]):
             LaunchError: when no free port can be drawn for a task without a fixed address.
         """
         if not spec.addresses:
-            return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
+            low, high = port_range()
+            tasks = spec.tasks()
+            if len(tasks) > MAX_LOCAL_TASKS or len(tasks) > (high - low) // 2:
+                most = min(MAX_LOCAL_TASKS, (high - low) // 2)
+                raise SpecError("workers", spec.workers, f"{len(tasks)} tasks on this one machine is more than it can "
+                                f"run (at most {most}: ports and processes)",
+                                "use fewer --workers, or run the job on Slurm or Kubernetes (see README)")
+            return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in tasks}
         fixed = {task: parse_address(spec.addresses[task], _field(task)) for task in spec.tasks()}
         for task, address in fixed.items():  # check everything before holding anything
             if not address.is_loopback:
@@ -333,7 +344,8 @@ class LocalBackend(Backend[LocalProcess]):
             if pending:
                 time.sleep(0.05)
         for p in pending:
-            log.warning("pid %d did not stop within %.1f s of SIGTERM; sending SIGKILL", p.pid, timeout_s)
+            if timeout_s > 0:  # 0: an immediate stop (a group restart), SIGKILL is the plan, not news
+                log.warning("pid %d did not stop within %.1f s of SIGTERM; sending SIGKILL", p.pid, timeout_s)
             self.signal(p, signal.SIGKILL)
         for p in pending:
             try:

@@ -39,7 +39,9 @@ def check_program(argv: Sequence[str], backend: str = "local") -> None:
             fix = (f"write ./{program} to run the file in this directory" if local
                    else f"install it, give its path, or run a script with its interpreter: {example}")
             raise SpecError("program", program, "not found on PATH", fix)
+        _check_script(argv)
         return
+    _check_script(argv)
     if not os.path.exists(program):
         raise SpecError("program", program, f"no such file (from {os.getcwd()})", f"check the path, {example}")
     if os.path.isdir(program):
@@ -57,3 +59,19 @@ def print_warnings(warnings: Sequence[str], file: TextIO | None = None) -> None:
     ``warning: ...`` line, on stderr by default: stdout stays the plan or the summary."""
     for text in warnings:
         print(f"warning: {text}", file=file or sys.stderr, flush=True)
+
+
+def _check_script(argv: Sequence[str]) -> None:
+    """``python train.py``: the script an interpreter is asked to run must exist (relative to
+    this directory, where tasks start), or every task fails with ``can't open file``."""
+    from orchestrator.errors import SpecError
+
+    name = os.path.basename(argv[0])
+    if not (name.startswith("python") or name in ("bash", "sh")):
+        return
+    script = next((a for a in argv[1:] if not a.startswith("-")), None)
+    if script is None or "-c" in argv[1:2] or "-m" in argv[1:2]:
+        return
+    if not os.path.isfile(script):
+        raise SpecError("program", " ".join(argv[:2]), f"{script}: no such file (from {os.getcwd()})",
+                        f"check the path, e.g. -- {argv[0]} examples/mwms_train.py")

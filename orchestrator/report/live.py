@@ -72,7 +72,7 @@ class LinesView:
             parts.append(bit)
         ready = sum(1 for s in snapshot.spares if s.state == "ready")
         if ready:
-            parts.append(f"{ready} spare(s) ready")
+            parts.append(f"{ready} warm spare(s)")
         self._print(snapshot.elapsed_s, f"{snapshot.state.value}: " + " | ".join(parts))
 
     def close(self) -> None:
@@ -138,5 +138,5 @@ def render_status(status: Mapping[str, Any], events: Sequence[str] = ()):
         cells = row(task)
         table.add_row(*(cells[c] for c in COLUMNS), style=styles.get(str(task["state"]), ""))
     ready = [str(s["pid"]) for s in status.get("spares") or [] if s.get("state") == "ready"]
-    spares = Text(f"warm spares ready: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")
+    spares = Text(f"warm spares: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")
     return Group(table, spares, Text("\n".join(events), style="dim"))

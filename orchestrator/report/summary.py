@@ -229,7 +229,7 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
                        width)
     for f in summary.get("late_failures", []):
         when = "after the job succeeded" if f["after_success"] else "after training ended"
-        lines += _wrap("warning", f"{_failure_text(f)} ({when}; it did not change the outcome)", width)
+        lines += _wrap("warning", f"{_failure_text(f)} ({when})", width)
     for fault in summary.get("faults", []):
         if not fault["fired"]:
             lines += _wrap("warning", f"the injected fault {fault['fault']} did not fire: the rehearsal tested nothing",

@@ -264,6 +264,8 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
     """
     if not watch.reports and watch.heartbeat_at is None:
         return None
+    if watch.phase == "done":  # it said it finished and is exiting: its heartbeats stop on the way out
+        return None
     s = supervision
     if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
         since = now - watch.started_at
@@ -290,7 +292,7 @@ def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | Non
     known now (None: never, until something changes). Any time strictly after it may be hung;
     no time at or before it is. The loop keeps these in a heap, so a tick checks only the
     tasks whose deadline has passed (O(changes), not O(tasks))."""
-    if not watch.reports and watch.heartbeat_at is None:
+    if (not watch.reports and watch.heartbeat_at is None) or watch.phase == "done":
         return None
     s = supervision
     times: list[float] = []

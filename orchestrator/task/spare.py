@@ -30,6 +30,7 @@ import runpy
 import sys
 
 from orchestrator import env
+from orchestrator.task.runtime import die_with_orchestrator
 
 MODULE_ENV = env.SPARE_MODULE
 PRELOAD_ENV = env.SPARE_PRELOAD
@@ -40,6 +41,8 @@ def main() -> int:
     if not module:
         print(f"error: {MODULE_ENV} is not set; spares are started by the orchestrator", file=sys.stderr)
         return 2
+    # like every task: die with the orchestrator, even in the middle of the imports below
+    die_with_orchestrator(int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0))
     for name in filter(None, os.environ.get(PRELOAD_ENV, "").split(",")):
         importlib.import_module(name.strip())
     print(f"spare for {module}: ready (pid {os.getpid()})", flush=True)

@@ -86,3 +86,20 @@ def test_the_final_report_fits_120_columns():
     text = format_final(summary)
     assert max(len(line) for line in text.splitlines()) <= 120, text
     assert "likely culprit worker-0" in text and "stacks.txt" in text.replace("\n", "").replace(" ", "")
+
+
+def test_more_tasks_than_one_machine_can_run_is_bad_input(tmp_path):
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--dry-run", "--workers", "5000", "--runs-dir", str(tmp_path), "--",
+                         sys.executable, "-c", "pass"),
+        cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: workers=5000: 5000 tasks on this one machine") and "Slurm" in result.stderr
+
+
+def test_a_script_that_does_not_exist_is_bad_input(tmp_path):
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--workers", "2", "--runs-dir", str(tmp_path), "--", sys.executable, "no_such_train.py"),
+        cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "no_such_train.py: no such file" in result.stderr and not list(tmp_path.iterdir())

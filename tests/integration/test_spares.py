@@ -66,3 +66,31 @@ def test_spares_zero_starts_none_and_unused_spares_are_stopped(tmp_path, monkeyp
     assert result.exit_code == 0, summary["reason"]
     assert [s["state"] for s in summary["spares"]] == ["stopped"]
     assert_no_process_left([s["pid"] for s in summary["spares"]])
+
+
+PARENT = """
+import os, sys, time
+from pathlib import Path
+from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.base import SpareRequest
+b = LocalBackend()
+b.keep_spares(SpareRequest(1, (sys.executable, "-m", "tests.programs.task"),
+                           {"ORCH_ORCHESTRATOR_PID": str(os.getpid())}, ("tests.programs.slow_import",), Path(sys.argv[1])))
+print(b.spares()[0].pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_spare_still_importing_dies_with_the_orchestrator(tmp_path):
+    import subprocess
+
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    try:
+        spare = int(parent.stdout.readline())
+        parent.kill()  # SIGKILL: no cleanup runs; the spare is in its 30 s import
+        parent.wait(10)
+        assert_no_process_left([spare], timeout_s=5.0)
+    finally:
+        if parent.poll() is None:
+            parent.kill()

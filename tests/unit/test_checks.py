@@ -10,11 +10,14 @@ from orchestrator.cli.checks import check_program
 from orchestrator.errors import SpecError
 
 
-def test_programs_that_run_pass(tmp_path):
+def test_programs_that_run_pass(tmp_path, monkeypatch):
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o755)
-    check_program(["python", "train.py"])
+    check_program(["python", "examples/mwms_train.py"])  # run from the repo root (conftest)
     check_program([str(script)])
     check_program([])  # the built-in program
 

@@ -184,6 +184,9 @@ TIMEOUTS = SupervisionSpec.create(heartbeat_timeout_s=10.0, stall_timeout_s=60.0
         (TaskWatch(True, 10.0, heartbeat_at=190.0, phase="training", progress_at=185.0, step=0), 191.0, None),
         # a program that does not report is watched by its exit only
         (TaskWatch(False, 0.0), 10_000.0, None),
+        # a task that reported done is exiting: its heartbeats stop on the way out (the success
+        # grace bounds it, not the heartbeat timeout)
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="done", progress_at=100.0), 500.0, None),
         # ... until it reports: then it is covered like the others
         (TaskWatch(False, 0.0, heartbeat_at=100.0, phase="training", progress_at=100.0), 111.0, "no heartbeat"),
     ],
