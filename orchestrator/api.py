@@ -102,6 +102,10 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
             program) the TensorFlow processes cannot fit in this machine's memory.
     """
     check_fault_tasks(list(faults), spec.tasks())
+    if commands and spec.supervision.spares:
+        raise SpecError("spares", spec.supervision.spares, "warm spares stand in for the built-in program only "
+                        "(a user's program runs through execwrap, which a spare cannot become yet)",
+                        "drop --spares for a program after --")
     for fault in faults:
         if commands and fault.kind == "hang" and fault.trigger == "time":
             raise SpecError("inject-fault", f"{fault.task}:hang@time={fault.at:g}",

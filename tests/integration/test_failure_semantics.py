@@ -103,3 +103,11 @@ def test_a_script_that_does_not_exist_is_bad_input(tmp_path):
         cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "no_such_train.py: no such file" in result.stderr and not list(tmp_path.iterdir())
+
+
+def test_spares_for_a_users_program_are_refused_not_ignored(tmp_path):
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--dry-run", "--spares", "2", "--runs-dir", str(tmp_path), "--",
+                         sys.executable, "-c", "pass"),
+        cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "error: spares=2: warm spares stand in for the built-in program" in result.stderr
