@@ -15,9 +15,11 @@ from orchestrator.supervisor.decisions import (
     culprit_order,
     ends_job_successfully,
     hang_reason,
+    likely_culprit,
     next_check_at,
     restart_scope,
     retry_verdict,
+    spare_count,
 )
 from orchestrator.supervisor.states import TaskState, describe_exit
 
@@ -227,3 +229,31 @@ def test_next_check_at_is_exactly_when_a_task_can_first_be_hung(watch, finish_ti
 
 def test_a_program_that_never_reported_has_no_hang_check():
     assert next_check_at(TaskWatch(False, 0.0), TIMEOUTS) is None
+
+
+@pytest.mark.parametrize(
+    "candidates, culprit",
+    [
+        ([("worker-0", 50, 10.0), ("worker-1", 12, 30.0), ("worker-2", 40, 5.0)], "worker-1"),  # lowest step
+        ([("worker-0", 12, 30.0), ("worker-1", 12, 20.0)], "worker-1"),  # same step: the older progress
+        ([("worker-0", 3, 1.0), ("chief-0", None, 9.0)], "chief-0"),  # no step yet: furthest behind
+        ([], ""),
+    ],
+)
+def test_the_likely_culprit_is_the_task_that_stopped_progressing_first(candidates, culprit):
+    assert likely_culprit(candidates) == culprit
+
+
+@pytest.mark.parametrize(
+    "strategy, trainers, requested, builtin, count",
+    [
+        (MWMS, 3, None, True, 3),  # a group restart needs the whole group
+        (PSS, 1, None, True, 1),  # a PSS worker restarts alone
+        (Strategy.MIRRORED, 1, None, True, 1),
+        (MWMS, 3, 0, True, 0),  # --spares 0
+        (MWMS, 3, 5, True, 5),  # --spares N wins
+        (MWMS, 3, None, False, 0),  # a user's program: none by default
+    ],
+)
+def test_spare_count_follows_the_restart_scope(strategy, trainers, requested, builtin, count):
+    assert spare_count(strategy, trainers, requested, builtin) == count
