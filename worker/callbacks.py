@@ -5,6 +5,8 @@ from __future__ import annotations
 import tf_keras as keras
 from tf_keras.src.utils import tf_utils
 
+from worker.progress import mark
+
 
 def _loss(logs) -> float | None:
     if logs is None:
@@ -32,6 +34,9 @@ class HeartbeatCallback(keras.callbacks.Callback):
         self._steps_per_epoch = steps_per_epoch
         self._epoch = 0
         self._begun = False
+
+    def on_train_begin(self, logs=None) -> None:
+        mark("fit")
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
         self._epoch = epoch
@@ -73,6 +78,7 @@ class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs=None) -> None:
         super().on_train_begin(logs)  # restores (model, epoch, batch) from the chief's backup
+        mark("restored")
         state = self._training_state
         if state._enable_save_before_preemption:
             return  # Google Cloud: tf-keras made its own handler

@@ -9,6 +9,12 @@ from orchestrator.task.faults import FaultInjector
 from orchestrator.proto import supervisor_pb2 as pb
 
 
+def mark(label: str) -> None:
+    """With ``BENCH_TIMING`` set, print ``bench: mark LABEL (unix T)``: where a start's time goes."""
+    if os.environ.get("BENCH_TIMING"):
+        print(f"bench: mark {label} (unix {time.time():.3f})", flush=True)
+
+
 class Progress:
     """Feeds step, epoch, loss and examples/s to a ``HeartbeatReporter``, and fires
     step-triggered injected faults.

@@ -46,7 +46,7 @@ from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.task.runtime import exit_preempted, route_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
-from worker.progress import Progress
+from worker.progress import Progress, mark
 
 PEER_SAVE_TIMEOUT_S = 30.0
 """Bound on the wait, after a preemption checkpoint, for every trainer to confirm its save."""
@@ -57,10 +57,12 @@ def train(context, reporter) -> None:
     if context.strategy == "parameter_server" and context.task_type in ("worker", "ps"):
         serve(context, reporter)
         return
+    mark("train")
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
     import tf_keras as keras
 
+    mark("imported")
     configure_threads(tf)
     options = dict(context.training)
     seed = int(options.get("seed", 0))
@@ -86,7 +88,9 @@ class Job:
         # the strategy first: MWMS and logical devices must be set before TF's runtime starts,
         # and reading TFRecord files starts it
         self.strategy = self._strategy(int(options.get("replicas", 2)))
+        mark("strategy")
         self.data = data = datasets.load(options.get("data"), self.seed)
+        mark("data")
         self.replicas = self.strategy.num_replicas_in_sync
         self.global_batch = self.per_replica * self.replicas
         self.steps_per_epoch = int(options.get("steps_per_epoch") or math.ceil(data.num_train / self.global_batch))
@@ -110,6 +114,9 @@ class Job:
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.reporter.release_port()
         if strategy_name == "parameter_server":
+            from worker import rotation
+
+            rotation.watch(tf, self.reporter)  # the coordinator's word on when a restarted worker trains again
             strategy = tf.distribute.ParameterServerStrategy(resolver)
         else:
             strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
@@ -142,6 +149,7 @@ class Job:
         )
         with self.strategy.scope():
             model = self._build(compile=self.loop == "fit" and ctx.strategy != "hogwild")
+        mark("model")
         if ctx.strategy == "hogwild":
             final_loss = self._hogwild(model)
         elif self.loop == "fit":
@@ -243,6 +251,7 @@ class Job:
                                             save_weights_only=True),
             keras.callbacks.TensorBoard(log_dir=self._scratch("tensorboard"), update_freq="epoch"),
         ]
+        mark("callbacks")
         history = model.fit(data, epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, callbacks=callbacks,
                             verbose=2)
         losses = history.history.get("loss") or []

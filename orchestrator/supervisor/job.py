@@ -30,15 +30,17 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from orchestrator.backends.base import Backend, LaunchRequest, SpareInfo, SpareRequest
+from orchestrator.env import REJOINED_METRIC
 from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
 from orchestrator.plan import SPARE_PRELOAD, Plan, attempt_env, task_dir
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.spec.model import TaskId
+from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import SuccessPolicy
 from orchestrator.supervisor import decisions
 from orchestrator.supervisor.decisions import RestartScope, TaskWatch
@@ -92,6 +94,8 @@ class Recovery:
         restarted_at: monotonic seconds when the new attempts started.
         resumed_at: monotonic seconds of the first training step after the restart.
         resumed_from_step: the step training resumed from (BackupAndRestore), when reported.
+        await_rotation: a PSS worker restarted while the built-in coordinator trained: its
+            recovery ends when the coordinator has it back in its rotation, not when it serves.
     """
 
     cause: Failure
@@ -101,6 +105,7 @@ class Recovery:
     restarted_at: float | None = None
     resumed_at: float | None = None
     resumed_from_step: int | None = None
+    await_rotation: bool = False
 
     def record(self, origin: float) -> RecoveryRecord:
         def rel(t: float | None) -> float | None:
@@ -264,6 +269,12 @@ class Supervisor:
         self._next_view_at = 0.0
         self.fatal: Failure | None = None
         self._trained = False  # a task reported a training step: spares may start
+        coordinator = self._by_task.get(plan.spec.coordinator) if plan.spec.coordinator else None
+        # PSS with the built-in coordinator: it says when a restarted worker is back in its
+        # rotation (metric ``rejoined:worker-N``, worker/rotation.py); that, not the worker's
+        # server being up again, is when the worker's recovery is done
+        self._rotation_reported = (plan.spec.strategy is Strategy.PARAMETER_SERVER and coordinator is not None
+                                   and coordinator.plan.reports_heartbeats)
         self._spares = self._spare_request()
         self._trainers_deadline: float | None = None
 
@@ -293,7 +304,7 @@ class Supervisor:
                 self._stop(live, "stopped: orchestrator error")
             try:
                 self.backend.close()
-            except Exception:  # noqa: BLE001 - cleanup never costs the user the result
+            except Exception:
                 log.warning("the %s backend failed to clean up", self.backend.name, exc_info=True)
         return self.finish()
 
@@ -539,25 +550,47 @@ class Supervisor:
             self._note_resumed(rt, record.received_at, RestartScope.GROUP)
         if hb.phase in (pb.PHASE_SERVING, pb.PHASE_TRAINING):
             self._note_resumed(rt, record.received_at, RestartScope.TASK)
+        if self._rotation_reported and rt.task == self.plan.spec.coordinator:
+            old = previous.metrics if previous is not None else {}
+            for key, count in hb.metrics.items():
+                if key.startswith(REJOINED_METRIC) and count > old.get(key, 0):
+                    worker = self._by_name.get(key[len(REJOINED_METRIC):])
+                    if worker is not None:
+                        self._note_resumed(worker, record.received_at, RestartScope.TASK, rejoined=True)
         if rt.state is TaskState.STARTING:
             rt.state = TaskState.RUNNING
             rt.running_at = record.first_received_at
 
-    def _note_resumed(self, rt: TaskRuntime, at: float, scope: RestartScope) -> None:
+    def _awaits_rotation(self, tasks: tuple[TaskId, ...]) -> bool:
+        """A PSS worker restarted while the built-in coordinator trains: the coordinator will
+        notice the failure and say when the worker is back in its rotation (before it trains,
+        the coordinator connects to the new worker like to any other)."""
+        if not self._rotation_reported or len(tasks) != 1 or tasks[0].task_type != "worker":
+            return False
+        coordinator = self._by_task[self.plan.spec.coordinator]
+        return coordinator.heartbeat is not None and coordinator.heartbeat.heartbeat.phase == pb.PHASE_TRAINING
+
+    def _note_resumed(self, rt: TaskRuntime, at: float, scope: RestartScope, rejoined: bool = False) -> None:
         """A group restart has resumed at its first new training step; a task restart once
-        the task trains or serves again."""
+        the task trains or serves again, or, for a PSS worker of the built-in coordinator,
+        once the coordinator put it back into its rotation (``rejoined``)."""
         for recovery in self.recoveries:
             if (
                 recovery.scope is scope
                 and recovery.resumed_at is None
                 and recovery.restarted_at is not None
                 and rt.task.name in recovery.tasks
+                and recovery.await_rotation == rejoined
             ):
                 recovery.resumed_at = at
                 resumed = rt.heartbeat.heartbeat.metrics.get("resumed_from_step") if rt.heartbeat else None
                 recovery.resumed_from_step = int(resumed) if resumed is not None else None
-                doing = "training" if rt.heartbeat and rt.heartbeat.heartbeat.phase == pb.PHASE_TRAINING else "serving"
-                text = f"{rt.task.name} {doing} again {at - recovery.detected_at:.1f} s after the failure"
+                if rejoined:
+                    text = (f"{rt.task.name} back in {self.plan.spec.coordinator.name}'s rotation "
+                            f"{at - recovery.detected_at:.1f} s after the failure")
+                else:
+                    doing = "training" if rt.heartbeat and rt.heartbeat.heartbeat.phase == pb.PHASE_TRAINING else "serving"
+                    text = f"{rt.task.name} {doing} again {at - recovery.detected_at:.1f} s after the failure"
                 if recovery.resumed_from_step is not None:
                     text += f", resumed from step {recovery.resumed_from_step}"
                 self._event(text)
@@ -821,7 +854,8 @@ class Supervisor:
         delay = decisions.backoff_s(self.policy, used + 1)
         names = [t.name for t in tasks]
         self._trained = False
-        self.recoveries.append(Recovery(cause=cause, scope=scope, tasks=names, detected_at=now))
+        self.recoveries.append(Recovery(cause=cause, scope=scope, tasks=names, detected_at=now,
+                                        await_rotation=self._awaits_rotation(tasks)))
         if scope is RestartScope.GROUP:
             self._set_job_state(JobState.RESTARTING)
             # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace

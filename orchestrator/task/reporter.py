@@ -100,18 +100,22 @@ class HeartbeatReporter:
         )
 
     # -- feeding -------------------------------------------------------------------------
-    def update(self, phase: int | None = None, message: str | None = None, **values: float) -> None:
+    def update(self, phase: int | None = None, message: str | None = None, *, now: bool = False,
+               **values: float) -> None:
         """Record the latest progress; a phase change is sent at once.
 
         Args:
             phase: a ``supervisor_pb2.Phase`` value.
             message: free text for the live view.
+            now: send this update at once instead of with the next heartbeat (an event the
+                supervisor times, e.g. a worker back in the coordinator's rotation).
             **values: ``step``, ``epoch``, ``loss``, ``examples_per_second`` go to their
                 own fields; anything else is a metric (e.g. ``test_accuracy``).
         """
         with self._cond:
-            if phase is not None and phase != self._fields.get("phase"):
-                self._fields["phase"] = phase
+            if (phase is not None and phase != self._fields.get("phase")) or now:
+                if phase is not None:
+                    self._fields["phase"] = phase
                 self._dirty = True
                 self._cond.notify_all()
             if message is not None:

@@ -28,12 +28,19 @@ import json
 import os
 import runpy
 import sys
+import time
 
 from orchestrator import env
 from orchestrator.task.runtime import die_with_orchestrator
 
 MODULE_ENV = env.SPARE_MODULE
 PRELOAD_ENV = env.SPARE_PRELOAD
+
+
+def _mark(label: str) -> None:
+    """``bench: mark LABEL (unix T)`` with ``BENCH_TIMING`` set (``worker.progress.mark``)."""
+    if os.environ.get("BENCH_TIMING"):
+        print(f"bench: mark {label} (unix {time.time():.3f})", flush=True)
 
 
 def main() -> int:
@@ -43,13 +50,16 @@ def main() -> int:
         return 2
     # like every task: die with the orchestrator, even in the middle of the imports below
     die_with_orchestrator(int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0))
+    _mark("spare-start")
     for name in filter(None, os.environ.get(PRELOAD_ENV, "").split(",")):
         importlib.import_module(name.strip())
     print(f"spare for {module}: ready (pid {os.getpid()})", flush=True)
+    _mark("spare-ready")
     line = sys.stdin.readline()
     if not line.strip():
         return 0  # not needed: the job ended
     assignment = json.loads(line)
+    _mark("assigned")
     os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
     sys.stdout.flush()
     sys.stderr.flush()

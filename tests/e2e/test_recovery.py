@@ -113,6 +113,10 @@ def test_pss_worker_sigkill_restarts_only_that_worker(tmp_path, launches):
     assert code == 0, "".join(launch.lines)
     (recovery,) = summary["recoveries"]
     assert (recovery["scope"], recovery["tasks"]) == ("task", ["worker-1"])
+    # recovered when the coordinator has the new worker back in its rotation (TF's log line,
+    # worker/rotation.py), not merely when the worker's server is up again
+    assert any("worker-1 back in chief-0's rotation" in line for line in launch.lines), "".join(launch.lines)
+    assert recovery["resumed_at_s"] > recovery["restarted_at_s"] >= recovery["detected_at_s"]
     restarts = {t["task"]: t["restarts"] for t in summary["tasks"]}
     assert restarts == {"chief:0": 0, "worker:0": 0, "worker:1": 1, "ps:0": 0}
     assert summary["metrics"]["test_accuracy"] >= 0.85

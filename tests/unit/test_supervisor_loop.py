@@ -94,23 +94,35 @@ class FakeBackend(Backend[FakeHandle]):
         return [h for _, h in self.started if h.task.name == name][-1]
 
 
+class RecordingView:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def update(self, snapshot) -> None:
+        pass
+
+    def event(self, elapsed_s: float, text: str) -> None:
+        self.events.append(text)
+
+
 class Harness:
-    def __init__(self, tmp_path: Path, spec: JobSpec) -> None:
+    def __init__(self, tmp_path: Path, spec: JobSpec, commands: dict[str, list[str]] | None = None) -> None:
         self.clock = FakeClock()
         self.store = HeartbeatStore(clock=self.clock)
         self.backend = FakeBackend(self.clock)
         plan = make_plan(spec, self.backend.allocate(spec), run_id="t", run_dir=tmp_path, health_address="127.0.0.1:1",
-                         token="x", cores=2)
-        self.sup = Supervisor(plan, self.backend, self.store, clock=self.clock, stop_timeout_s=1.0)
+                         token="x", cores=2, commands=commands)
+        self.view = RecordingView()
+        self.sup = Supervisor(plan, self.backend, self.store, self.view, clock=self.clock, stop_timeout_s=1.0)
         self.sup.start()
 
     def task(self, name: str):
         return next(t for t in self.sup.snapshot().tasks if t.name == name)
 
-    def beat(self, name: str, phase: str = "training", step: int | None = None) -> None:
+    def beat(self, name: str, phase: str = "training", step: int | None = None, **metrics: float) -> None:
         t = self.task(name)
         hb = pb.Heartbeat(task=pb.TaskKey(task_type=t.task.task_type, task_index=t.task.task_index, attempt=t.attempt),
-                          phase=PHASES[phase])
+                          phase=PHASES[phase], metrics=metrics)
         if step is not None:
             hb.step = step
         self.store.record(hb)
@@ -187,6 +199,53 @@ def test_a_worker_failure_under_mwms_restarts_the_group(tmp_path):
     assert h.backend.stopped == [["worker-0", "worker-1"]]
     h.tick(1.0)
     assert [t.attempt for t in h.sup.snapshot().tasks] == [1, 1, 1]
+
+
+def test_a_restarted_pss_worker_has_recovered_once_the_coordinator_took_it_back_not_once_it_serves(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)
+    h.tick(0.1)
+    h.tick(1.0)  # the backoff: attempt 1 starts
+    h.beat("worker-1", "serving")
+    h.beat("chief-0", "training", 40, **{"rejoined:worker-0": 1})  # another worker's count: not this recovery
+    h.tick(0.5)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.resumed_at_s is None  # its server is up; the coordinator has not used it yet
+    h.beat("chief-0", "training", 50, **{"rejoined:worker-0": 1, "rejoined:worker-1": 1})
+    h.tick(0.75)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.resumed_at_s == pytest.approx(recovery.detected_at_s + 1.5)  # when that heartbeat came
+    assert "worker-1 back in chief-0's rotation 1.5 s after the failure" in h.view.events
+
+
+def test_a_pss_worker_restarted_before_the_coordinator_trains_has_recovered_once_it_serves(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    h.all_beat("initializing")
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)
+    h.tick(0.1)
+    h.tick(1.0)
+    h.beat("worker-1", "serving")  # the coordinator will connect to it like to any worker: no rotation news
+    h.tick(0.5)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.resumed_at_s == pytest.approx(recovery.detected_at_s + 1.0)
+
+
+def test_a_restarted_pss_worker_of_a_users_program_has_recovered_once_it_serves(tmp_path):
+    commands = {t: ["python", "train.py"] for t in ("chief", "worker", "ps")}
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1), commands=commands)
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)
+    h.tick(0.1)
+    h.tick(1.0)
+    h.beat("worker-1", "serving")
+    h.tick(0.5)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.resumed_at_s == pytest.approx(recovery.detected_at_s + 1.0)
+    assert "worker-1 serving again 1.0 s after the failure" in h.view.events
 
 
 @pytest.mark.parametrize("code, restarted", [(127, False), (128, True), (137, True), (1, False), (-9, True)])
