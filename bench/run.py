@@ -120,14 +120,15 @@ class Suite:
 
         MWMS: the kill fires at step ``kill_step``, late enough that the warm spares (started
         after the first step, importing TensorFlow while training runs) are ready; recovery =
-        kill -> first step of the resumed training. PSS: the kill fires ``kill_s`` seconds after
-        the worker started; recovery = kill -> the coordinator has the restarted worker back in
-        its rotation (its ``Worker ... has been recovered`` log line, ``worker/rotation.py``).
-        Each run records whether the spare that took over was ready before the kill.
+        kill -> first step of the resumed training. PSS: the bench SIGKILLs worker-1 once the
+        chief is in epoch ``kill_epoch`` and (full runs) the spare is ready; recovery = kill ->
+        the coordinator has the restarted worker back in its rotation (its ``Worker ... has been
+        recovered`` log line, ``worker/rotation.py``). Each run records whether the spare that
+        took over was ready before the kill.
         """
         runs = 1 if self.quick else 3
         epochs, kill_step = (3, 60) if self.quick else (24, 915)
-        pss_epochs, kill_s = (3, 8) if self.quick else (22, 30)
+        pss_epochs, kill_epoch = (10, 2) if self.quick else (20, 3)
         detect, m_ratio, m_rec, m_cold, lost, p_ratio, p_rec, p_cold, details = ([] for _ in range(9))
         for _ in range(runs):
             r = run_orchestrated(self.workdir, self._id("recovery-mwms"),
@@ -160,21 +161,21 @@ class Suite:
                 log(f"recovery MWMS: detect {d:.3f} s, kill -> first step after resume {rec:.2f} s, cold start "
                     f"{c:.2f} s, ratio {rec / c:.3f}, spares warm {warm}, lost {lost[-1]} steps")
             r = run_orchestrated(self.workdir, self._id("recovery-pss"),
-                                 ["--strategy", "parameter_server", "--workers", "2", "--epochs", str(pss_epochs),
-                                  "--inject-fault", f"worker:1:kill@time={kill_s}"], "chief-0")
-            fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
+                                 ["--strategy", "parameter_server", "--workers", "2", "--epochs", str(pss_epochs)],
+                                 "chief-0", kill_when=_pss_worker_once_trained(kill_epoch, wait_for_spares=not self.quick))
             chief_log = r.run_dir / "attempt-0" / "chief-0" / "stdout.log"
             back = _REJOINED.search(chief_log.read_text(errors="replace")) if chief_log.exists() else None
             c = r.first_step_s()
-            if not fault or not back or not c:
-                log(f"recovery run {r.run_dir.name}: incomplete (exit {r.exit_code}, fault {fault}, rejoined {bool(back)})")
+            if not r.killed_at or not back or not c:
+                log(f"recovery run {r.run_dir.name}: incomplete (exit {r.exit_code}, killed {r.killed_at}, "
+                    f"rejoined {bool(back)})")
                 continue
-            rec = float(back[1]) - fault[2]
-            warm = _spares_warm(r, fault[2])
+            rec = float(back[1]) - r.killed_at
+            warm = _spares_warm(r, r.killed_at)
             p_rec.append(rec)
             p_cold.append(c)
             p_ratio.append(rec / c)
-            details.append({"run": r.run_dir.name, "strategy": "parameter_server", "killed_after_s": kill_s,
+            details.append({"run": r.run_dir.name, "strategy": "parameter_server", "killed_in_epoch": kill_epoch,
                             "recovery_s": rec, "cold_start_s": c, "spares_ready_before_kill": warm})
             log(f"recovery PSS: kill -> worker back in the coordinator's rotation {rec:.2f} s, cold start {c:.2f} s, "
                 f"ratio {rec / c:.3f}, spares warm {warm}")
@@ -194,7 +195,7 @@ class Suite:
         self.add("4", "recovery_ratio_pss", "PSS, one worker SIGKILLed: kill -> worker back in the coordinator's "
                  "rotation / cold launch -> first step (warm spares)", "ratio", p_ratio, "<= 0.3",
                  {"recovery_s": summarize(p_rec), "cold_start_s": summarize(p_cold), "spares": spares_note,
-                  "settings": f"defaults; kill {kill_s} s after the worker started"})
+                  "settings": f"defaults; worker-1 SIGKILLed by the bench in epoch {kill_epoch} once the spare is ready"})
         self.add("4", "recovery_pss_s", "PSS recovery: SIGKILL -> worker back in the coordinator's rotation", "s", p_rec)
 
     # -- 3: hang detection --------------------------------------------------------------------
@@ -392,6 +393,24 @@ class Suite:
 
 _REJOINED = re.compile(r"bench: worker-1 rejoined \(unix ([\d.]+)\)")
 _SPARE_READY = re.compile(r"bench: mark spare-ready \(unix ([\d.]+)\)")
+
+
+def _pss_worker_once_trained(epoch: int, wait_for_spares: bool):
+    """A ``kill_when`` for :func:`run_orchestrated`: worker-1's pid once the chief printed
+    ``Epoch {epoch}/`` and, with ``wait_for_spares``, a spare finished its imports."""
+    def when(run_dir: Path, events) -> int | None:
+        chief = run_dir / "attempt-0" / "chief-0" / "stdout.log"
+        if not chief.exists() or f"Epoch {epoch}/" not in chief.read_text(errors="replace"):
+            return None
+        if wait_for_spares and not any(_SPARE_READY.search(p.read_text(errors="replace"))
+                                       for p in (run_dir / "spares").glob("spare-*.log")):
+            return None
+        for _, line in events:
+            if m := re.search(r"worker-1 started \(pid (\d+), attempt 0\)", line):
+                return int(m[1])
+        return None
+
+    return when
 
 
 def _spares_warm(r, kill_at: float) -> bool:

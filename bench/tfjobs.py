@@ -120,6 +120,7 @@ class RunResult:
     events: list[tuple[float, str]] = field(default_factory=list)
     samples: list[dict] = field(default_factory=list)
     maps_tensorflow: bool | None = None
+    killed_at: float | None = None
 
     def first_step_s(self) -> float | None:
         return None if self.coordinator.first_step is None else self.coordinator.first_step[1] - self.launch_unix
@@ -147,9 +148,12 @@ def cores() -> int:
 
 
 def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: str, sample_s: float = 0.0,
-                     timeout_s: float = 600.0) -> RunResult:
+                     timeout_s: float = 600.0, kill_when=None) -> RunResult:
     """``python -m orchestrator launch --plain ...`` in a subprocess; event lines timestamped as they
-    arrive; with ``sample_s`` > 0 the orchestrator's CPU times and RSS are sampled that often."""
+    arrive; with ``sample_s`` > 0 the orchestrator's CPU times and RSS are sampled that often.
+
+    ``kill_when(run_dir, events)``, polled every 0.05 s while the job runs, returns the pid of a
+    task to SIGKILL once (None: not yet); the kill's Unix time is ``RunResult.killed_at``."""
     cmd = [PY, "-m", "orchestrator", "launch", "--plain", "--runs-dir", str(workdir), "--run-id", run_id, *args]
     launch = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=base_env())
@@ -176,8 +180,25 @@ def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: s
         except psutil.Error:
             pass
 
+    killed: list[float] = []
+
+    def killer() -> None:
+        while proc.poll() is None:
+            pid = kill_when(workdir / run_id, list(events))
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(time.time())
+                except ProcessLookupError:
+                    pass
+                return
+            time.sleep(0.05)
+
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    watcher = threading.Thread(target=killer, daemon=True) if kill_when else None
+    if watcher:
+        watcher.start()
     sampler = threading.Thread(target=sample, daemon=True) if sample_s > 0 else None
     if sampler:
         sampler.start()
@@ -188,8 +209,9 @@ def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: s
         code = proc.wait(60)
     wall = time.time() - launch
     reader.join(10)
-    if sampler:
-        sampler.join(10)
+    for thread in (sampler, watcher):
+        if thread:
+            thread.join(10)
     run_dir = workdir / run_id
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -197,7 +219,7 @@ def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: s
         summary = None
     return RunResult("orchestrated", run_dir, launch, code, wall,
                      TaskLog.read(run_dir / "attempt-0" / coordinator / "stdout.log"), summary, events, samples,
-                     tf_mapped[0] if tf_mapped else None)
+                     tf_mapped[0] if tf_mapped else None, killed[0] if killed else None)
 
 
 def run_hand(workdir: Path, run_id: str, topo: Topology, timeout_s: float = 600.0) -> RunResult:

@@ -50,9 +50,10 @@ def assert_no_process_left(pids, timeout_s: float = 5.0) -> None:
 
 
 def all_pids(summary: dict) -> list[int]:
-    """Pids of every attempt of every task in a summary.json."""
+    """Pids of every attempt of every task and of every warm spare in a summary.json."""
     pids = [t["pid"] for t in summary["tasks"]]
     pids += [a["pid"] for t in summary["tasks"] for a in t.get("earlier_attempts", [])]
+    pids += [s["pid"] for s in summary.get("spares") or []]
     return [p for p in pids if p]
 
 
