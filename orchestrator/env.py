@@ -122,6 +122,12 @@ ADDRESS_FROM_TASK = "ORCH_ADDRESS_FROM_TASK"
 STOP_REQUESTED_FILE = "stop-requested"
 """Marker file in a task's directory: the orchestrator itself is stopping the task."""
 
+SIGTERM_RECEIVED_FILE = "sigterm-received"
+"""Marker file the task writes into its directory when a SIGTERM from outside reaches it (a
+preemption notice): of several workers that exit preempted together (TF's
+``PreemptionCheckpointHandler`` makes every worker save and exit), it names the one that was
+preempted."""
+
 PREEMPTED_EXIT_CODE = 143
 """Exit code of a task that received SIGTERM from outside (``docker stop``, a Kubernetes
 eviction, Slurm preemption, a spot reclaim) and exited on purpose: the built-in trainers after

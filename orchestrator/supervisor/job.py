@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.backends.base import Backend, LaunchRequest, SpareInfo, SpareRequest
-from orchestrator.env import REJOINED_METRIC
+from orchestrator.env import PREEMPTED_EXIT_CODE, REJOINED_METRIC, SIGTERM_RECEIVED_FILE
 from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
 from orchestrator.plan import SPARE_PRELOAD, Plan, attempt_env, task_dir
 from orchestrator.proto import supervisor_pb2 as pb
@@ -682,10 +682,28 @@ class Supervisor:
             if not self.state.terminal:
                 self._on_trainer_success(rt, verdict, now)
             return
-        self._record_failure(rt, code, now, verdict.message or error_message(rt.error_file))
+        message, notice = verdict.message or error_message(rt.error_file), False
+        if code == PREEMPTED_EXIT_CODE and not message:
+            message, notice = self._preemption_cause(rt)
+        self._record_failure(rt, code, now, message, preemption_notice=notice)
+
+    def _preemption_cause(self, rt: TaskRuntime) -> tuple[str, bool]:
+        """Why ``rt`` exited preempted, and whether it received the SIGTERM itself: every MWMS
+        worker saves and exits when one is preempted (TF's ``PreemptionCheckpointHandler``), so
+        the marker :data:`orchestrator.env.SIGTERM_RECEIVED_FILE` in a task's directory names
+        the one that was."""
+        def received(o: TaskRuntime) -> bool:
+            return o.stdout_path is not None and (Path(o.stdout_path).parent / SIGTERM_RECEIVED_FILE).exists()
+
+        if received(rt):
+            return "received SIGTERM from outside (a preemption notice)", True
+        peers = [o.task.name for o in self.tasks if o is not rt and o.process is not None and received(o)]
+        if peers:
+            return f"{', '.join(peers)} received SIGTERM from outside; every worker saved and exited", False
+        return "", False
 
     def _record_failure(self, rt: TaskRuntime, code: int | None, now: float, message: str,
-                        killed: bool = False) -> None:
+                        killed: bool = False, preemption_notice: bool = False) -> None:
         """Record a failure of ``rt``'s attempt with what explains it: the exception line (from
         the error file, else the stderr tail), a peer error and the likely culprit, the peak
         RSS and whether it was likely killed for memory. ``killed``: the orchestrator killed it."""
@@ -726,6 +744,7 @@ class Supervisor:
             likely_culprit=culprit,
             peak_rss_bytes=rt.peak_rss_bytes,
             likely_oom=likely_oom,
+            preemption_notice=preemption_notice,
         )
         rt.reason = failure.headline()
         self.failures.append(failure)
@@ -743,7 +762,8 @@ class Supervisor:
             return
         # a failure seen while a group restart is pending is part of that restart
         failures = [f for f in failures if f.task.name not in self._restart_at]
-        training = [f for f in failures if f.task.task_type != "evaluator"]
+        # the task that received the preemption notice first: its peers exited because it did
+        training = sorted((f for f in failures if f.task.task_type != "evaluator"), key=lambda f: not f.preemption_notice)
         for f in failures:
             if f.task.task_type == "evaluator":
                 self._maybe_restart(f, (f.task,), RestartScope.TASK, now, job_restart=False)

@@ -121,6 +121,8 @@ class Failure:
         likely_culprit: with a peer error: the task that stopped progressing first, and why.
         peak_rss_bytes: the attempt's peak resident memory seen, bytes (None when unknown).
         likely_oom: it was likely killed for memory (cgroup OOM kill, or RSS near the limit).
+        preemption_notice: it exited preempted after receiving the SIGTERM from outside itself
+            (not because a peer did).
         after_training: it happened after training had ended (never restarted).
         after_success: it happened after the job had succeeded (``chief`` success policy).
     """
@@ -137,6 +139,7 @@ class Failure:
     likely_culprit: str = ""
     peak_rss_bytes: int | None = None
     likely_oom: bool = False
+    preemption_notice: bool = False
     after_training: bool = False
     after_success: bool = False
 

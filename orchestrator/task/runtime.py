@@ -175,13 +175,37 @@ def exit_preempted(why: str) -> None:
     Args:
         why: one clause for the task's logs, e.g. ``checkpoint saved at step 37``.
     """
-    line = f"preempted (SIGTERM from outside): {why}; exiting with code {env.PREEMPTED_EXIT_CODE}"
+    cause = "SIGTERM from outside" if _sigterm_received() else "a peer received SIGTERM from outside"
+    line = f"preempted ({cause}): {why}; exiting with code {env.PREEMPTED_EXIT_CODE}"
     for stream in (sys.stdout, sys.stderr):
         try:
             print(line, file=stream, flush=True)
         except (OSError, ValueError):
             pass
     os._exit(env.PREEMPTED_EXIT_CODE)
+
+
+def _marker(name: str) -> str:
+    task_dir = os.environ.get(env.TASK_DIR, "")
+    return os.path.join(task_dir, name) if task_dir else ""
+
+
+def _note_sigterm_from_outside() -> None:
+    """Write :data:`orchestrator.env.SIGTERM_RECEIVED_FILE` (its Unix time) into the task's
+    directory, once: this task is the one that was preempted (best effort)."""
+    path = _marker(env.SIGTERM_RECEIVED_FILE)
+    if not path or os.path.exists(path):
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as marker:
+            marker.write(f"{time.time():.3f}\n")
+    except OSError:
+        pass
+
+
+def _sigterm_received() -> bool:
+    path = _marker(env.SIGTERM_RECEIVED_FILE)
+    return bool(path) and os.path.exists(path)
 
 
 def _has_preemption_handler() -> bool:
@@ -193,7 +217,8 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM in the main thread: ours -> die at once; from outside -> the preemption path."""
     if stop_requested():
         _die_of_sigterm()
-    elif _preemption_handler is not None:
+    _note_sigterm_from_outside()
+    if _preemption_handler is not None:
         _preemption_handler(signum, frame)  # TF: flag it; the checkpoint is saved at the next step
     else:
         exit_preempted("nothing to checkpoint in this task")
@@ -216,7 +241,8 @@ def _watch_wakeups(read_fd: int) -> None:
             continue
         if stop_requested():
             _die_of_sigterm()
-        elif not _has_preemption_handler():
+        _note_sigterm_from_outside()
+        if not _has_preemption_handler():
             exit_preempted("nothing to checkpoint in this task")
         # else: the main thread hands it to TF's handler between two steps
 

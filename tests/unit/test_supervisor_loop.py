@@ -220,6 +220,31 @@ def test_a_restarted_pss_worker_has_recovered_once_the_coordinator_took_it_back_
     assert "worker-1 back in chief-0's rotation 1.5 s after the failure" in h.view.events
 
 
+def test_of_workers_exiting_preempted_together_the_one_that_got_the_sigterm_is_the_cause(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=5)
+    h.tick()
+    (h.backend.latest("worker-1").stdout_path.parent / "sigterm-received").write_text("1796000000.0\n")
+    h.exit("worker-0", 143)  # seen first: TF's handler made it save and exit too
+    h.exit("worker-1", 143)
+    h.tick(0.1)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.cause == ("worker-1 (attempt 0) failed: exit code 143 (preempted): received SIGTERM from outside "
+                              "(a preemption notice)")
+
+
+def test_a_worker_exiting_preempted_because_a_peer_was_says_which_peer(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=5)
+    h.tick()
+    (h.backend.latest("worker-1").stdout_path.parent / "sigterm-received").write_text("1796000000.0\n")
+    h.exit("worker-0", 143)  # worker-1 still saving
+    h.tick(0.1)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.cause == ("worker-0 (attempt 0) failed: exit code 143 (preempted): worker-1 received SIGTERM "
+                              "from outside; every worker saved and exited")
+
+
 def test_a_pss_worker_restarted_before_the_coordinator_trains_has_recovered_once_it_serves(tmp_path):
     h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
     h.all_beat("initializing")
