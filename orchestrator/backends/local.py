@@ -402,8 +402,10 @@ class LocalBackend(Backend[LocalProcess]):
 
     # -- warm spares ------------------------------------------------------------------------
     def keep_spares(self, request: SpareRequest) -> None:
-        """Keep ``request.count`` spares ready (:mod:`orchestrator.task.spare`), fewer when this
-        machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`)."""
+        """Keep ``request.count`` spares ready (:mod:`orchestrator.task.spare`; for a user's
+        program ``request.command``, the spare mode of :mod:`orchestrator.task.execwrap`), fewer
+        when this machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`).
+        Each spare is in its own session, its stdin a pipe: the assignment, or its end."""
         for spare in self._spares:
             if spare.state == "ready" and spare.popen.poll() is not None:
                 spare.state = "died"
@@ -415,14 +417,17 @@ class LocalBackend(Backend[LocalProcess]):
         fits = int(psutil.virtual_memory().available // TASK_RSS_BYTES) - 1  # keep one task's worth free
         if fits <= 0:
             return
-        _, _, module = request.argv[0], request.argv[1], request.argv[2]
+        env = {**os.environ, **request.env, envvars.SPARE_PRELOAD: ",".join(request.preload)}
+        command = list(request.command)
+        if not command:  # a built-in program, python -m MODULE: the spare imports it and runs it
+            command = [request.argv[0], "-m", "orchestrator.task.spare"]
+            env[envvars.SPARE_MODULE] = request.argv[2]
         request.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **request.env, envvars.SPARE_MODULE: module, envvars.SPARE_PRELOAD: ",".join(request.preload)}
         for _ in range(min(missing, fits)):
             number = len(self._spares)
             with open(request.log_dir / f"spare-{number}.log", "ab") as out:
                 try:
-                    popen = subprocess.Popen([request.argv[0], "-m", "orchestrator.task.spare"], env=env,
+                    popen = subprocess.Popen(command, env=env,
                                              stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True,
                                              close_fds=True)
                 except OSError as exc:
