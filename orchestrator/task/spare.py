@@ -97,7 +97,12 @@ def run_program(program_argv: list[str]) -> None:
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
     main.__builtins__ = __builtins__  # type: ignore[attr-defined]
     sys.modules["__main__"] = main
-    exec(code, main.__dict__)
+    try:
+        exec(code, main.__dict__)
+    except Exception as exc:  # print it as `python SCRIPT` does: from the script's frame, not the spare's
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        raise SystemExit(1) from None
 
 
 def _is_zip(path: str) -> bool:

@@ -113,6 +113,8 @@ print("program " + json.dumps({"argv": sys.argv, "name": __name__, "file": __fil
       "preloaded": "tests.programs.tiny_preload" in sys.modules}), flush=True)
 if sys.argv[1] == "exit":
     sys.exit(int(sys.argv[2]))
+if sys.argv[1] == "raise":
+    raise ValueError("boom")
 signal.signal(signal.SIGTERM, lambda *_: print("got SIGTERM, ignored", flush=True))  # like TF's preemption notifier
 for _ in range(600):
     time.sleep(0.1)
@@ -186,12 +188,12 @@ def test_a_users_program_runs_in_its_spare_as_python_would_run_it_and_keeps_exec
     assert os.path.exists(log_dir / "stop-requested")
 
 
-def test_a_users_spare_exits_with_the_programs_code_and_fires_time_faults_from_outside(tmp_path, monkeypatch):
+def test_a_users_spare_exits_as_the_program_does_and_fires_time_faults_from_outside(tmp_path, monkeypatch):
     from orchestrator.spec.faults import Fault, encode
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.chdir(REPO)
-    for args, env, code in ((("exit", "3"), {}, 3),
+    for args, env, code in ((("exit", "3"), {}, 3), (("raise",), {}, 1),
                             (("serve",), {"ORCH_FAULTS": encode([dataclasses.replace(Fault.parse("worker:0:exit=7@time=0.5"), attempt=1)])}, 7)):
         backend = LocalBackend()
         request = _user_spare(tmp_path, (), *args)
@@ -204,6 +206,10 @@ def test_a_users_spare_exits_with_the_programs_code_and_fires_time_faults_from_o
             backend.close()
         if env:
             assert "injecting fault: exit at time=0.5" in (log_dir / "stdout.log").read_text()
+        if args == ("raise",):  # the traceback `python train.py` prints: from the script, no spare frames
+            lines = (log_dir / "stderr.log").read_text().splitlines()
+            assert lines[:2] == ["Traceback (most recent call last):", f'  File "{tmp_path / "train.py"}", line 9, in <module>']
+            assert lines[-1] == "ValueError: boom"
         for old in (tmp_path / "spares", tmp_path / "attempt-1"):
             shutil.rmtree(old)
 
