@@ -40,7 +40,8 @@ once, as it would for a task, and starts the program's interpreter as
 TensorFlow (``ORCH_SPARE_PRELOAD``) and waits. The wrapper then reads ONE assignment line on its
 stdin (:mod:`orchestrator.task.spare`: the task's environment and log files), takes it as its
 own (environment, stdout and stderr, ``time=`` faults), installs the same signal handling as
-above and hands the program's environment to the interpreter, which runs the script as
+above, waits (at most :data:`PORT_WAIT_S`) until the task's port is free (:func:`wait_for_own_port`)
+and hands the program's environment to the interpreter, which runs the script as
 ``__main__``; from there on it is the wrapper of that program, exactly as above. End of stdin
 without an assignment SIGKILLs the interpreter and exits 0; an interpreter that dies before it
 is assigned (an import error) ends the wrapper with its exit status, so the backend never hands
@@ -52,9 +53,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 from orchestrator import env
 from orchestrator.spec.faults import ENV as FAULTS_ENV
@@ -189,6 +192,42 @@ def _supervise(program: subprocess.Popen, time_faults: list[dict]) -> int:
     return code
 
 
+PORT_WAIT_S = 10.0
+"""Most seconds a spare waits for its task's port to be free before it runs the program anyway."""
+
+
+def wait_for_own_port(timeout_s: float) -> bool:
+    """Wait (bounded) until this task's ``TF_CONFIG`` port can be bound; True when it can.
+
+    The task's previous attempt may still be exiting and hold the port: the group restart
+    SIGKILLs a wrapper and its program together, the backend reaps the wrapper, and the kernel
+    tears the program's threads down a moment later. A cold start spends seconds importing
+    TensorFlow before its server binds; a spare binds at once and would fail with "Could not
+    start gRPC server". Binds like gRPC (``SO_REUSEADDR``: connections in TIME_WAIT do not count).
+    A task without a port of its own (the evaluator) returns at once.
+    """
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG", ""))
+        task = config["task"]
+        port = int(str(config["cluster"][task["type"]][int(task["index"])]).rsplit(":", 1)[1])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return True
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("0.0.0.0", port))
+                return True
+            except OSError:
+                pass
+        if time.monotonic() >= deadline:
+            print(f"execwrap: port {port} is still in use after {timeout_s:g} s; starting the program anyway",
+                  file=sys.stderr, flush=True)
+            return False
+        time.sleep(0.05)
+
+
 def spare(argv: list[str]) -> int:
     """Spare mode: start the program's interpreter with TensorFlow preloaded, wait for the
     assignment on stdin, then be the wrapper of the program it becomes (see the module doc).
@@ -237,6 +276,7 @@ def spare(argv: list[str]) -> int:
         os.close(target)
     time_faults = FaultInjector.from_env().time_faults
     _install_handlers()
+    wait_for_own_port(PORT_WAIT_S)
     handover = {"env": _program_env(orchestrator_pid), "stdout": assignment["stdout"], "stderr": assignment["stderr"]}
     try:
         assert program.stdin is not None

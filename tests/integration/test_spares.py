@@ -162,6 +162,7 @@ def test_a_users_program_runs_in_its_spare_as_python_would_run_it_and_keeps_exec
     monkeypatch.chdir(REPO)
     backend = LocalBackend()
     request = _user_spare(tmp_path, ("tests.programs.tiny_preload",), "serve", "--flag")
+    handle = None
     try:
         backend.keep_spares(request)
         (spare,) = backend.spares()
@@ -184,6 +185,8 @@ def test_a_users_program_runs_in_its_spare_as_python_would_run_it_and_keeps_exec
         assert stopped_s < 5.0 and backend.poll(handle) == -signal.SIGKILL
         assert_no_process_left([spare.pid, interpreter])
     finally:
+        if handle is not None:
+            backend.stop([handle], timeout_s=1.0)
         backend.close()
     assert os.path.exists(log_dir / "stop-requested")
 
@@ -212,6 +215,44 @@ def test_a_users_spare_exits_as_the_program_does_and_fires_time_faults_from_outs
             assert lines[-1] == "ValueError: boom"
         for old in (tmp_path / "spares", tmp_path / "attempt-1"):
             shutil.rmtree(old)
+
+
+def test_a_users_spare_runs_the_program_only_once_the_tasks_port_is_free(tmp_path, monkeypatch):
+    # the previous attempt, SIGKILLed a moment ago, may still hold the port: a spare's program would
+    # bind it at once and fail ("Could not start gRPC server"), where a cold start imports TensorFlow first
+    import socket
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.chdir(REPO)
+    old_attempt = socket.socket()
+    old_attempt.bind(("127.0.0.1", 0))
+    old_attempt.listen(1)
+    port = old_attempt.getsockname()[1]
+    tf_config = json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}"]}, "task": {"type": "worker", "index": 0}})
+    backend = LocalBackend()
+    request = _user_spare(tmp_path, (), "serve")
+    handle = None
+    try:
+        backend.keep_spares(request)
+        wait_until(lambda: _ready(request.log_dir), 30, what="the spare to be ready")
+        log_dir = tmp_path / "attempt-1" / "worker-0"
+        from orchestrator.backends.base import LaunchRequest
+        from orchestrator.spec import TaskId
+
+        handle = backend.start(LaunchRequest(TaskId("worker", 0), 1, request.argv, {"ORCH_TASK_DIR": str(log_dir),
+                                             "ORCH_ATTEMPT": "1", "TF_CONFIG": tf_config}, log_dir, runtime=False))
+        time.sleep(1.5)
+        assert "program" not in (log_dir / "stdout.log").read_text()  # waits while the port is held
+        old_attempt.close()
+        wait_until(lambda: "program" in (log_dir / "stdout.log").read_text(), 10, what="the program to start")
+        interpreter = _interpreter(handle.pid)
+        backend.stop([handle], timeout_s=5.0)
+        assert_no_process_left([handle.pid, interpreter])
+    finally:
+        old_attempt.close()
+        if handle is not None:
+            backend.stop([handle], timeout_s=1.0)
+        backend.close()
 
 
 def test_a_users_spare_ends_at_the_end_of_its_stdin_leaving_nothing(tmp_path, monkeypatch):
