@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,9 +105,7 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
     """
     check_fault_tasks(list(faults), spec.tasks())
     if commands and spec.supervision.spares:
-        raise SpecError("spares", spec.supervision.spares, "warm spares stand in for the built-in program only "
-                        "(a user's program runs through execwrap, which a spare cannot become yet)",
-                        "drop --spares for a program after --")
+        check_spare_program(commands, spec.supervision.spares, backend)
     for fault in faults:
         if commands and fault.kind == "hang" and fault.trigger == "time":
             raise SpecError("inject-fault", f"{fault.task}:hang@time={fault.at:g}",
@@ -113,6 +113,39 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
                             "use hang@step=N (fires in report() / keras_callback()), or stop@time=S to freeze the task")
     if backend == "local" and not commands:
         check_memory(spec)
+
+
+SPARE_PROBE = ("import importlib.util, orchestrator.task.spare\n"
+               "if importlib.util.find_spec('tensorflow') is None: raise SystemExit('No module named tensorflow')")
+"""Run by a user's interpreter before ``--spares N`` is accepted: it can run the spare and find TensorFlow."""
+
+
+def check_spare_program(commands: Mapping[str, Sequence[str]], spares: int, backend: str) -> None:
+    """``--spares N`` with a user's program: it must be ``python SCRIPT ARGS`` or ``python -m
+    MODULE ARGS`` (:func:`orchestrator.spec.program.python_program`), and (local backend) its
+    interpreter must run the orchestrator's spare: a spare is that interpreter, started with
+    ``-m orchestrator.task.spare``, importing TensorFlow before the program is known.
+
+    Raises:
+        SpecError: naming ``--spares``, the program and the fix.
+    """
+    from orchestrator.spec.program import python_program
+
+    argv = commands.get("worker") or commands.get("chief") or next(iter(commands.values()))
+    python_program(argv, spares)
+    if backend != "local":
+        return
+    try:
+        probe = subprocess.run([argv[0], "-c", SPARE_PROBE], capture_output=True, text=True,
+                               timeout=60, stdin=subprocess.DEVNULL)
+        problem = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1] if probe.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = str(exc)
+    if problem:
+        raise SpecError("spares", spares, f"--spares: {argv[0]} cannot run the orchestrator's spare ({problem[-200:]})",
+                        f"run the program with the orchestrator's Python: -- {sys.executable} "
+                        f"{' '.join(argv[1:3] if argv[1] == '-m' else argv[1:2])} ..., "
+                        "or drop --spares")
 
 
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,

@@ -35,8 +35,9 @@ Variable                       Meaning
                                environment only names the task until the reply replaces it
 ``ORCH_CLIENT_PID``            set by :mod:`orchestrator.client` itself: pid of the program's process
                                that announced the task (its children do not announce it again)
-``ORCH_SPARE_MODULE``          warm spares only: the task program it becomes (``worker``)
-``ORCH_SPARE_PRELOAD``         warm spares only: modules it imports while it waits (``tensorflow,...``)
+``ORCH_SPARE_MODULE``          warm spares only: the built-in task program it becomes (``worker``)
+``ORCH_SPARE_PRELOAD``         warm spares only: modules it imports while it waits (``tensorflow,...``;
+                               ``tf_keras?``: when installed); never in a user's program's environment
 =============================  ==============================================================
 
 Kubernetes JobSet pods (``render --format jobset``) get no ``TF_CONFIG``: each pod computes

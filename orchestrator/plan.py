@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from orchestrator import env
+from orchestrator.errors import SpecError
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
+from orchestrator.spec.program import python_program
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
 
@@ -138,6 +140,29 @@ SPARE_PRELOAD: Mapping[str, tuple[str, ...]] = {
 TensorFlow and tf-keras, and what the task would otherwise import on its way to the first
 step (the health client, scikit-learn for the embedded digits, TensorBoard's summary writers
 for the ``TensorBoard`` callback). None of it starts TensorFlow's runtime."""
+
+EXECWRAP = "orchestrator.task.execwrap"
+"""The module every user's program runs through (``python -m orchestrator.task.execwrap -- PROGRAM``)."""
+
+
+def user_spare(argv: Sequence[str], task_env: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The command of a warm spare for a task run as ``argv`` (a user's program through
+    execwrap), and the modules it imports while it waits; None when ``argv`` is not a user's
+    Python program of the form a spare can become (:func:`orchestrator.spec.program.python_program`).
+
+    The spare imports TensorFlow, and tf-keras when the job's environment (``task_env`` over
+    this process's) has ``TF_USE_LEGACY_KERAS=1`` (when installed).
+    """
+    if len(argv) < 5 or tuple(argv[1:4]) != ("-m", EXECWRAP, "--"):
+        return None
+    program = tuple(argv[4:])
+    try:
+        python_program(program)
+    except SpecError:
+        return None
+    legacy = task_env.get("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", ""))
+    preload = ("tensorflow", *(("tf_keras?",) if legacy == "1" else ()))
+    return (argv[0], "-m", EXECWRAP, "--spare", "--", *program), preload
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -277,7 +302,7 @@ def make_plan(
         user_program = (commands or {}).get(task.task_type)
         # a user's program runs through execwrap, which makes it die with the orchestrator
         if user_program:
-            argv = (python, "-m", "orchestrator.task.execwrap", "--", *user_program)
+            argv = (python, "-m", EXECWRAP, "--", *user_program)
         else:
             argv = (python, "-m", module)
         task_env = {**common, "TF_CONFIG": tf_config_json(addresses, task)}

@@ -89,8 +89,13 @@ class SpareRequest:
         argv: the task command a spare can stand in for (``python -m worker``); a start with
             exactly this argv takes a ready spare instead of a new process.
         env: the job's common task environment (no TF_CONFIG, no attempt).
-        preload: modules a spare imports before it is assigned (``tensorflow``, ...).
+        preload: modules a spare imports before it is assigned (``tensorflow``, ...; ``name?``:
+            when installed).
         log_dir: where spares write their output until assigned.
+        command: the spare's own command; empty for a built-in program ``python -m MODULE``
+            (then ``python -m orchestrator.task.spare`` with ``ORCH_SPARE_MODULE=MODULE``). A
+            user's program: ``python -m orchestrator.task.execwrap --spare -- PROGRAM``
+            (:func:`orchestrator.plan.user_spare`).
     """
 
     count: int
@@ -98,6 +103,7 @@ class SpareRequest:
     env: Mapping[str, str]
     preload: tuple[str, ...]
     log_dir: Path
+    command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,10 @@ program is bounded far lower by memory, :func:`check_memory`)."""
 TASK_RSS_BYTES = 700 * 2**20
 """Resident memory of one task of the built-in program (TensorFlow + tf-keras + the model), measured."""
 
+MAX_SPARE_DEATHS = 3
+"""Warm spares that may end before they are used (an import that fails, a program that cannot
+start) before the backend stops starting new ones for the job."""
+
 
 def check_memory(spec: JobSpec, available_bytes: int | None = None) -> None:
     """Refuse a job whose TensorFlow processes cannot fit in this machine's memory.
@@ -185,6 +189,7 @@ class LocalBackend(Backend[LocalProcess]):
     def __init__(self) -> None:
         self.ports = PortReservations()
         self._spares: list[_Spare] = []  # every spare started, used or not
+        self._spares_given_up = False
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         """Reserve one port per task and return ``127.0.0.1:<port>`` addresses.
@@ -402,12 +407,21 @@ class LocalBackend(Backend[LocalProcess]):
 
     # -- warm spares ------------------------------------------------------------------------
     def keep_spares(self, request: SpareRequest) -> None:
-        """Keep ``request.count`` spares ready (:mod:`orchestrator.task.spare`), fewer when this
-        machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`)."""
+        """Keep ``request.count`` spares ready (:mod:`orchestrator.task.spare`; for a user's
+        program ``request.command``, the spare mode of :mod:`orchestrator.task.execwrap`), fewer
+        when this machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`).
+        Each spare is in its own session, its stdin a pipe: the assignment, or its end."""
         for spare in self._spares:
             if spare.state == "ready" and spare.popen.poll() is not None:
                 spare.state = "died"
                 log.warning("spare pid %d ended before it was used (exit %s)", spare.popen.pid, spare.popen.returncode)
+        died = sum(1 for s in self._spares if s.state == "died")
+        if died >= MAX_SPARE_DEATHS:  # a spare that cannot start (an import error): stop trying
+            if not self._spares_given_up:
+                self._spares_given_up = True
+                log.warning("%d warm spares ended before they were used; no more spares for this job (see %s)",
+                            died, request.log_dir)
+            return
         ready = [s for s in self._spares if s.state == "ready" and s.argv == request.argv]
         missing = request.count - len(ready)
         if missing <= 0:
@@ -415,14 +429,17 @@ class LocalBackend(Backend[LocalProcess]):
         fits = int(psutil.virtual_memory().available // TASK_RSS_BYTES) - 1  # keep one task's worth free
         if fits <= 0:
             return
-        _, _, module = request.argv[0], request.argv[1], request.argv[2]
+        env = {**os.environ, **request.env, envvars.SPARE_PRELOAD: ",".join(request.preload)}
+        command = list(request.command)
+        if not command:  # a built-in program, python -m MODULE: the spare imports it and runs it
+            command = [request.argv[0], "-m", "orchestrator.task.spare"]
+            env[envvars.SPARE_MODULE] = request.argv[2]
         request.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **request.env, envvars.SPARE_MODULE: module, envvars.SPARE_PRELOAD: ",".join(request.preload)}
         for _ in range(min(missing, fits)):
             number = len(self._spares)
             with open(request.log_dir / f"spare-{number}.log", "ab") as out:
                 try:
-                    popen = subprocess.Popen([request.argv[0], "-m", "orchestrator.task.spare"], env=env,
+                    popen = subprocess.Popen(command, env=env,
                                              stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True,
                                              close_fds=True)
                 except OSError as exc:

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from orchestrator.backends.base import Backend, LaunchRequest, SpareInfo, SpareRequest
 from orchestrator.env import PREEMPTED_EXIT_CODE, REJOINED_METRIC, SIGTERM_RECEIVED_FILE
 from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
-from orchestrator.plan import SPARE_PRELOAD, Plan, attempt_env, task_dir
+from orchestrator.plan import SPARE_PRELOAD, Plan, attempt_env, task_dir, user_spare
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import SuccessPolicy
@@ -800,9 +800,16 @@ class Supervisor:
             return None
         builtin = trainers[0].plan.reports_heartbeats
         count = decisions.spare_count(spec.strategy, len(trainers), spec.supervision.spares, builtin)
-        if count <= 0 or not builtin:  # a user's program: its argv runs through execwrap (not spare-able yet)
+        if count <= 0:
             return None
         common = {k: v for k, v in trainers[0].plan.env.items() if k not in ("TF_CONFIG", "ORCH_FAULTS")}
+        if not builtin:  # a user's Python program (opt-in, --spares N): execwrap's spare mode
+            spare = user_spare(argv, common)
+            if spare is None:
+                return None
+            command, preload = spare
+            return SpareRequest(count=count, argv=argv, env=common, preload=preload,
+                                log_dir=self.plan.run_dir / "spares", command=command)
         module = argv[2] if len(argv) == 3 and argv[1] == "-m" else ""
         if not module:
             return None

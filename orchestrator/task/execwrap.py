@@ -32,15 +32,32 @@ In a Kubernetes JobSet pod without ``TF_CONFIG`` it first computes it
 
 Without an orchestrator pid (containers, where there is no parent to watch) and without
 ``time=`` faults it simply ``exec`` s the program.
+
+**Spare mode** (``execwrap --spare -- python SCRIPT ARGS``, or ``python -m MODULE ARGS``): a warm
+spare for a user's program (``launch --spares N -- ...``, local backend). The wrapper starts at
+once, as it would for a task, and starts the program's interpreter as
+``python -m orchestrator.task.spare -- SCRIPT ARGS`` in its process group, which imports
+TensorFlow (``ORCH_SPARE_PRELOAD``) and waits. The wrapper then reads ONE assignment line on its
+stdin (:mod:`orchestrator.task.spare`: the task's environment and log files), takes it as its
+own (environment, stdout and stderr, ``time=`` faults), installs the same signal handling as
+above, waits (at most :data:`PORT_WAIT_S`) until the task's port is free (:func:`wait_for_own_port`)
+and hands the program's environment to the interpreter, which runs the script as
+``__main__``; from there on it is the wrapper of that program, exactly as above. End of stdin
+without an assignment SIGKILLs the interpreter and exits 0; an interpreter that dies before it
+is assigned (an import error) ends the wrapper with its exit status, so the backend never hands
+a task to a dead spare.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 from orchestrator import env
 from orchestrator.spec.faults import ENV as FAULTS_ENV
@@ -103,6 +120,12 @@ def main(argv: list[str]) -> int:
         :func:`orchestrator.task.jobset.ensure_tf_config`). When the
         program dies of a signal, the wrapper dies of the same signal.
     """
+    if argv[:1] == ["--spare"]:
+        argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+        if not argv:
+            print("usage: python -m orchestrator.task.execwrap --spare -- PYTHON SCRIPT [ARGS...]", file=sys.stderr)
+            return 2
+        return spare(argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
@@ -124,20 +147,35 @@ def main(argv: list[str]) -> int:
     try:
         if orchestrator_pid <= 0 and not time_faults:
             os.execvp(argv[0], argv)
-        signal.signal(signal.SIGUSR2, _kill_group)
-        signal.signal(signal.SIGTERM, _on_sigterm)  # a Python handler: reset to default in the program
-        for signum in (signal.SIGINT, signal.SIGUSR1):
-            signal.signal(signum, lambda *_: None)
+        _install_handlers()
         die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
-        program_env = dict(os.environ)
-        if orchestrator_pid > 0:  # the program's parent is now this wrapper: it must not outlive it
-            program_env[env.ORCHESTRATOR_PID] = str(os.getpid())
-        if FAULTS_ENV in program_env:
-            program_env[FAULTS_ENV] = without_time_faults(program_env[FAULTS_ENV])
-        program = subprocess.Popen(argv, env=program_env)
+        program = subprocess.Popen(argv, env=_program_env(orchestrator_pid))
     except OSError as exc:
         print(f"error: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
         return 127
+    return _supervise(program, time_faults)
+
+
+def _install_handlers() -> None:
+    signal.signal(signal.SIGUSR2, _kill_group)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # a Python handler: reset to default in the program
+    for signum in (signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signum, lambda *_: None)
+
+
+def _program_env(orchestrator_pid: int) -> dict[str, str]:
+    """The program's environment: this wrapper's, with itself as the pid not to outlive and
+    without the ``time=`` faults (the wrapper fires those)."""
+    program_env = {k: v for k, v in os.environ.items() if k not in (env.SPARE_PRELOAD, env.SPARE_MODULE)}
+    if orchestrator_pid > 0:  # the program's parent is now this wrapper: it must not outlive it
+        program_env[env.ORCHESTRATOR_PID] = str(os.getpid())
+    if FAULTS_ENV in program_env:
+        program_env[FAULTS_ENV] = without_time_faults(program_env[FAULTS_ENV])
+    return program_env
+
+
+def _supervise(program: subprocess.Popen, time_faults: list[dict]) -> int:
+    """Fire the ``time=`` faults on the running program, wait for it, exit the way it did."""
     for fault in time_faults:
         timer = threading.Timer(float(fault["at"]), _fire, args=(fault, program))
         timer.daemon = True
@@ -153,6 +191,100 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), -code)
     return code
 
+
+PORT_WAIT_S = 10.0
+"""Most seconds a spare waits for its task's port to be free before it runs the program anyway."""
+
+
+def wait_for_own_port(timeout_s: float) -> bool:
+    """Wait (bounded) until this task's ``TF_CONFIG`` port can be bound; True when it can.
+
+    The task's previous attempt may still be exiting and hold the port: the group restart
+    SIGKILLs a wrapper and its program together, the backend reaps the wrapper, and the kernel
+    tears the program's threads down a moment later. A cold start spends seconds importing
+    TensorFlow before its server binds; a spare binds at once and would fail with "Could not
+    start gRPC server". Binds like gRPC (``SO_REUSEADDR``: connections in TIME_WAIT do not count).
+    A task without a port of its own (the evaluator) returns at once.
+    """
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG", ""))
+        task = config["task"]
+        port = int(str(config["cluster"][task["type"]][int(task["index"])]).rsplit(":", 1)[1])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return True
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("0.0.0.0", port))
+                return True
+            except OSError:
+                pass
+        if time.monotonic() >= deadline:
+            print(f"execwrap: port {port} is still in use after {timeout_s:g} s; starting the program anyway",
+                  file=sys.stderr, flush=True)
+            return False
+        time.sleep(0.05)
+
+
+def spare(argv: list[str]) -> int:
+    """Spare mode: start the program's interpreter with TensorFlow preloaded, wait for the
+    assignment on stdin, then be the wrapper of the program it becomes (see the module doc).
+
+    Returns:
+        The program's exit code (as :func:`main`); 0 at the end of stdin without an
+        assignment; the interpreter's exit code when it died before its assignment; 127
+        when it cannot be started.
+    """
+    orchestrator_pid = int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0)
+    signal.signal(signal.SIGUSR2, _kill_group)  # the orchestrator died: the group (the interpreter too) dies
+    die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
+    interpreter_env = dict(os.environ)
+    if orchestrator_pid > 0:
+        interpreter_env[env.ORCHESTRATOR_PID] = str(os.getpid())  # its PR_SET_PDEATHSIG watches this wrapper
+    try:
+        program = subprocess.Popen([argv[0], "-m", "orchestrator.task.spare", "--", *argv[1:]], env=interpreter_env,
+                                   stdin=subprocess.PIPE)
+    except OSError as exc:
+        print(f"error: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    assigned = threading.Lock()
+
+    def end_with_the_interpreter() -> None:  # it died unassigned: so does this spare, visibly
+        code = program.wait()
+        if assigned.acquire(blocking=False):
+            print(f"execwrap: the spare's interpreter ended before its assignment ({code})", file=sys.stderr, flush=True)
+            os._exit(code if code >= 0 else 128 - code)
+
+    threading.Thread(target=end_with_the_interpreter, daemon=True).start()
+    line = sys.stdin.readline()
+    if not assigned.acquire(blocking=False):  # the interpreter is gone; its thread ends this process
+        threading.Event().wait(10.0)
+        return 1
+    if not line.strip():  # not needed: the job ended
+        program.kill()
+        program.wait()
+        return 0
+    assignment = json.loads(line)
+    os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd, path in ((1, assignment["stdout"]), (2, assignment["stderr"])):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    time_faults = FaultInjector.from_env().time_faults
+    _install_handlers()
+    wait_for_own_port(PORT_WAIT_S)
+    handover = {"env": _program_env(orchestrator_pid), "stdout": assignment["stdout"], "stderr": assignment["stderr"]}
+    try:
+        assert program.stdin is not None
+        program.stdin.write((json.dumps(handover) + "\n").encode())
+        program.stdin.close()
+    except OSError:  # it died just now: its exit below is the task's
+        pass
+    return _supervise(program, time_faults)
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

@@ -8,7 +8,8 @@ that work in advance, then waits on its stdin for the identity of the task it be
    ``TF_USE_LEGACY_KERAS`` and the orchestrator's pid, so it dies with the orchestrator
    like any task) plus ``ORCH_SPARE_MODULE`` (the task program to become, e.g. ``worker``)
    and ``ORCH_SPARE_PRELOAD`` (comma-separated modules to import now, e.g.
-   ``tensorflow,tf_keras,worker.train``); its output goes to its own log until assigned;
+   ``tensorflow,tf_keras,worker.train``; a name ending in ``?`` is imported when installed);
+   its output goes to its own log until assigned;
 2. imports the preload modules; TensorFlow's runtime is not started (no op has run), so
    TF_CONFIG and the strategy are read only after the assignment;
 3. reads ONE line of JSON from stdin: ``{"env": {...}, "stdout": PATH, "stderr": PATH}``:
@@ -17,18 +18,29 @@ that work in advance, then waits on its stdin for the identity of the task it be
 4. updates ``os.environ``, points its stdout and stderr at the task's log files, and runs
    the module as ``python -m MODULE`` would (``runpy``), exiting with its exit code.
 
+A user's program (``python -m orchestrator.task.spare -- SCRIPT ARGS`` or ``-- -m MODULE ARGS``,
+started by the spare mode of :mod:`orchestrator.task.execwrap`, which stays its parent): the
+assignment's ``env`` is the program's whole environment (it replaces ``os.environ``); stdin
+becomes ``/dev/null`` (as a task's); the script runs as ``python SCRIPT ARGS`` would run it:
+``sys.argv`` is ``[SCRIPT, *ARGS]``, ``sys.path[0]`` the script's directory (symlinks
+resolved) instead of this directory, ``__name__ == "__main__"``, ``__file__`` its absolute
+path; ``-m MODULE`` runs through ``runpy.run_module`` as ``python -m`` does. Its exceptions and
+``sys.exit`` end this process as they would end the program's own interpreter.
+
 End of stdin without an assignment (the job ended, the spare is not needed) exits 0 at once.
-A spare is in its own session, so the backend stops it like any task.
+A spare is in its own session (a user's: in its wrapper's), so the backend stops it like any task.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import json
 import os
 import runpy
 import sys
 import time
+import types
 
 from orchestrator import env
 from orchestrator.task.runtime import die_with_orchestrator
@@ -43,30 +55,101 @@ def _mark(label: str) -> None:
         print(f"bench: mark {label} (unix {time.time():.3f})", flush=True)
 
 
-def main() -> int:
-    module = os.environ.get(MODULE_ENV, "")
-    if not module:
-        print(f"error: {MODULE_ENV} is not set; spares are started by the orchestrator", file=sys.stderr)
-        return 2
-    # like every task: die with the orchestrator, even in the middle of the imports below
-    die_with_orchestrator(int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0))
-    _mark("spare-start")
-    for name in filter(None, os.environ.get(PRELOAD_ENV, "").split(",")):
-        importlib.import_module(name.strip())
-    print(f"spare for {module}: ready (pid {os.getpid()})", flush=True)
-    _mark("spare-ready")
-    line = sys.stdin.readline()
-    if not line.strip():
-        return 0  # not needed: the job ended
-    assignment = json.loads(line)
-    _mark("assigned")
-    os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
+def preload(names: str) -> None:
+    """Import the comma-separated modules ``names``; ``name?`` only when it is installed."""
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        optional = name.endswith("?")
+        try:
+            importlib.import_module(name.rstrip("?"))
+        except ModuleNotFoundError as exc:
+            if not optional or exc.name != name.rstrip("?"):
+                raise
+
+
+def _take_stdio(assignment: dict) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     for fd, path in ((1, assignment["stdout"]), (2, assignment["stderr"])):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(target, fd)
         os.close(target)
+
+
+def run_program(program_argv: list[str]) -> None:
+    """Run a user's program (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in this interpreter as
+    ``python PROGRAM_ARGV`` would, as ``__main__``. Returns when the program returns;
+    its ``SystemExit`` and exceptions propagate."""
+    from orchestrator.spec.program import python_program
+
+    program = python_program(["python", *program_argv])
+    if program.module is not None:
+        sys.argv = [program.module, *program.args]  # run_module sets argv[0] to the module's file, as -m does
+        runpy.run_module(program.module, run_name="__main__", alter_sys=True)
+        return
+    script = program.script
+    assert script is not None
+    sys.argv = [script, *program.args]
+    path = os.path.abspath(script)
+    if os.path.isdir(path) or not path.endswith(".py") and _is_zip(path):  # a directory or zip with __main__.py
+        sys.path[0] = path
+        runpy.run_path(path, run_name="__main__")
+        return
+    sys.path[0] = os.path.dirname(os.path.realpath(path))  # what `python SCRIPT` puts first (not this directory)
+    with open(path, "rb") as fh:
+        source = fh.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__cached__ = None  # type: ignore[attr-defined]
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    except Exception as exc:  # print it as `python SCRIPT` does: from the script's frame, not the spare's
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        raise SystemExit(1) from None
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    program_argv = argv[1:] if argv[:1] == ["--"] else None
+    module = os.environ.get(MODULE_ENV, "")
+    if not module and not program_argv:
+        print(f"error: {MODULE_ENV} is not set; spares are started by the orchestrator", file=sys.stderr)
+        return 2
+    # like every task: die with the orchestrator (a user's spare: with its wrapper), even in the imports below
+    die_with_orchestrator(int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0))
+    _mark("spare-start")
+    preload(os.environ.get(PRELOAD_ENV, ""))
+    print(f"spare for {module or ' '.join(program_argv or [])}: ready (pid {os.getpid()})", flush=True)
+    _mark("spare-ready")
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # not needed: the job ended
+    assignment = json.loads(line)
+    _mark("assigned")
+    if program_argv:
+        os.environ.clear()  # the program's whole environment, as its wrapper would have started it with
+        os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # a task's stdin
+        os.close(devnull)
+        _take_stdio(assignment)
+        run_program(program_argv)
+        return 0
+    os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
+    _take_stdio(assignment)
     sys.argv = [module]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)

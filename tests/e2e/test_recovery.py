@@ -7,6 +7,7 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -186,3 +187,37 @@ def test_tasks_die_within_seconds_when_the_orchestrator_is_sigkilled(tmp_path, l
     killed_at = time.monotonic()
     assert_no_process_left(pids, timeout_s=5.0)
     print(f"tasks gone {time.monotonic() - killed_at:.2f} s after the orchestrator's SIGKILL")
+
+
+def _program_lines(run_dir: Path, attempt: int, task: str) -> dict:
+    """The JSON line ``tests/programs/user_mwms.py`` prints first: how it was run."""
+    out = (run_dir / f"attempt-{attempt}" / task / "stdout.log").read_text()
+    return json.loads(re.search(r"^program (\{.*\})$", out, re.M)[1])
+
+
+def test_a_users_mwms_program_restarts_in_warm_spares_that_imported_tensorflow(tmp_path, launches):
+    # --spares 2 opts a user's program in; every task waits at its 3rd step until both spares are
+    # ready (TensorFlow imported), so the kill at step 4 always finds them warm
+    program = ("tests/programs/user_mwms.py", "--epochs", "1", "--steps-per-epoch", "6", "--wait-for-spares", "2")
+    launch = start(launches, tmp_path, "user-spares", "--workers", "2", "--spares", "2", "--restart-backoff", "0",
+                   "--inject-fault", "worker:1:kill@step=4", "--", sys.executable, *program)
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines)
+    (recovery,) = summary["recoveries"]
+    assert recovery["scope"] == "group" and "worker-1 (attempt 0) failed: signal SIGKILL" in recovery["cause"]
+    # summary.json says which spare became which task, and attempt 1 of each task is that process
+    used = {s["task"]: s["pid"] for s in summary["spares"] if s["state"] == "used"}
+    assert used == {t["task"].replace(":", "-"): t["pid"] for t in summary["tasks"]}
+    assert all(t["attempts"] == 2 and t["state"] == "Succeeded" for t in summary["tasks"])
+    programs = []
+    for task in ("worker-0", "worker-1"):
+        cold, warm = (_program_lines(launch.run_dir, attempt, task) for attempt in (0, 1))
+        assert not cold["preloaded"] and warm["preloaded"]  # the restart ran where TensorFlow was imported
+        assert warm["ppid"] == used[task]  # ... under the spare's wrapper, which is the task's pid
+        for key in ("argv", "name", "file", "path0", "stdin"):  # and the script saw what `python script` shows
+            assert warm[key] == cold[key], key
+        assert warm["argv"] == list(program) and warm["name"] == "__main__"
+        assert warm["path0"] == str(REPO / "tests" / "programs")
+        assert "final loss" in (launch.run_dir / "attempt-1" / task / "stdout.log").read_text()
+        programs += [cold["pid"], warm["pid"]]
+    assert_no_process_left([s["pid"] for s in summary["spares"]] + programs)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from orchestrator.report.summary import format_final
 from tests.conftest import REPO, orchestrator_cmd, test_env, wait_until
 
@@ -105,9 +107,18 @@ def test_a_script_that_does_not_exist_is_bad_input(tmp_path):
     assert "no_such_train.py: no such file" in result.stderr and not list(tmp_path.iterdir())
 
 
-def test_spares_for_a_users_program_are_refused_not_ignored(tmp_path):
+@pytest.mark.parametrize("program", [["bash", "{shell}"], ["{shell}"], [sys.executable, "-c", "pass"]],
+                         ids=["bash-script", "shell-script", "python-c"])
+def test_launch_refuses_spares_for_a_program_a_spare_cannot_become_and_starts_nothing(tmp_path, program):
+    shell = tmp_path / "train.sh"
+    shell.write_text("#!/bin/sh\npython train.py\n")
+    shell.chmod(0o755)
+    runs = tmp_path / "runs"
     result = subprocess.run(
-        orchestrator_cmd("launch", "--dry-run", "--spares", "2", "--runs-dir", str(tmp_path), "--",
-                         sys.executable, "-c", "pass"),
+        orchestrator_cmd("launch", "--spares", "2", "--workers", "2", "--runs-dir", str(runs), "--",
+                         *(arg.format(shell=shell) for arg in program)),
         cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "error: spares=2: warm spares stand in for the built-in program" in result.stderr
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: spares=2: --spares") and "drop --spares" in lines[0], lines
+    assert not runs.exists() or not list(runs.iterdir())  # nothing started, no run directory

@@ -1,0 +1,1 @@
+"""A module that imports at once: stands in for TensorFlow in a spare's preload (tests)."""
