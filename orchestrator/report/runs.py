@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,12 +110,30 @@ def _alive(pid: int) -> bool:
 
 
 def lost_status(run_dir: Path, why: str) -> dict[str, Any]:
-    """A status for a run that has neither a live orchestrator nor a summary."""
+    """A status for a run that has neither a live orchestrator nor a summary.
+
+    Its ``elapsed_s`` runs from the plan's writing (the launch) to the last file written in the
+    run directory (a task's log line, a checkpoint): how long the run was seen alive.
+    """
     plan = read_json(run_dir / PLAN_FILE) or {}
     spec = plan.get("spec") or {}
     tasks = [{"task": t.get("task", "?"), "state": "Unknown", "restarts": 0} for t in plan.get("tasks") or []]
-    return {"run_id": run_dir.name, "run_dir": str(run_dir), "status": "Lost", "live": False, "reason": why,
-            "strategy": spec.get("strategy", plan.get("strategy", "?")), "tasks": tasks, "exit_code": None}
+    status = {"run_id": run_dir.name, "run_dir": str(run_dir), "status": "Lost", "live": False, "reason": why,
+              "strategy": spec.get("strategy", plan.get("strategy", "?")), "tasks": tasks, "exit_code": None}
+    try:
+        started = (run_dir / PLAN_FILE).stat().st_mtime
+    except OSError:
+        return status
+    last = started
+    for path in run_dir.rglob("*"):
+        try:
+            if path.is_file():
+                last = max(last, path.stat().st_mtime)
+        except OSError:
+            continue
+    status["elapsed_s"] = round(last - started, 3)
+    status["reason"] = f"{why}; last written to {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(last))}"
+    return status
 
 
 def run_status(run_dir: Path, history: bool = False, timeout_s: float = 3.0) -> dict[str, Any]:
