@@ -731,6 +731,8 @@ class Supervisor:
             if likely_oom:
                 message += ("; likely killed for memory (" + ("the cgroup counted an OOM kill" if oom
                             else "its RSS was near the machine's memory") + ")")
+            elif oom is False:  # the cgroup was read: no OOM kill, so the SIGKILL came from outside
+                message = (message + "; " if message else "") + "not the OOM killer (no OOM kill counted)"
         failure = Failure(
             task=rt.task,
             attempt=rt.attempt,

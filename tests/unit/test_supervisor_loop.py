@@ -492,6 +492,23 @@ def test_a_sigkill_with_an_oom_kill_counted_says_memory_with_the_peak_rss(tmp_pa
     assert "peak RSS 900 MiB; likely killed for memory" in result.root_cause.message
 
 
+@pytest.mark.parametrize("oom, says", [
+    (False, "signal SIGKILL: peak RSS 200 MiB; not the OOM killer (no OOM kill counted)"),
+    (None, "signal SIGKILL: peak RSS 200 MiB"),  # the cgroup could not be read: no claim either way
+])
+def test_a_sigkill_without_an_oom_kill_says_so_when_the_cgroup_was_read(tmp_path, oom, says):
+    h = Harness(tmp_path, spec_of(workers=1, supervision={"restart_policy": {"all": "never"}}))
+    h.backend.oom = oom
+    t = h.task("worker-0")
+    h.store.record(pb.Heartbeat(task=pb.TaskKey(task_type="worker", task_index=0, attempt=t.attempt),
+                                phase=pb.PHASE_TRAINING, rss_bytes=200 * 2**20, step=3))
+    h.tick()
+    h.exit("worker-0", -signal.SIGKILL)
+    result = h.finish()
+    assert result.root_cause is not None and not result.root_cause.likely_oom
+    assert result.root_cause.headline() == f"worker-0 (attempt 0) failed: {says}"
+
+
 def test_the_root_cause_is_the_failure_that_ended_the_job_not_a_recovered_one(tmp_path):
     h = Harness(tmp_path, spec_of(workers=2, supervision={"backoff_s": 0.0}))
     h.all_beat(step=3)
