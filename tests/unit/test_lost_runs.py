@@ -27,3 +27,12 @@ def test_a_lost_run_says_how_long_it_was_seen_alive_and_when_it_was_last_written
                                        "last written to ")
     assert format_table(status).splitlines()[0] == (
         "run 20261130-170000-abcd · multi_worker_mirrored · Lost · 42.5s")
+
+
+def test_list_shows_the_accuracy_a_users_program_reported_when_there_is_no_test_accuracy():
+    from orchestrator.cli.list_runs import _cells, run_entry
+
+    base = {"run_id": "r", "status": "Succeeded", "strategy": "multi_worker_mirrored", "tasks": [{"task": "worker:0"}]}
+    assert _cells(run_entry({**base, "metrics": {"accuracy": 0.9527778029441833}}))["accuracy"] == "0.9528"
+    assert _cells(run_entry({**base, "metrics": {"accuracy": 0.5, "test_accuracy": 0.97}}))["accuracy"] == "0.9700"
+    assert _cells(run_entry({**base, "metrics": {}}))["accuracy"] == "-"
