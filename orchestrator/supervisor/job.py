@@ -679,6 +679,8 @@ class Supervisor:
             rt.state = TaskState.SUCCEEDED
             rt.reason = "exited 0"
             self._event(f"{rt.task.name} succeeded")
+            if self._sigterm_received(rt):  # too late to matter: say so rather than swallow it
+                self._event(f"{rt.task.name} received SIGTERM from outside (a preemption notice) but finished first")
             if not self.state.terminal:
                 self._on_trainer_success(rt, verdict, now)
             return
@@ -687,17 +689,19 @@ class Supervisor:
             message, notice = self._preemption_cause(rt)
         self._record_failure(rt, code, now, message, preemption_notice=notice)
 
+    @staticmethod
+    def _sigterm_received(rt: TaskRuntime) -> bool:
+        """The task's attempt wrote :data:`orchestrator.env.SIGTERM_RECEIVED_FILE`."""
+        return rt.stdout_path is not None and (Path(rt.stdout_path).parent / SIGTERM_RECEIVED_FILE).exists()
+
     def _preemption_cause(self, rt: TaskRuntime) -> tuple[str, bool]:
         """Why ``rt`` exited preempted, and whether it received the SIGTERM itself: every MWMS
         worker saves and exits when one is preempted (TF's ``PreemptionCheckpointHandler``), so
         the marker :data:`orchestrator.env.SIGTERM_RECEIVED_FILE` in a task's directory names
         the one that was."""
-        def received(o: TaskRuntime) -> bool:
-            return o.stdout_path is not None and (Path(o.stdout_path).parent / SIGTERM_RECEIVED_FILE).exists()
-
-        if received(rt):
+        if self._sigterm_received(rt):
             return "received SIGTERM from outside (a preemption notice)", True
-        peers = [o.task.name for o in self.tasks if o is not rt and o.process is not None and received(o)]
+        peers = [o.task.name for o in self.tasks if o is not rt and o.process is not None and self._sigterm_received(o)]
         if peers:
             return f"{', '.join(peers)} received SIGTERM from outside; every worker saved and exited", False
         return "", False

@@ -245,6 +245,19 @@ def test_a_worker_exiting_preempted_because_a_peer_was_says_which_peer(tmp_path)
                               "from outside; every worker saved and exited")
 
 
+def test_a_sigterm_from_outside_too_late_to_matter_is_said_not_swallowed(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=5)
+    h.tick()
+    (h.backend.latest("worker-1").stdout_path.parent / "sigterm-received").write_text("1796000000.0\n")
+    h.exit("worker-0", 0)
+    h.exit("worker-1", 0)
+    result = h.finish()
+    assert result.exit_code == 0
+    assert "worker-1 received SIGTERM from outside (a preemption notice) but finished first" in h.view.events
+    assert not any("worker-0 received" in e for e in h.view.events)
+
+
 def test_a_pss_worker_restarted_before_the_coordinator_trains_has_recovered_once_it_serves(tmp_path):
     h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
     h.all_beat("initializing")
