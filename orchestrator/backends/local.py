@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from typing import Iterable
 import psutil
 
 from orchestrator import env
+from orchestrator import env as envvars
 from orchestrator.backends.base import (
     Backend,
     LaunchRequest,
@@ -34,9 +34,9 @@ from orchestrator.backends.base import (
     TaskHandle,
     faulthandler_dump,
 )
-from orchestrator import env as envvars
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
+from orchestrator.net import can_listen
 from orchestrator.spec.address import LOOPBACK_IPV4, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -164,19 +164,6 @@ def cgroup_oom_kills(pid: int | None = None) -> int | None:
     return None
 
 
-def _only_time_wait(port: int) -> bool:
-    """True when ``port`` can be bound and listened on with SO_REUSEADDR, as gRPC does: nothing
-    listens on it, and what blocked a plain bind was connections in TIME_WAIT."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("0.0.0.0", port))
-            probe.listen(1)
-        except OSError:
-            return False
-    return True
-
-
 def _field(task: TaskId) -> str:
     return f"addresses.{task.task_type}[{task.task_index}]"
 
@@ -228,7 +215,7 @@ class LocalBackend(Backend[LocalProcess]):
             try:
                 self.ports.reserve(task, address.port)
             except LaunchError:
-                if _only_time_wait(address.port):
+                if can_listen(address.port):
                     # connections of a run that just ended linger in TIME_WAIT for up to 60 s;
                     # they block the reservation (no SO_REUSEADDR) but not TensorFlow's server
                     log.info("port %d of %s is in TIME_WAIT: not held, TensorFlow binds it anyway", address.port, task)

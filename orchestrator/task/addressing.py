@@ -25,6 +25,8 @@ import socket
 import time
 from pathlib import Path
 
+from orchestrator.net import can_listen
+
 REGISTER_TIMEOUT_S = 600.0
 """A task gives up registering after this long (the supervisor's startup timeout is shorter)."""
 CALL_WAIT_S = 5.0
@@ -75,20 +77,9 @@ def hold_port(port: int = 0, attempts: int = 200) -> tuple[socket.socket | None,
         except OSError as exc:
             sock.close()
             last = exc
-    if port and _only_time_wait(port):
+    if port and can_listen(port):
         return None, port
     raise OSError(f"no free port to hold ({'port %d' % port if port else f'{attempts} draws in {low}..{high - 1}'}): {last}")
-
-
-def _only_time_wait(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("0.0.0.0", port))
-            probe.listen(1)
-        except OSError:
-            return False
-    return True
 
 
 def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socket.socket | None]:

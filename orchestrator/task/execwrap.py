@@ -53,13 +53,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 from orchestrator import env
+from orchestrator.net import can_listen
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import ensure_tf_config
@@ -213,19 +213,13 @@ def wait_for_own_port(timeout_s: float) -> bool:
     except (ValueError, KeyError, IndexError, TypeError):
         return True
     deadline = time.monotonic() + timeout_s
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("0.0.0.0", port))
-                return True
-            except OSError:
-                pass
+    while not can_listen(port):
         if time.monotonic() >= deadline:
             print(f"execwrap: port {port} is still in use after {timeout_s:g} s; starting the program anyway",
                   file=sys.stderr, flush=True)
             return False
         time.sleep(0.05)
+    return True
 
 
 def spare(argv: list[str]) -> int:
