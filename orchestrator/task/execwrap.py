@@ -64,6 +64,7 @@ from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import ensure_tf_config
 from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
+from orchestrator.task.spare import take_stdio
 
 STOP_GRACE_S = 1.0
 """Seconds a user's program gets after the orchestrator's own SIGTERM before its group is SIGKILLed."""
@@ -262,12 +263,7 @@ def spare(argv: list[str]) -> int:
         return 0
     assignment = json.loads(line)
     os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for fd, path in ((1, assignment["stdout"]), (2, assignment["stderr"])):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(target, fd)
-        os.close(target)
+    take_stdio(assignment)
     time_faults = FaultInjector.from_env().time_faults
     _install_handlers()
     wait_for_own_port(PORT_WAIT_S)

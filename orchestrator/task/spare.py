@@ -66,7 +66,8 @@ def preload(names: str) -> None:
                 raise
 
 
-def _take_stdio(assignment: dict) -> None:
+def take_stdio(assignment: dict) -> None:
+    """Point this process's stdout and stderr (fds 1, 2) at the assignment's log files (appending)."""
     sys.stdout.flush()
     sys.stderr.flush()
     for fd, path in ((1, assignment["stdout"]), (2, assignment["stderr"])):
@@ -145,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)  # a task's stdin
         os.close(devnull)
-        _take_stdio(assignment)
+        take_stdio(assignment)
         run_program(program_argv)
         return 0
     os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
-    _take_stdio(assignment)
+    take_stdio(assignment)
     sys.argv = [module]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
