@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchestrator import env
 from orchestrator.backends.base import Registration
+from orchestrator.health.loop import LoopThread
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.spec.model import TaskId
@@ -222,11 +223,8 @@ class HealthServer:
         self._release_port = release_port
         self._host = host
         self._port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = LoopThread("health-server", quiet=True)
         self._server: grpc.aio.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
         self.port = 0
 
     @property
@@ -240,40 +238,19 @@ class HealthServer:
         Raises:
             RuntimeError: when the server cannot bind within ``timeout_s`` seconds.
         """
-        self._thread = threading.Thread(target=self._thread_main, name="health-server", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout_s) or self._error is not None:
-            raise RuntimeError(f"health server did not start on {self._host}:{self._port}: {self._error}")
+        if not self._loop.start(self._serve, timeout_s) or self._loop.error is not None:
+            raise RuntimeError(f"health server did not start on {self._host}:{self._port}: {self._loop.error}")
         return self
 
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving, letting open calls finish for at most ``grace_s`` seconds."""
-        if self._loop is None or self._server is None:
+        if self._server is None:
             return
-        future = asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop)
         try:
-            future.result(grace_s + 5.0)
+            self._loop.run(self._server.stop(grace_s), grace_s + 5.0)
         except Exception:  # noqa: BLE001 - best effort on shutdown
             log.debug("health server stop did not finish cleanly", exc_info=True)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(5.0)
-
-    def _thread_main(self) -> None:
-        loop = asyncio.new_event_loop()
-        # a stream whose peer vanished (a lost node) fails its last write after the stop: not an error
-        loop.set_exception_handler(lambda _loop, ctx: log.debug("health server: %s", ctx.get("message")))
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start()
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        loop.run_forever()
-        loop.close()
+        self._loop.stop(5.0)
 
     async def _serve(self) -> None:
         server = grpc.aio.server(

@@ -29,6 +29,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.errors import SpecError
+from orchestrator.health.loop import LoopThread
 
 if TYPE_CHECKING:  # aiohttp and prometheus-client load with the first WebServer: a launch without --web never pays them
     from aiohttp import web
@@ -107,11 +108,8 @@ class WebServer:
 
         self._metrics_module = metrics
         self._registry = metrics.registry_for(lambda: self._source(False, 0), process=process_metrics)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = LoopThread("web-server")
         self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
         self._served = threading.Condition()
         self._last_poll_at = 0.0
         self._final_served = False
@@ -129,29 +127,24 @@ class WebServer:
         Raises:
             SpecError: naming ``web`` when the address cannot be bound (in use, not ours).
         """
-        self._thread = threading.Thread(target=self._thread_main, name="web-server", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout_s):
+        if not self._loop.start(self._serve, timeout_s):
             raise SpecError("web", f"{self.host}:{self.port}", f"the web server did not start within {timeout_s:g} s",
                             "try another port")
-        if self._error is not None:
-            reason = getattr(self._error, "strerror", None) or str(self._error)
+        if self._loop.error is not None:
+            reason = getattr(self._loop.error, "strerror", None) or str(self._loop.error)
             raise SpecError("web", f"{self.host}:{self.port}", f"cannot listen there ({reason})",
                             "pick a free port, e.g. --web 127.0.0.1:0 for any")
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop serving (open requests get at most ``timeout_s`` seconds)."""
-        if self._loop is None or self._runner is None:
+        if self._runner is None:
             return
-        future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
         try:
-            future.result(timeout_s)
+            self._loop.run(self._runner.cleanup(), timeout_s)
         except Exception:  # noqa: BLE001 - best effort on shutdown
             log.debug("web server stop did not finish cleanly", exc_info=True)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._loop.stop(timeout_s)
 
     def wait_final_served(self, timeout_s: float, idle_s: float = 3 * POLL_INTERVAL_S) -> bool:
         """After the job ended: wait until an open page has fetched the final status (so it shows
@@ -167,20 +160,6 @@ class WebServer:
             return self._final_served
 
     # -- serving --------------------------------------------------------------------------
-    def _thread_main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start()
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        loop.run_forever()
-        loop.close()
-
     async def _serve(self) -> None:
         from aiohttp import web
 
