@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#orchestrator/proto/supervisor.proto\x12\x0ctfcluster.v1\"A\n\x07TaskKey\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"\xa3\x03\n\tHeartbeat\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\"\n\x05phase\x18\x04 \x01(\x0e\x32\x13.tfcluster.v1.Phase\x12\x11\n\x04step\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\x05\x65poch\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x11\n\x04loss\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12 \n\x13\x65xamples_per_second\x18\x08 \x01(\x01H\x03\x88\x01\x01\x12\x13\n\x0b\x63pu_percent\x18\t \x01(\x01\x12\x11\n\trss_bytes\x18\n \x01(\x03\x12\x35\n\x07metrics\x18\x0b \x03(\x0b\x32$.tfcluster.v1.Heartbeat.MetricsEntry\x12\x0f\n\x07message\x18\x0c \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05_stepB\x08\n\x06_epochB\x07\n\x05_lossB\x16\n\x14_examples_per_second\"!\n\rStreamSummary\x12\x10\n\x08received\x18\x01 \x01(\x03\"2\n\x0bPortRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\"\x19\n\tPortReply\x12\x0c\n\x04port\x18\x01 \x01(\x05\"a\n\x0e\x41\x64\x64ressRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0e\n\x06wait_s\x18\x04 \x01(\x01\"P\n\x0c\x43lusterReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\ttf_config\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"7\n\rStatusRequest\x12\x0f\n\x07history\x18\x01 \x01(\x08\x12\x15\n\rhistory_since\x18\x02 \x01(\x03\"\"\n\x0bStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t\"\x1d\n\x0bStopRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\",\n\tStopReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t*\xaa\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x16\n\x12PHASE_INITIALIZING\x10\x01\x12\x11\n\rPHASE_SERVING\x10\x02\x12\x12\n\x0ePHASE_TRAINING\x10\x03\x12\x14\n\x10PHASE_EVALUATING\x10\x04\x12\x10\n\x0cPHASE_SAVING\x10\x05\x12\x0e\n\nPHASE_DONE\x10\x06\x12\x13\n\x0fPHASE_FINISHING\x10\x07\x32\xec\x02\n\nSupervisor\x12J\n\x10StreamHeartbeats\x12\x17.tfcluster.v1.Heartbeat\x1a\x1b.tfcluster.v1.StreamSummary(\x01\x12\x41\n\x0bReleasePort\x12\x19.tfcluster.v1.PortRequest\x1a\x17.tfcluster.v1.PortReply\x12K\n\x0fRegisterAddress\x12\x1c.tfcluster.v1.AddressRequest\x1a\x1a.tfcluster.v1.ClusterReply\x12\x43\n\tGetStatus\x12\x1b.tfcluster.v1.StatusRequest\x1a\x19.tfcluster.v1.StatusReply\x12=\n\x07StopJob\x12\x19.tfcluster.v1.StopRequest\x1a\x17.tfcluster.v1.StopReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#orchestrator/proto/supervisor.proto\x12\x0ctfcluster.v1\"A\n\x07TaskKey\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"\xb4\x03\n\tHeartbeat\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\"\n\x05phase\x18\x04 \x01(\x0e\x32\x13.tfcluster.v1.Phase\x12\x11\n\x04step\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\x05\x65poch\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x11\n\x04loss\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12 \n\x13\x65xamples_per_second\x18\x08 \x01(\x01H\x03\x88\x01\x01\x12\x13\n\x0b\x63pu_percent\x18\t \x01(\x01\x12\x11\n\trss_bytes\x18\n \x01(\x03\x12\x35\n\x07metrics\x18\x0b \x03(\x0b\x32$.tfcluster.v1.Heartbeat.MetricsEntry\x12\x0f\n\x07message\x18\x0c \x01(\t\x12\x0f\n\x07\x65xiting\x18\r \x01(\x08\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05_stepB\x08\n\x06_epochB\x07\n\x05_lossB\x16\n\x14_examples_per_second\"!\n\rStreamSummary\x12\x10\n\x08received\x18\x01 \x01(\x03\"2\n\x0bPortRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\"\x19\n\tPortReply\x12\x0c\n\x04port\x18\x01 \x01(\x05\"a\n\x0e\x41\x64\x64ressRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0e\n\x06wait_s\x18\x04 \x01(\x01\"P\n\x0c\x43lusterReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\ttf_config\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"7\n\rStatusRequest\x12\x0f\n\x07history\x18\x01 \x01(\x08\x12\x15\n\rhistory_since\x18\x02 \x01(\x03\"\"\n\x0bStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t\"\x1d\n\x0bStopRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\",\n\tStopReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t*\xaa\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x16\n\x12PHASE_INITIALIZING\x10\x01\x12\x11\n\rPHASE_SERVING\x10\x02\x12\x12\n\x0ePHASE_TRAINING\x10\x03\x12\x14\n\x10PHASE_EVALUATING\x10\x04\x12\x10\n\x0cPHASE_SAVING\x10\x05\x12\x0e\n\nPHASE_DONE\x10\x06\x12\x13\n\x0fPHASE_FINISHING\x10\x07\x32\xec\x02\n\nSupervisor\x12J\n\x10StreamHeartbeats\x12\x17.tfcluster.v1.Heartbeat\x1a\x1b.tfcluster.v1.StreamSummary(\x01\x12\x41\n\x0bReleasePort\x12\x19.tfcluster.v1.PortRequest\x1a\x17.tfcluster.v1.PortReply\x12K\n\x0fRegisterAddress\x12\x1c.tfcluster.v1.AddressRequest\x1a\x1a.tfcluster.v1.ClusterReply\x12\x43\n\tGetStatus\x12\x1b.tfcluster.v1.StatusRequest\x1a\x19.tfcluster.v1.StatusReply\x12=\n\x07StopJob\x12\x19.tfcluster.v1.StopRequest\x1a\x17.tfcluster.v1.StopReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,32 +33,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HEARTBEAT_METRICSENTRY']._loaded_options = None
   _globals['_HEARTBEAT_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_PHASE']._serialized_start=1008
-  _globals['_PHASE']._serialized_end=1178
+  _globals['_PHASE']._serialized_start=1025
+  _globals['_PHASE']._serialized_end=1195
   _globals['_TASKKEY']._serialized_start=53
   _globals['_TASKKEY']._serialized_end=118
   _globals['_HEARTBEAT']._serialized_start=121
-  _globals['_HEARTBEAT']._serialized_end=540
-  _globals['_HEARTBEAT_METRICSENTRY']._serialized_start=442
-  _globals['_HEARTBEAT_METRICSENTRY']._serialized_end=488
-  _globals['_STREAMSUMMARY']._serialized_start=542
-  _globals['_STREAMSUMMARY']._serialized_end=575
-  _globals['_PORTREQUEST']._serialized_start=577
-  _globals['_PORTREQUEST']._serialized_end=627
-  _globals['_PORTREPLY']._serialized_start=629
-  _globals['_PORTREPLY']._serialized_end=654
-  _globals['_ADDRESSREQUEST']._serialized_start=656
-  _globals['_ADDRESSREQUEST']._serialized_end=753
-  _globals['_CLUSTERREPLY']._serialized_start=755
-  _globals['_CLUSTERREPLY']._serialized_end=835
-  _globals['_STATUSREQUEST']._serialized_start=837
-  _globals['_STATUSREQUEST']._serialized_end=892
-  _globals['_STATUSREPLY']._serialized_start=894
-  _globals['_STATUSREPLY']._serialized_end=928
-  _globals['_STOPREQUEST']._serialized_start=930
-  _globals['_STOPREQUEST']._serialized_end=959
-  _globals['_STOPREPLY']._serialized_start=961
-  _globals['_STOPREPLY']._serialized_end=1005
-  _globals['_SUPERVISOR']._serialized_start=1181
-  _globals['_SUPERVISOR']._serialized_end=1545
+  _globals['_HEARTBEAT']._serialized_end=557
+  _globals['_HEARTBEAT_METRICSENTRY']._serialized_start=459
+  _globals['_HEARTBEAT_METRICSENTRY']._serialized_end=505
+  _globals['_STREAMSUMMARY']._serialized_start=559
+  _globals['_STREAMSUMMARY']._serialized_end=592
+  _globals['_PORTREQUEST']._serialized_start=594
+  _globals['_PORTREQUEST']._serialized_end=644
+  _globals['_PORTREPLY']._serialized_start=646
+  _globals['_PORTREPLY']._serialized_end=671
+  _globals['_ADDRESSREQUEST']._serialized_start=673
+  _globals['_ADDRESSREQUEST']._serialized_end=770
+  _globals['_CLUSTERREPLY']._serialized_start=772
+  _globals['_CLUSTERREPLY']._serialized_end=852
+  _globals['_STATUSREQUEST']._serialized_start=854
+  _globals['_STATUSREQUEST']._serialized_end=909
+  _globals['_STATUSREPLY']._serialized_start=911
+  _globals['_STATUSREPLY']._serialized_end=945
+  _globals['_STOPREQUEST']._serialized_start=947
+  _globals['_STOPREQUEST']._serialized_end=976
+  _globals['_STOPREPLY']._serialized_start=978
+  _globals['_STOPREPLY']._serialized_end=1022
+  _globals['_SUPERVISOR']._serialized_start=1198
+  _globals['_SUPERVISOR']._serialized_end=1562
 # @@protoc_insertion_point(module_scope)

@@ -37,7 +37,7 @@ class TaskKey(_message.Message):
     def __init__(self, task_type: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message")
+    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message", "exiting")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class Heartbeat(_message.Message):
     RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXITING_FIELD_NUMBER: _ClassVar[int]
     task: TaskKey
     sequence: int
     pid: int
@@ -69,7 +70,8 @@ class Heartbeat(_message.Message):
     rss_bytes: int
     metrics: _containers.ScalarMap[str, float]
     message: str
-    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ...) -> None: ...
+    exiting: bool
+    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., exiting: _Optional[bool] = ...) -> None: ...
 
 class StreamSummary(_message.Message):
     __slots__ = ("received",)

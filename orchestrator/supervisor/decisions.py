@@ -244,6 +244,8 @@ class TaskWatch:
         progress_at: when it last made progress (a new step, or a phase change).
         step: its latest step, if any.
         trains: a chief or worker (the evaluator's evaluating is its main work, not post-training).
+        exiting: its last heartbeat said its interpreter is exiting (a user's program's
+            ``atexit``): the heartbeats stop there, and only its exit is watched from then on.
     """
 
     reports: bool
@@ -253,6 +255,7 @@ class TaskWatch:
     progress_at: float | None = None
     step: int | None = None
     trains: bool = True
+    exiting: bool = False
 
 
 def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
@@ -264,7 +267,7 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
     """
     if not watch.reports and watch.heartbeat_at is None:
         return None
-    if watch.phase == "done":  # it said it finished and is exiting: its heartbeats stop on the way out
+    if watch.phase == "done" or watch.exiting:  # it is on its way out: its heartbeats stop there
         return None
     s = supervision
     if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
@@ -292,7 +295,7 @@ def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | Non
     known now (None: never, until something changes). Any time strictly after it may be hung;
     no time at or before it is. The loop keeps these in a heap, so a tick checks only the
     tasks whose deadline has passed (O(changes), not O(tasks))."""
-    if (not watch.reports and watch.heartbeat_at is None) or watch.phase == "done":
+    if (not watch.reports and watch.heartbeat_at is None) or watch.phase == "done" or watch.exiting:
         return None
     s = supervision
     times: list[float] = []

@@ -606,6 +606,7 @@ class Supervisor:
             progress_at=rt.progress_at,
             step=rt.last_step,
             trains=rt.task.task_type != "evaluator",
+            exiting=bool(record and record.heartbeat.exiting),
         )
 
     def _schedule_check(self, rt: TaskRuntime) -> None:

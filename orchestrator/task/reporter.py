@@ -76,6 +76,7 @@ class HeartbeatReporter:
         self._metrics: dict[str, float] = {}
         self._dirty = True
         self._closing = False
+        self._exiting = False
         self._sequence = 0
         self._process = psutil.Process()
         self._process.cpu_percent(None)
@@ -142,14 +143,17 @@ class HeartbeatReporter:
         self._thread.start()
         return self
 
-    def close(self, phase: int | None = None, timeout_s: float = 5.0) -> None:
+    def close(self, phase: int | None = None, timeout_s: float = 5.0, exiting: bool = False) -> None:
         """Send a last heartbeat (with ``phase``, e.g. DONE) and end the stream.
 
-        Waits at most ``timeout_s`` seconds for the orchestrator to receive it.
+        Waits at most ``timeout_s`` seconds for the orchestrator to receive it. ``exiting``:
+        the interpreter is exiting (``atexit``); the heartbeat says so, and the supervisor then
+        watches only the exit (the rest of an interpreter's teardown can take seconds).
         """
         if phase is not None:
             self.update(phase=phase)
         with self._cond:
+            self._exiting = self._exiting or exiting
             self._closing = True
             self._dirty = True
             self._cond.notify_all()
@@ -191,7 +195,8 @@ class HeartbeatReporter:
         with self._process.oneshot():
             cpu = self._process.cpu_percent(None)
             rss = self._process.memory_info().rss
-        hb = pb.Heartbeat(task=self._key, sequence=self._sequence, pid=os.getpid(), cpu_percent=cpu, rss_bytes=rss)
+        hb = pb.Heartbeat(task=self._key, sequence=self._sequence, pid=os.getpid(), cpu_percent=cpu, rss_bytes=rss,
+                          exiting=self._exiting)
         for name, value in self._fields.items():
             setattr(hb, name, value)
         for name, value in self._metrics.items():

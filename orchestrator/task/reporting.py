@@ -49,7 +49,8 @@ def _get():
                 if os.getppid() != context.orchestrator_pid:  # a child of the task: no watchdog
                     _reporter._orchestrator_pid = 0
                 _reporter.start()
-                atexit.register(_reporter.close)
+                # the interpreter is exiting: say so, the rest of its teardown may take seconds
+                atexit.register(_reporter.close, exiting=True)
         return _reporter
 
 

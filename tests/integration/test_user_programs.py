@@ -80,6 +80,17 @@ def test_training_finished_reports_phase_finishing_with_final_metrics(tmp_path):
     assert summary["metrics"]["accuracy"] == pytest.approx(0.9)
 
 
+def test_a_program_whose_interpreter_takes_long_to_exit_is_not_hung_on_its_way_out(tmp_path):
+    # the handler registered first runs last (atexit is LIFO): after the client's last heartbeat,
+    # a teardown longer than the heartbeat timeout (TensorFlow's can take seconds on a busy machine)
+    source = ("import atexit, time; atexit.register(time.sleep, 2.5)\n"
+              "from orchestrator.client import report, training_finished\n"
+              "report(step=1); training_finished(step=1)")
+    _, result, summary, _ = launch(tmp_path, source, heartbeat_timeout_s=1.0, restart_policy={"all": "never"})
+    assert result.exit_code == 0, summary["reason"]
+    assert summary["tasks"][0]["last_heartbeat"]["phase"] == "finishing"
+
+
 def test_importing_the_client_outside_a_task_starts_nothing():
     code = ("import sys, orchestrator.client as c; c.report(step=1); c.training_finished(); "
             "print(sorted(m for m in ('grpc', 'psutil', 'tensorflow') if m in sys.modules))")

@@ -191,6 +191,9 @@ TIMEOUTS = SupervisionSpec.create(heartbeat_timeout_s=10.0, stall_timeout_s=60.0
         (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="done", progress_at=100.0), 500.0, None),
         # ... until it reports: then it is covered like the others
         (TaskWatch(False, 0.0, heartbeat_at=100.0, phase="training", progress_at=100.0), 111.0, "no heartbeat"),
+        # a user's program whose interpreter is exiting (its atexit said so): only its exit counts
+        (TaskWatch(False, 0.0, heartbeat_at=100.0, phase="finishing", progress_at=100.0, exiting=True), 500.0, None),
+        (TaskWatch(False, 0.0, heartbeat_at=100.0, phase="training", progress_at=100.0, exiting=True), 500.0, None),
     ],
 )
 def test_hang_reason(watch, now, hung_because):
@@ -229,6 +232,11 @@ def test_next_check_at_is_exactly_when_a_task_can_first_be_hung(watch, finish_ti
 
 def test_a_program_that_never_reported_has_no_hang_check():
     assert next_check_at(TaskWatch(False, 0.0), TIMEOUTS) is None
+
+
+def test_an_exiting_program_has_no_hang_check():
+    assert next_check_at(TaskWatch(False, 0.0, heartbeat_at=5.0, phase="training", progress_at=5.0, exiting=True),
+                         TIMEOUTS) is None
 
 
 @pytest.mark.parametrize(
