@@ -1,7 +1,7 @@
 """Heartbeat ingest: how many heartbeats per second the real HealthServer absorbs, and its CPU.
 
 :func:`capacity` is the figure: paced load from :mod:`bench.h2load` (the real call as raw
-HTTP/2, one heartbeat per write, about a tenth of grpc.aio's client CPU) at rising offered
+HTTP/2, one heartbeat per write, about a fifth of grpc.aio's client CPU per heartbeat) at rising offered
 rates; the capacity is the highest rate the server stores as fast as it is sent.
 :func:`measure` is the older saturating load from grpc.aio clients (:mod:`bench.simhost`), kept as
 a cross-check: on 2 cores those clients need about as much CPU as the server, so it measures the
