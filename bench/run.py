@@ -9,7 +9,16 @@ during a 5-task job), ``client`` (per-task cost of the health client), ``ingest`
 lost to a preemption and to a SIGKILL with ``--checkpoint-every 10``), ``hogwild`` (examples/s
 of ``--strategy hogwild --threads`` 1, 2, 4 next to ``mirrored``).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
-writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table).
+writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
+``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
+results stay as they are).
+
+``--quick`` runs every section once with the fewest runs and shortest jobs that still give every
+figure: a smoke test of every code path, 7 TensorFlow jobs (jobs with the same arguments are
+shared between sections), ~3.5 minutes on this 2-core machine; its figures are not comparable to
+a full run's. Exit status: 0 when every section ran and every figure has at least
+one value, 1 otherwise (a section that raised, or a figure with no value), so CI catches a
+broken bench.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from bench import client_cost, ingest
@@ -30,6 +40,8 @@ from bench.stats import markdown_table, meets, ratios, summarize
 from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, run_hand, run_orchestrated
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
+SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild")
 
 
@@ -41,21 +53,59 @@ def _diff(record: dict, end: str, start: str):
     return None if record.get(end) is None or record.get(start) is None else round(record[end] - record[start], 3)
 
 
+def _tail(r, lines: int = 12) -> str:
+    """The last lines the orchestrator printed in run ``r`` (why a run came out incomplete)."""
+    return "".join(f"\n    | {line}" for _, line in r.events[-lines:])
+
+
 def log(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
 class Suite:
-    def __init__(self, quick: bool, workdir: Path) -> None:
+    def __init__(self, quick: bool, workdir: Path, results: Path = RESULTS) -> None:
         self.quick = quick
         self.workdir = workdir
+        self.results = results
         self.rows: list[dict] = []
         self.notes: list[str] = []
+        self.errors: list[str] = []
         self.n = 0
+        self._runs: dict = {}
+
+    def run_section(self, section: str) -> bool:
+        """Run one section; False (and the reason in ``errors``) when it raised or added a
+        figure without any value."""
+        log(f"section {section}")
+        started, rows_before = time.monotonic(), len(self.rows)
+        try:
+            getattr(self, section)()
+        except Exception:  # noqa: BLE001 - reported, and the suite's exit status says so
+            self.errors.append(f"section {section} raised:\n{traceback.format_exc()}")
+            log(f"section {section} FAILED after {time.monotonic() - started:.0f} s: {self.errors[-1]}")
+            return False
+        empty = [r["name"] for r in self.rows[rows_before:] if r["stat"]["runs"] == 0]
+        if empty or len(self.rows) == rows_before:
+            self.errors.append(f"section {section}: no value for {', '.join(empty) or 'any figure'}")
+            log(f"section {section} FAILED after {time.monotonic() - started:.0f} s: {self.errors[-1]}")
+            return False
+        log(f"section {section} done in {time.monotonic() - started:.0f} s")
+        return True
 
     def _id(self, prefix: str) -> str:
         self.n += 1
         return f"{prefix}-{self.n:02d}"
+
+    def _orchestrated(self, prefix: str, args: list[str], coordinator: str, **kwargs):
+        """``run_orchestrated``; with ``--quick``, a job with the very same arguments run earlier
+        by another section is reused (quick figures are smoke tests, not measurements)."""
+        key = (tuple(args), coordinator, tuple(sorted(kwargs.items())))
+        if self.quick and key in self._runs:
+            log(f"{prefix}: reusing run {self._runs[key].run_dir.name} (same arguments, --quick)")
+            return self._runs[key]
+        r = run_orchestrated(self.workdir, self._id(prefix), args, coordinator, **kwargs)
+        self._runs[key] = r
+        return r
 
     def add(self, ident: str, name: str, measure: str, unit: str, values, target: str | None = None,
             details: dict | None = None) -> dict:
@@ -63,7 +113,7 @@ class Suite:
         row = {"id": ident, "name": name, "measure": measure, "unit": unit, "stat": stat, "target": target,
                "met": meets(stat, target) if target else None, "details": details or {}}
         self.rows.append(row)
-        (RESULTS / f"{name}.json").write_text(json.dumps({**{k: v for k, v in row.items() if k != "stat"}, **stat},
+        (self.results / f"{name}.json").write_text(json.dumps({**{k: v for k, v in row.items() if k != "stat"}, **stat},
                                                          indent=2, default=str) + "\n")
         log(f"{name}: median {stat['median']} {unit} (min {stat['min']}, max {stat['max']}, {stat['runs']} runs)"
             + (f", target {target}: {'met' if row['met'] else 'MISSED'}" if target else ""))
@@ -72,15 +122,18 @@ class Suite:
     # -- 1, 2: throughput and launch -> first step -----------------------------------------
     def tf(self) -> None:
         pairs = 1 if self.quick else 5
-        topos = [Topology("mwms2", "multi_worker_mirrored", 0, 2, 0, 3 if self.quick else 10),
-                 Topology("pss", "parameter_server", 1, 2, 1, 2 if self.quick else 8)]
+        # --quick: MWMS only (PSS orchestration runs in the footprint section; hand-launched PSS
+        # only in the full run)
+        topos = [Topology("mwms2", "multi_worker_mirrored", 0, 2, 0, 2 if self.quick else 10)]
+        if not self.quick:
+            topos.append(Topology("pss", "parameter_server", 1, 2, 1, 8))
         for topo in topos:
             orch, hand = [], []
             for i in range(pairs):
                 order = ("o", "h") if i % 2 == 0 else ("h", "o")  # alternate who goes first: drift cancels
                 for side in order:
                     if side == "o":
-                        r = run_orchestrated(self.workdir, self._id(f"{topo.name}-orch"), topo.launch_args(), topo.coordinator)
+                        r = self._orchestrated(f"{topo.name}-orch", topo.launch_args(), topo.coordinator)
                         orch.append(r)
                     else:
                         r = run_hand(self.workdir, self._id(f"{topo.name}-hand"), topo)
@@ -127,18 +180,20 @@ class Suite:
         took over was ready before the kill.
         """
         runs = 1 if self.quick else 3
-        epochs, kill_step = (3, 60) if self.quick else (24, 915)
+        epochs, kill_step = (2, 67) if self.quick else (24, 915)
         pss_epochs, kill_epoch = (10, 2) if self.quick else (20, 3)
         detect, m_ratio, m_rec, m_cold, lost, p_ratio, p_rec, p_cold, details = ([] for _ in range(9))
         for _ in range(runs):
-            r = run_orchestrated(self.workdir, self._id("recovery-mwms"),
-                                 ["--workers", "2", "--epochs", str(epochs), "--inject-fault",
-                                  f"worker:1:kill@step={kill_step}"], "worker-0")
+            if self.quick:  # the checkpoint section's SIGKILL run (the same arguments): one job for both
+                args = self._lost_args(SIGKILL_EVERY_10)
+            else:
+                args = ["--workers", "2", "--epochs", str(epochs), "--inject-fault", f"worker:1:kill@step={kill_step}"]
+            r = self._orchestrated("recovery-mwms", args, "worker-0")
             fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
             resumed = TaskLog.read(r.run_dir / "attempt-1" / "worker-0" / "stdout.log")
             s = r.summary or {}
             if not fault or not s.get("failures") or not s.get("recoveries") or not resumed.first_step:
-                log(f"recovery run {r.run_dir.name}: incomplete (exit {r.exit_code})")
+                log(f"recovery run {r.run_dir.name}: incomplete (exit {r.exit_code}){_tail(r)}")
             else:
                 kill_at = fault[2]
                 d = s["failures"][0]["wall_time"] - kill_at
@@ -168,7 +223,7 @@ class Suite:
             c = r.first_step_s()
             if not r.killed_at or not back or not c:
                 log(f"recovery run {r.run_dir.name}: incomplete (exit {r.exit_code}, killed {r.killed_at}, "
-                    f"rejoined {bool(back)})")
+                    f"rejoined {bool(back)}){_tail(r)}")
                 continue
             rec = float(back[1]) - r.killed_at
             warm = _spares_warm(r, r.killed_at)
@@ -204,14 +259,13 @@ class Suite:
         timeout = 4.0
         decision, recorded = [], []
         for _ in range(runs):
-            r = run_orchestrated(self.workdir, self._id("hang"),
-                                 ["--workers", "2", "--epochs", "3", "--heartbeat-timeout", str(timeout),
+            r = self._orchestrated("hang", ["--workers", "2", "--epochs", "2" if self.quick else "3", "--heartbeat-timeout", str(timeout),
                                   "--restart-policy", "never", "--inject-fault", "worker:1:stop@step=30"], "worker-0")
             fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
             hung_line = next((t for t, line in r.events if "worker-1 is hung" in line), None)
             s = r.summary or {}
             if not fault or hung_line is None:
-                log(f"hang run {r.run_dir.name}: incomplete (exit {r.exit_code})")
+                log(f"hang run {r.run_dir.name}: incomplete (exit {r.exit_code}){_tail(r)}")
                 continue
             decision.append(hung_line - fault[2])
             if s.get("failures"):
@@ -238,26 +292,30 @@ class Suite:
                               f"CPU {_r(summarize(cpus)['median'])} % of a core while training")
         return peaks, cpus, tf_mapped
 
+    def _footprint_args(self) -> list[str]:
+        return ["--strategy", "parameter_server", "--workers", "1" if self.quick else "3", "--ps", "1",
+                "--epochs", "2" if self.quick else "4"]
+
     def footprint(self) -> None:
         runs = 1 if self.quick else 2
         results = []
+        workers = 1 if self.quick else 3  # --quick: chief + 1 worker + 1 ps, a smoke test of the path
+        tasks = workers + 2
         for _ in range(runs):
-            r = run_orchestrated(self.workdir, self._id("footprint"),
-                                 ["--strategy", "parameter_server", "--workers", "3", "--ps", "1", "--epochs",
-                                  "2" if self.quick else "4"], "chief-0", sample_s=0.25)
+            r = self._orchestrated("footprint", self._footprint_args(), "chief-0", sample_s=0.25)
             log(f"footprint run: exit {r.exit_code}, wall {r.wall_s:.1f} s, {len(r.samples)} samples")
             results.append(r)
-        peaks, cpus, tf_mapped = self._footprint_samples(results, "the 5-task job")
+        peaks, cpus, tf_mapped = self._footprint_samples(results, f"the {tasks}-task job")
         total_cpu = [100 * r.samples[-1]["cpu_s"] / (r.samples[-1]["t"] - r.launch_unix) for r in results if r.samples]
-        self.add("6", "orchestrator_peak_rss", "orchestrator peak RSS, PSS chief + 3 workers + 1 ps", "MB", peaks,
-                 "<= 100", {"tensorflow_mapped_in_orchestrator": tf_mapped})
-        self.add("6", "orchestrator_cpu", "orchestrator CPU while the 5 tasks train", "% of a core", cpus, "<= 3",
+        self.add("6", "orchestrator_peak_rss", f"orchestrator peak RSS, PSS chief + {workers} worker(s) + 1 ps", "MB",
+                 peaks, "<= 100", {"tensorflow_mapped_in_orchestrator": tf_mapped})
+        self.add("6", "orchestrator_cpu", f"orchestrator CPU while the {tasks} tasks train", "% of a core", cpus, "<= 3",
                  {"whole_run_incl_startup_percent": summarize(total_cpu)})
 
     # -- 6: client cost -----------------------------------------------------------------------
     def client(self) -> None:
         runs = 1 if self.quick else 3
-        res = [client_cost.measure(5.0 if self.quick else 15.0) for _ in range(runs)]
+        res = [client_cost.measure(3.0 if self.quick else 15.0, 1.5 if self.quick else 3.0) for _ in range(runs)]
         self.add("6", "client_rss", "health client per task: RSS, reporter process - bare Python", "MB",
                  [r["reporter_minus_bare_rss_mb"] for r in res], None,
                  {"bare_mb": summarize([r["bare"]["rss_mb"] for r in res]),
@@ -268,17 +326,33 @@ class Suite:
 
     # -- 5: ingest ----------------------------------------------------------------------------
     def ingest(self) -> None:
+        """The server's capacity under paced load (:func:`bench.ingest.capacity`: 1,000 streams
+        of raw HTTP/2, one heartbeat per write, rising offered rates), then the older saturating
+        load from grpc.aio clients as a cross-check (client-bound on 2 cores)."""
         runs = 1 if self.quick else 3
-        res = [ingest.measure(200, 2, 3.0 if self.quick else 6.0) for _ in range(runs)]
+        rates = [20000] if self.quick else [20000, 25000, 30000, 35000, 40000, 50000]
+        window = 2.0 if self.quick else 4.0
+        res = [ingest.capacity(rates, window_s=window) for _ in range(runs)]
         for r in res:
-            log(f"ingest: {r}")
-        self.add("5", "ingest_rate", f"heartbeat ingest, {res[0]['streams']} streams from 2 processes, same 2 cores",
-                 "heartbeats/s", [r["heartbeats_per_s"] for r in res], ">= 20000",
-                 {"runs": res})
-        self.add("5", "ingest_server_cpu", "HealthServer CPU while ingesting", "% of a core",
-                 [r["server_cpu_percent"] for r in res])
-        self.add("5", "ingest_per_server_core", "heartbeats per second per core the server uses", "heartbeats/core-s",
-                 [r["heartbeats_per_server_cpu_s"] for r in res], ">= 20000")
+            log("ingest: " + "; ".join(f"offered {s['offered_per_s']:.0f}/s: stored {s['stored_per_s']:.0f}/s, server "
+                                       f"{s['server_cpu_percent']:.0f} %, clients {s['clients_cpu_percent']:.0f} %, "
+                                       f"backlog {s['backlog_start']} -> {s['backlog_end']}"
+                                       f"{'' if s['sustained'] else ' (not sustained)'}" for s in r["steps"]))
+        first = [r["steps"][0] for r in res]
+        self.add("5", "ingest_rate", f"heartbeat ingest capacity: highest offered rate stored as fast as sent, "
+                 f"{res[0]['connections']} streams of paced load, same 2 cores", "heartbeats/s",
+                 [r["capacity"] for r in res], ">= 20000", {"runs": res})
+        self.add("5", "ingest_server_cpu", f"HealthServer CPU at {rates[0]:,} heartbeats/s offered", "% of a core",
+                 [s["server_cpu_percent"] for s in first])
+        self.add("5", "ingest_per_server_core", f"heartbeats stored per server CPU-second at {rates[0]:,}/s offered",
+                 "heartbeats/core-s", [s["per_server_core_s"] for s in first])
+        grpc_runs = [ingest.measure(200, 2, 2.0 if self.quick else 6.0) for _ in range(runs)]
+        for r in grpc_runs:
+            log(f"ingest, grpc.aio clients: {r}")
+        self.add("5", "ingest_grpc_clients", "heartbeat ingest, 200 grpc.aio streams sending flat out (the clients "
+                 "share the 2 cores: client-bound)", "heartbeats/s", [r["heartbeats_per_s"] for r in grpc_runs], None,
+                 {"runs": grpc_runs, "clients_cpu_percent": summarize(r["clients_cpu_percent"] for r in grpc_runs),
+                  "server_cpu_percent": summarize(r["server_cpu_percent"] for r in grpc_runs)})
 
     # -- 7: scale -----------------------------------------------------------------------------
     def scale(self) -> None:
@@ -317,24 +391,27 @@ class Suite:
 
 
     # -- 8: checkpoint cost and steps lost ----------------------------------------------
+    def _lost_args(self, fault: list[str]) -> list[str]:
+        return ["--workers", "2", "--epochs", "2" if self.quick else "3", "--restart-backoff", "0.2", *fault]
+
     def checkpoint(self) -> None:
         """MWMS 2 workers, fit: per-epoch examples/s with ``--checkpoint-every`` 10 and 50 over
         the same job checkpointing per epoch only (45 steps), runs interleaved in rotating order
         and paired by round; then steps lost to a preemption (SIGTERM, ``term`` fault) and to a
         SIGKILL with ``--checkpoint-every 10``."""
         rounds = 1 if self.quick else 3
-        epochs = 3 if self.quick else 5
-        settings = {"epoch": [], "50": [], "10": []}
+        epochs = 2 if self.quick else 5
+        # --quick: per epoch only (the tf section's run, reused); --checkpoint-every 10 runs in the SIGKILL run
+        settings: dict[str, list] = {"epoch": []} if self.quick else {"epoch": [], "50": [], "10": []}
         order = list(settings)
         for i in range(rounds):
-            for every in order[i % 3:] + order[:i % 3]:
+            for every in order[i % len(order):] + order[:i % len(order)]:
                 extra = [] if every == "epoch" else ["--checkpoint-every", every]
-                r = run_orchestrated(self.workdir, self._id(f"ckpt-{every}"),
-                                     ["--workers", "2", "--epochs", str(epochs), *extra], "worker-0")
+                r = self._orchestrated(f"ckpt-{every}", ["--workers", "2", "--epochs", str(epochs), *extra], "worker-0")
                 settings[every].append(r.coordinator.examples_per_second())
                 log(f"checkpoint {every}: {settings[every][-1]} examples/s")
         base = settings["epoch"]
-        for every in ("10", "50"):
+        for every in [e for e in ("10", "50") if e in settings]:
             self.add("8", f"checkpoint_every_{every}_throughput_ratio",
                      f"throughput with --checkpoint-every {every} / per-epoch checkpoints (45 steps), MWMS 2 workers",
                      "ratio", ratios(settings[every], base), None,
@@ -344,10 +421,8 @@ class Suite:
         lost = {"preemption": [], "sigkill_every_10": []}
         details = []
         for _ in range(1):
-            for kind, args in (("preemption", ["--inject-fault", "worker:1:term@step=60"]),
-                               ("sigkill_every_10", ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"])):
-                r = run_orchestrated(self.workdir, self._id(f"lost-{kind}"),
-                                     ["--workers", "2", "--epochs", "3", "--restart-backoff", "0.2", *args], "worker-0")
+            for kind, args in (("preemption", PREEMPTION), ("sigkill_every_10", SIGKILL_EVERY_10)):
+                r = self._orchestrated(f"lost-{kind}", self._lost_args(args), "worker-0")
                 out = (r.run_dir / "attempt-0" / "worker-1" / "stdout.log").read_text(errors="replace") \
                     if (r.run_dir / "attempt-0" / "worker-1" / "stdout.log").exists() else ""
                 fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
@@ -369,24 +444,26 @@ class Suite:
         """Examples/s (median per-epoch rate after the first epoch) of ``--strategy hogwild
         --threads`` 1, 2, 4 and of ``--strategy mirrored`` (2 replicas, fit), interleaved."""
         rounds = 1 if self.quick else 3
-        epochs = 3 if self.quick else 6
+        epochs = 2 if self.quick else 6
         cases = {"hogwild-1": ["--strategy", "hogwild", "--threads", "1"],
                  "hogwild-2": ["--strategy", "hogwild", "--threads", "2"],
                  "hogwild-4": ["--strategy", "hogwild", "--threads", "4"],
                  "mirrored": ["--strategy", "mirrored", "--replicas", "2"]}
+        if self.quick:  # one Hogwild size (mirrored: the full run and tests/e2e)
+            cases = {"hogwild-2": cases["hogwild-2"]}
         rates: dict[str, list] = {k: [] for k in cases}
         accuracy: dict[str, list] = {k: [] for k in cases}
         names = list(cases)
         for i in range(rounds):
-            for name in names[i % 4:] + names[:i % 4]:
-                r = run_orchestrated(self.workdir, self._id(name), [*cases[name], "--epochs", str(epochs)], "worker-0")
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                r = self._orchestrated(name, [*cases[name], "--epochs", str(epochs)], "worker-0")
                 rates[name].append(r.coordinator.examples_per_second())
                 accuracy[name].append(((r.summary or {}).get("metrics") or {}).get("test_accuracy"))
                 log(f"{name}: {rates[name][-1]} examples/s, test accuracy {accuracy[name][-1]}")
         for name in names:
             self.add("9", f"{name.replace('-', '_')}_examples_per_second", f"{name} examples/s (one task, 2 cores)",
                      "examples/s", rates[name], None, {"test_accuracy": summarize(accuracy[name])})
-        for name in names[:3]:
+        for name in [n for n in names if n != "mirrored"] if "mirrored" in rates else []:
             self.add("9", f"{name.replace('-', '_')}_over_mirrored", f"{name} / mirrored (2 replicas) examples/s",
                      "ratio", ratios(rates[name], rates["mirrored"]))
 
@@ -459,7 +536,7 @@ def write_report(suite: Suite, meta: dict, only: list[str] | None = None) -> str
         lines += ["Notes:", ""] + [f"- {n}" for n in suite.notes] + [""]
     text = "\n".join(lines)
     if only:  # keep the full run's table; replace this selection's earlier section, if any
-        readme = RESULTS / "README.md"
+        readme = suite.results / "README.md"
         old = readme.read_text() if readme.exists() else "# Benchmark results\n"
         head = f"## {title}"
         if head in old:
@@ -468,33 +545,39 @@ def write_report(suite: Suite, meta: dict, only: list[str] | None = None) -> str
             old = old[:start] + (old[nxt + 1:] if nxt != -1 else "")
         readme.write_text(old.rstrip("\n") + "\n\n" + text)
         return text
-    (RESULTS / "README.md").write_text(text)
+    (suite.results / "README.md").write_text(text)
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one short run of everything (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="one short run of every section (smoke test, ~2 min)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS,
+                        help=f"where the JSON files and README.md go (default {RESULTS})")
     args = parser.parse_args(argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = args.results_dir.resolve()
+    results.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bench-runs-"))
-    suite = Suite(args.quick, workdir)
+    suite = Suite(args.quick, workdir, results)
     started = time.monotonic()
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    log(f"runs in {workdir}; load average {load_before}")
+    log(f"runs in {workdir}; results to {results}; load average {load_before}")
     try:
         for section in args.only or SECTIONS:
-            log(f"section {section}")
-            getattr(suite, section)()
+            suite.run_section(section)
     finally:
         meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(), "quick": args.quick,
                 "load_before": load_before, "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-                "duration_s": time.monotonic() - started, "sections": args.only or list(SECTIONS)}
+                "duration_s": time.monotonic() - started, "sections": args.only or list(SECTIONS),
+                "errors": suite.errors}
         suite_file = "suite.json" if not args.only else f"suite-{'-'.join(args.only)}.json"
-        (RESULTS / suite_file).write_text(json.dumps(meta, indent=2) + "\n")
+        (results / suite_file).write_text(json.dumps(meta, indent=2) + "\n")
         print(write_report(suite, meta, args.only))
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    log(f"done in {meta['duration_s']:.0f} s" + (f"; {len(suite.errors)} section(s) FAILED" if suite.errors else ""))
+    for error in suite.errors:
+        print(f"bench error: {error}", flush=True)
+    return 1 if suite.errors else 0

@@ -39,7 +39,7 @@ REGISTER_MAX_WAIT_S = 10.0
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
-@dataclass
+@dataclass(slots=True)
 class HeartbeatRecord:
     """The latest heartbeat of a task attempt and when it arrived.
 
@@ -57,46 +57,61 @@ class HeartbeatRecord:
 
 
 class HeartbeatStore:
-    """Thread-safe latest-heartbeat table keyed by (TaskId, attempt)."""
+    """Thread-safe latest-heartbeat table keyed by (TaskId, attempt).
+
+    :meth:`record` runs once per heartbeat on the server's event loop, so it does the least it
+    can: records are found by the raw ``(task_type, task_index, attempt)`` of the message; the
+    ``(TaskId, attempt)`` key readers see is built once per attempt.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._records: dict[tuple[TaskId, int], HeartbeatRecord] = {}
-        self._changed: dict[tuple[TaskId, int], HeartbeatRecord] = {}
+        # raw (task_type, task_index, attempt) -> ((TaskId, attempt), latest record)
+        self._records: dict[tuple[str, int, int], tuple[tuple[TaskId, int], HeartbeatRecord]] = {}
+        self._changed: dict[tuple[str, int, int], tuple[tuple[TaskId, int], HeartbeatRecord]] = {}
         self._task_ids: dict[tuple[str, int], TaskId] = {}
         self.total = 0
 
     def record(self, heartbeat: pb.Heartbeat) -> None:
         """Store ``heartbeat`` as the latest of its task attempt."""
         t = heartbeat.task
+        raw = (t.task_type, t.task_index, t.attempt)
         now = self._clock()
         with self._lock:
-            task = self._task_ids.get((t.task_type, t.task_index))
-            if task is None:
-                task = self._task_ids[(t.task_type, t.task_index)] = TaskId(t.task_type, t.task_index)
-            key = (task, t.attempt)
             self.total += 1
-            old = self._records.get(key)
-            if old is None:
-                old = self._records[key] = HeartbeatRecord(heartbeat, now, now, 1)
+            entry = self._records.get(raw)
+            if entry is None:
+                entry = self._records[raw] = (self._key(raw), HeartbeatRecord(heartbeat, now, now, 1))
             else:
-                old.heartbeat, old.received_at, old.count = heartbeat, now, old.count + 1
-            self._changed[key] = old
+                rec = entry[1]
+                rec.heartbeat = heartbeat
+                rec.received_at = now
+                rec.count += 1
+            self._changed[raw] = entry
+
+    def _key(self, raw: tuple[str, int, int]) -> tuple[TaskId, int]:
+        task = self._task_ids.get(raw[:2])
+        if task is None:
+            task = self._task_ids[raw[:2]] = TaskId(raw[0], raw[1])
+        return task, raw[2]
 
     def drain(self) -> dict[tuple[TaskId, int], HeartbeatRecord]:
         """The latest record (a copy) of every task attempt that sent a heartbeat since the
         last drain, keyed by (task, attempt): what changed, so a reader's work is O(changes)."""
         with self._lock:
             changed, self._changed = self._changed, {}
-            return {k: HeartbeatRecord(r.heartbeat, r.received_at, r.first_received_at, r.count)
-                    for k, r in changed.items()}
+            return {key: HeartbeatRecord(r.heartbeat, r.received_at, r.first_received_at, r.count)
+                    for key, r in changed.values()}
 
     def get(self, task: TaskId, attempt: int) -> HeartbeatRecord | None:
         """The latest record of one attempt (a copy), or None before its first heartbeat."""
         with self._lock:
-            rec = self._records.get((task, attempt))
-            return None if rec is None else HeartbeatRecord(rec.heartbeat, rec.received_at, rec.first_received_at, rec.count)
+            entry = self._records.get((task.task_type, task.task_index, attempt))
+            if entry is None:
+                return None
+            rec = entry[1]
+            return HeartbeatRecord(rec.heartbeat, rec.received_at, rec.first_received_at, rec.count)
 
 
 class _TokenInterceptor(grpc.aio.ServerInterceptor):
@@ -158,9 +173,12 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
         self._stop = stop
 
     async def StreamHeartbeats(self, request_iterator, context):  # noqa: N802 - gRPC name
+        # the hot path (one pass per heartbeat): context.read() directly, not the request
+        # iterator (an async generator around the same read), and no attribute look-ups per message
+        record, read, eof = self._store.record, context.read, grpc.aio.EOF
         received = 0
-        async for heartbeat in request_iterator:
-            self._store.record(heartbeat)
+        while (heartbeat := await read()) is not eof:
+            record(heartbeat)
             received += 1
         return pb.StreamSummary(received=received)
 
@@ -255,7 +273,13 @@ class HealthServer:
     async def _serve(self) -> None:
         server = grpc.aio.server(
             interceptors=[_TokenInterceptor(self._token)],
-            options=[("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                # no BDP probing: it sizes receive windows for bulk transfers, while heartbeats are
+                # ~100-byte messages; on a stream of them it pings the peer again and again (the
+                # server's and the task's CPU), about a fifth of the server's cost per heartbeat
+                ("grpc.http2.bdp_probe", 0),
+            ],
         )
         pb_grpc.add_SupervisorServicer_to_server(
             SupervisorServicer(self._store, self._release_port, self._register, self._status, self._stop), server)
