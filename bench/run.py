@@ -181,7 +181,7 @@ class Suite:
         """
         runs = 1 if self.quick else 3
         epochs, kill_step = (2, 67) if self.quick else (24, 915)
-        pss_epochs, kill_epoch = (10, 2) if self.quick else (20, 3)
+        pss_epochs, kill_epoch = (7, 2) if self.quick else (20, 3)
         detect, m_ratio, m_rec, m_cold, lost, p_ratio, p_rec, p_cold, details = ([] for _ in range(9))
         for _ in range(runs):
             if self.quick:  # the checkpoint section's SIGKILL run (the same arguments): one job for both

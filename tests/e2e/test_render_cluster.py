@@ -101,7 +101,7 @@ def test_every_example_spec_launches(tmp_path, path):
     run_id = path.stem
     result = subprocess.run(
         orchestrator_cmd("launch", "--spec", str(path), "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id,
-                         "--epochs", "1", "--steps-per-epoch", "5"),
+                         "--epochs", "1", "--steps-per-epoch", "5", "--spares", "0"),  # no restart: no spares
         capture_output=True, text=True, timeout=240, cwd=REPO, env=test_env(),
     )
     summary = json.loads((tmp_path / run_id / "summary.json").read_text())

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 
 def launch(tmp_path: Path, run_id: str, *args: str, timeout_s: float = 300) -> tuple[subprocess.CompletedProcess, dict]:
     result = subprocess.run(
-        orchestrator_cmd("launch", "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id, *args),
+        # no restart to speed up here: warm spares would only take CPU from these short jobs
+        orchestrator_cmd("launch", "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id, "--spares", "0", *args),
         capture_output=True, text=True, timeout=timeout_s, cwd=REPO, env=test_env(),
     )
     summary = json.loads((tmp_path / run_id / "summary.json").read_text())
@@ -68,7 +69,7 @@ def test_two_launches_at_the_same_moment_do_not_collide(tmp_path):
     procs = [
         subprocess.Popen(
             orchestrator_cmd("launch", "--quiet", "--runs-dir", str(tmp_path), "--run-id", f"twin{i}", "--workers", "2",
-                             "--epochs", "1"),
+                             "--epochs", "1", "--spares", "0"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=test_env(),
         )
         for i in range(2)

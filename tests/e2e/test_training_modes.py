@@ -16,7 +16,8 @@ pytestmark = pytest.mark.e2e
 
 def launch(tmp_path: Path, run_id: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     result = subprocess.run(
-        orchestrator_cmd("launch", "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id, *args),
+        # no restart to speed up here: warm spares would only take CPU from these short jobs
+        orchestrator_cmd("launch", "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id, "--spares", "0", *args),
         capture_output=True, text=True, timeout=300, cwd=REPO, env=test_env(),
     )
     summary = json.loads((tmp_path / run_id / "summary.json").read_text())

@@ -70,7 +70,9 @@ def main() -> None:
         model = keras.Sequential([keras.layers.Input((8,)), keras.layers.Dense(2)])
         model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(ds, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=0,
-                        callbacks=[WaitForSpares(args.wait_for_spares), keras_callback(batch_size=global_batch)])
+                        # the client first: step 3 is reported (its heartbeat thread sends it while the
+                        # wait blocks), and the spares start only once a step > 0 was reported
+                        callbacks=[keras_callback(batch_size=global_batch), WaitForSpares(args.wait_for_spares)])
     print("final loss", round(float(history.history["loss"][-1]), 4), flush=True)
 
 
