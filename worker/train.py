@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import socket
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
@@ -71,6 +72,38 @@ def train(context, reporter) -> None:
         _evaluate_sidecar(context, reporter, tf, keras, datasets.load(options.get("data"), seed), options)
         return
     Job(context, reporter, tf, keras, options).run()
+
+
+LEADER_WAIT_S = 30.0
+"""Bound on a trainer's wait for the coordination service leader's port, seconds."""
+
+
+def wait_for_coordination_leader(tf_config: dict, timeout_s: float = LEADER_WAIT_S) -> bool:
+    """Under MWMS, wait (bounded) until the coordination service leader (chief 0, else worker 0:
+    ``multi_worker_util.coordination_leader``) accepts TCP connections on its port; True once
+    it does, or when this task is the leader.
+
+    A trainer that creates its strategy before the leader's server listens gets its
+    ``RegisterTask`` call's connection refused, and gRPC retries it only after its reconnect
+    backoff (1 s at first): measured, a restart in warm spares, where every task builds its
+    strategy at the same moment, sometimes lost about 1.2 s there. Polling the port every 20 ms
+    costs nothing. The orchestrator's port reservation binds without listening, so it is
+    refused like a port nobody holds.
+    """
+    cluster, task = tf_config.get("cluster", {}), tf_config.get("task", {})
+    leader_type = "chief" if cluster.get("chief") else "worker"
+    if not cluster.get(leader_type) or (task.get("type"), int(task.get("index", 0))) == (leader_type, 0):
+        return True
+    host, _, port = str(cluster[leader_type][0]).rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
 
 
 class Job:
@@ -113,6 +146,8 @@ class Job:
             return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.reporter.release_port()
+        if strategy_name == "multi_worker_mirrored":
+            wait_for_coordination_leader(self.context.tf_config)
         if strategy_name == "parameter_server":
             from worker import rotation
 
