@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from orchestrator.client import keras_callback  # noqa: E402
+from orchestrator.client import keras_callback, report  # noqa: E402
 
 
 class WaitForSpares(keras.callbacks.Callback):
@@ -39,6 +39,9 @@ class WaitForSpares(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if batch != 2 or self.count <= 0 or os.environ.get("ORCH_ATTEMPT") != "0":
             return
+        # spares start once the supervisor saw a step > 0: say it now (the callback's own reports
+        # are paced by the heartbeat interval, and three quick batches may not have sent one)
+        report(step=batch + 1)
         pattern = os.path.join(os.environ["ORCH_RUN_DIR"], "spares", "spare-*.log")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -70,8 +73,6 @@ def main() -> None:
         model = keras.Sequential([keras.layers.Input((8,)), keras.layers.Dense(2)])
         model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(ds, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=0,
-                        # the client first: step 3 is reported (its heartbeat thread sends it while the
-                        # wait blocks), and the spares start only once a step > 0 was reported
                         callbacks=[keras_callback(batch_size=global_batch), WaitForSpares(args.wait_for_spares)])
     print("final loss", round(float(history.history["loss"][-1]), 4), flush=True)
 
