@@ -282,7 +282,10 @@ class Suite:
         for r in runs:
             if r.summary:
                 peaks.append(r.summary["orchestrator"]["peak_rss_bytes"] / 2**20)
-            running = next((t for t, line in r.events if "training step" in line), None)
+            # training from the coordinator's first step (its BENCH_TIMING marker), else from the
+            # first live line that shows a step (a short --quick job may print none)
+            running = (r.coordinator.first_step[1] if r.coordinator.first_step
+                       else next((t for t, line in r.events if "training step" in line), None))
             window = [s for s in r.samples if running and s["t"] >= running]
             if len(window) >= 2 and window[-1]["t"] > window[0]["t"]:
                 cpus.append(100 * (window[-1]["cpu_s"] - window[0]["cpu_s"]) / (window[-1]["t"] - window[0]["t"]))
