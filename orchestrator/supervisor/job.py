@@ -304,7 +304,7 @@ class Supervisor:
                 self._stop(live, "stopped: orchestrator error")
             try:
                 self.backend.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - cleanup never costs the user the result
                 log.warning("the %s backend failed to clean up", self.backend.name, exc_info=True)
         return self.finish()
 
