@@ -258,6 +258,30 @@ def test_a_sigterm_from_outside_too_late_to_matter_is_said_not_swallowed(tmp_pat
     assert not any("worker-0 received" in e for e in h.view.events)
 
 
+def test_a_second_failure_of_a_pss_worker_waits_for_a_new_rejoin_not_the_old_count(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)
+    h.tick(0.1)
+    h.tick(1.0)
+    h.beat("chief-0", "training", 40, **{"rejoined:worker-1": 1})
+    h.tick(0.1)
+    h.beat("worker-1", "serving")
+    h.tick(0.1)
+    h.exit("worker-1", -signal.SIGKILL)  # again
+    h.tick(0.1)
+    h.tick(5.0)  # past the second restart's backoff
+    h.beat("chief-0", "training", 60, **{"rejoined:worker-1": 1})  # the count of the first rejoin, sent again
+    h.tick(0.5)
+    first, second = h.sup.snapshot().recoveries
+    assert second.restarted_at_s is not None
+    assert first.resumed_at_s is not None and second.resumed_at_s is None
+    h.beat("chief-0", "training", 70, **{"rejoined:worker-1": 2})
+    h.tick(0.1)
+    assert h.sup.snapshot().recoveries[1].resumed_at_s is not None
+
+
 def test_a_pss_worker_restarted_before_the_coordinator_trains_has_recovered_once_it_serves(tmp_path):
     h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
     h.all_beat("initializing")
