@@ -32,7 +32,7 @@ from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
 from orchestrator.spec.loader import SUPERVISION_KEYS, TOP_KEYS, TRAINING_KEYS, build_spec, check_spec_mapping, read_spec_file, suggest
 from orchestrator.spec.model import JobSpec, TaskId
-from orchestrator.supervisor import JobResult, Supervisor
+from orchestrator.supervisor import Supervisor
 from orchestrator.supervisor.job import View
 from orchestrator.supervisor.snapshot import JobSnapshot
 from orchestrator.web.server import WebServer, parse_bind
@@ -279,8 +279,8 @@ def prepare(
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint)
 
 
-def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[JobResult, dict[str, Any]]:
-    """Supervise the job to its end; returns the result and the summary (also written, with
+def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[JobSnapshot, dict[str, Any]]:
+    """Supervise the job to its end; returns the final snapshot and the summary (also written, with
     ``history.json``: the progress series and events the page charts).
 
     Args:
@@ -293,7 +293,7 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
     """
     try:
         result = job.supervisor.run()
-        summary = build_summary(job.supervisor.snapshot())
+        summary = build_summary(result)
         write_summary(job.plan.run_dir, summary)  # before the endpoint goes: a status query always finds one
         try:
             job.recorder.write(job.plan.run_dir)
@@ -367,13 +367,13 @@ class Outcome:
         status: ``Succeeded``, ``Failed`` or ``Interrupted``.
         exit_code: what the CLI would exit with: 0, 1 or 130.
         summary: ``summary.json`` as a dict.
-        result: the supervisor's result (root cause, failures, recoveries, wall time).
+        result: the job's final snapshot (root cause, failures, recoveries, lives, wall time).
     """
 
     status: str
     exit_code: int
     summary: dict[str, Any]
-    result: JobResult
+    result: JobSnapshot
 
     @property
     def succeeded(self) -> bool:

@@ -44,6 +44,8 @@ class TaskPlan:
             under ParameterServerStrategy): the orchestrator stops them at the end.
         reports_heartbeats: False for a user's own program, which may or may not call
             ``orchestrator.client.report``; its health comes from the process itself.
+        module: the built-in program's module (``worker``, ``ps``), "" for a user's program:
+            what a warm spare preloads (:data:`SPARE_PRELOAD`).
     """
 
     task: TaskId
@@ -54,6 +56,7 @@ class TaskPlan:
 
     serves_forever: bool = False
     reports_heartbeats: bool = True
+    module: str = ""
 
 
 @dataclass(frozen=True)
@@ -317,7 +320,8 @@ def make_plan(
                 env=task_env,
                 tf_config=tf_config(addresses, task),
                 serves_forever=spec.serves_forever(task),
-                reports_heartbeats=not (commands or {}).get(task.task_type),
+                reports_heartbeats=not user_program,
+                module="" if user_program else module,
             )
         )
     return Plan(

@@ -218,6 +218,17 @@ class Backend(abc.ABC, Generic[H]):
         killer): True, False, or None when the backend cannot tell. Default: None."""
         return None
 
+    def memory_total_bytes(self, handle: H) -> int | None:
+        """Memory of the node or container the attempt ran in, bytes (its limit when it has
+        one), None when unknown: an RSS near it means a SIGKILL was likely the OOM killer's.
+        Default: None."""
+        return None
+
+    def job_preempted(self) -> bool | None:
+        """Whether the engine is preempting the whole job now (Slurm: the job's state), None
+        when the backend cannot tell. Default: None."""
+        return None
+
     def register_address(self, task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> Registration:
         """A task bound ``host:port`` on its node and registers it; waits at most ``wait_s``
         seconds for the rest of the training cluster. Called from the health server's worker

@@ -384,6 +384,13 @@ class LocalBackend(Backend[LocalProcess]):
         self.signal(process, signal.SIGCONT)  # py-spy cannot read a stopped process; it is killed next anyway
         return py_spy_dump(process.pid, timeout_s)
 
+    def memory_total_bytes(self, process: LocalProcess) -> int | None:
+        """This machine's physical memory, bytes (``sysconf``)."""
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return None
+
     def oom_killed(self, process: LocalProcess) -> bool | None:
         """True when the cgroup's OOM-kill count grew while the attempt ran (cgroup v2
         ``memory.events`` or v1 ``memory.oom_control``); None when it cannot be read."""

@@ -78,6 +78,7 @@ FLAG_FIELDS = {
     "finish_timeout": "supervision.finish_timeout_s",
     "success_policy": "supervision.success_policy",
     "spares": "supervision.spares",
+    "preemption_exit_codes": "supervision.preemption_exit_codes",
     "checkpoint_every": "training.checkpoint_every",
     "threads": "training.threads",
 }

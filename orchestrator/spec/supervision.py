@@ -113,6 +113,14 @@ class SupervisionSpec:
             training stall.
         spares: warm spare task processes kept ready once the job trains; None (default)
             for as many as one restart needs (MWMS: the group; otherwise one), 0 for none.
+        preemption_exit_codes: exit codes that mean "preempted: my state is saved, restart me":
+            retried under every policy but ``never``, never counted against ``max_restarts``,
+            never waiting a backoff. Default 143 (TF's ``_RESTARTABLE_EXIT_CODE``, what the
+            built-in trainers exit with) and 42 (the ``exit_fn`` default of TF's
+            ``TerminationConfig`` off Google Cloud: ``PreemptionCheckpointHandler`` exits 42 after
+            its save); a program whose ``TerminationConfig(exit_fn=...)`` exits with another code
+            lists it here (``--preemption-exit-codes 143,42,7``). A death by SIGTERM that the
+            orchestrator did not send counts too.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -126,6 +134,7 @@ class SupervisionSpec:
     success_policy: SuccessPolicy | None = None
     finish_timeout_s: float | None = None
     spares: int | None = None
+    preemption_exit_codes: tuple[int, ...] = (143, 42)
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -145,6 +154,8 @@ class SupervisionSpec:
                 raise SpecError(name, role, "unknown role", "use chief, worker, ps, evaluator or all")
         if fields.get("success_policy") is not None:
             fields["success_policy"] = SuccessPolicy.parse(fields["success_policy"])
+        if fields.get("preemption_exit_codes") is not None:
+            fields["preemption_exit_codes"] = _exit_codes(fields["preemption_exit_codes"])
         spec = cls(restart_policy=policies, **fields)
         spec.validate()
         return spec
@@ -177,6 +188,28 @@ class SupervisionSpec:
     def policy(self, role: str) -> RestartPolicy:
         return self.restart_policy.get(role, RestartPolicy.EXIT_CODE)
 
+    def preemption_code(self, exit_code: int | None) -> bool:
+        """``exit_code`` (Popen's: negative for a signal) says the task was preempted: one of
+        :attr:`preemption_exit_codes`, or a death by SIGTERM (the orchestrator's own stops are
+        told apart before this is asked)."""
+        return exit_code is not None and (exit_code in self.preemption_exit_codes or exit_code == -15)
+
+
+def _exit_codes(value: object) -> tuple[int, ...]:
+    """``"143,42"``, ``[143, 42]`` or ``143`` as a tuple of exit codes 1-255."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    codes = []
+    for item in items:
+        try:
+            code = int(str(item).strip())
+        except ValueError:
+            code = -1
+        if not 1 <= code <= 255 or isinstance(item, bool):
+            raise SpecError("preemption_exit_codes", value, "must be exit codes from 1 to 255",
+                            "e.g. --preemption-exit-codes 143,42")
+        codes.append(code)
+    return tuple(codes)
+
 
 FIX_EXAMPLES = {
     "backoff_s": "e.g. --restart-backoff 1",
@@ -187,6 +220,7 @@ FIX_EXAMPLES = {
     "deadline_s": "e.g. --deadline 600",
     "finish_timeout_s": "e.g. --finish-timeout 600",
     "spares": "e.g. --spares 2",
+    "preemption_exit_codes": "e.g. --preemption-exit-codes 143,42",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:

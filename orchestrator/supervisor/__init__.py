@@ -1,14 +1,14 @@
 """Supervision: decisions (pure), the loop that acts on them, task states, failures, snapshots."""
 
-from orchestrator.supervisor.job import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED, JobResult, Supervisor
+from orchestrator.supervisor.job import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_SUCCEEDED, Supervisor
 from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState, describe_exit
 
 __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "EXIT_PREEMPTED",
     "EXIT_SUCCEEDED",
     "Failure",
-    "JobResult",
     "JobState",
     "Supervisor",
     "TaskRuntime",

@@ -31,6 +31,8 @@ Rules and their sources:
   every collective, so the whole group restarts. PSS: a worker restarts alone (the
   coordinator re-dispatches its closures); a ps or the coordinator failing restarts the
   whole cluster from the last checkpoint. The evaluator restarts alone, never fails the job.
+* Order (:func:`exit_order`, :func:`cause_first`): of exits seen in one look, deaths by a
+  signal are handled first; of failures seen together, the one that got the preemption notice.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def retry_verdict(
     task_name: str,
     attempt: int,
     peer: str = "",
-    training_ended: str = "",
+    preempted: bool | None = None,
 ) -> RetryVerdict:
     """Decide whether a failure may be restarted.
 
@@ -134,16 +136,17 @@ def retry_verdict(
         attempt: the attempt that failed (0 first), for the message.
         peer: the peer-consequence error it died of (:func:`peer_error`), or "": retryable
             under ``exit-code`` whatever the code.
-        training_ended: why training counts as ended (e.g. ``worker-0 reported finishing``),
-            or "": a restart would rerun finished training from scratch, so none is made.
+        preempted: the exit is a preemption (the spec's ``preemption_exit_codes``); None:
+            ``exit_code`` == :data:`~orchestrator.env.PREEMPTED_EXIT_CODE`.
 
-    A preemption (``exit_code`` == :data:`~orchestrator.env.PREEMPTED_EXIT_CODE`) is retried
-    under every policy except ``never``, whatever the exit-code ranges say.
+    A preemption is retried under every policy except ``never``, whatever the exit-code
+    ranges say, and never runs out of restarts: it is not counted against ``max_restarts``
+    (a disruption must not use up the budget; Kubernetes' ``DisruptionTarget`` rule).
     """
-    if training_ended:
-        return RetryVerdict(False, f"training had ended ({training_ended}), and a restart would run it again")
-    if policy is not RestartPolicy.NEVER and exit_code == PREEMPTED_EXIT_CODE:
-        pass  # preempted: it saved its state and asks to be restarted
+    if preempted is None:
+        preempted = exit_code == PREEMPTED_EXIT_CODE
+    if policy is not RestartPolicy.NEVER and preempted:
+        return RetryVerdict(True)  # preempted: it saved its state and asks to be restarted
     elif policy is RestartPolicy.EXIT_CODE and peer:
         pass  # a consequence of a peer: retryable whatever the exit code
     elif not policy.retryable(exit_code):
@@ -337,3 +340,91 @@ def culprit_order(steps: Sequence[int | None]) -> list[int]:
         return -1 if step is None else step
 
     return sorted(range(len(steps)), key=behind)
+
+
+def exit_order(codes: Sequence[int]) -> list[int]:
+    """Indices of exits seen in the same look, in the order to handle them: deaths by a
+    signal first (negative Popen codes: a SIGKILL or SIGSEGV is the likelier cause, its peers'
+    non-zero exits are consequences), otherwise in the order seen (the sort is stable).
+    The first one handled becomes the root cause when the job fails."""
+    return sorted(range(len(codes)), key=lambda i: codes[i] >= 0)
+
+
+def cause_first(notices: Sequence[bool]) -> list[int]:
+    """Indices of training-task failures seen together, the one that received a preemption
+    notice itself first (every MWMS worker saves and exits when one is preempted: the others
+    are its consequence), otherwise in the order given (stable)."""
+    return sorted(range(len(notices)), key=lambda i: not notices[i])
+
+
+def fatal_after_training(failed: Sequence[TaskId], *, trainers: Sequence[TaskId], coordinator: TaskId,
+                         success_policy: SuccessPolicy) -> list[int]:
+    """Of failures after training ended (never restarted: a restart would rerun training),
+    the indices of those that fail the job, earliest first: a chief, worker or ps failing
+    fails it; under the ``chief`` success policy only the coordinator's own failure (or a ps')
+    counts, since the coordinator's exit 0 is all the policy asks. Empty: the job goes on."""
+    fatal = [i for i, t in enumerate(failed) if t in trainers or t.task_type == "ps"]
+    if success_policy is SuccessPolicy.CHIEF and coordinator not in failed:
+        fatal = [i for i in fatal if failed[i].task_type == "ps"]
+    return fatal
+
+
+def training_ended(coordinator: str, coordinator_succeeded: bool, phases: Sequence[tuple[str, str | None]]) -> str:
+    """Why training counts as ended at a failure, "" when it does not: the coordinator
+    succeeded, or the coordinator or the failed task (``phases``: their names and last
+    reported phases, the evaluator left out) reported a post-training phase
+    (:data:`POST_TRAINING_PHASES`). A failure then is never restarted: a restart would rerun
+    finished training."""
+    if coordinator_succeeded:
+        return f"{coordinator} succeeded"
+    for name, phase in phases:
+        if phase in POST_TRAINING_PHASES:
+            return f"{name} reported {phase}"
+    return ""
+
+
+@dataclass(frozen=True)
+class FailureAction:
+    """What to do about the training-task failures seen in one look (:func:`failure_action`).
+
+    Attributes:
+        kind: ``restart`` (``tasks`` in ``scope``), ``fail`` (the job, ``why``), ``goes-on``
+            (training had ended and these failures do not count: ``why``), or ``preempt`` (the
+            whole job is being preempted: save and leave, restart nothing).
+        cause: index of the failure that is the cause (the root cause when the job fails).
+        tasks: what to restart.
+        scope: the restart's scope.
+        why: the reason, for ``fail`` and ``goes-on``.
+    """
+
+    kind: str
+    cause: int = 0
+    tasks: tuple[TaskId, ...] = ()
+    scope: RestartScope | None = None
+    why: str = ""
+
+
+def failure_action(failed: Sequence[TaskId], *, ended: str, job_preempted: bool, strategy: Strategy,
+                   training_tasks: Sequence[TaskId], trainers: Sequence[TaskId], coordinator: TaskId,
+                   success_policy: SuccessPolicy) -> FailureAction:
+    """Decide on training-task failures seen together, ``failed`` ordered by :func:`cause_first`.
+
+    Args:
+        failed: the failed tasks (chief, worker, ps), the likeliest cause first.
+        ended: why training counts as ended (:func:`training_ended`), "" when it does not.
+        job_preempted: the first failure is a preemption notice and the whole job is being
+            preempted (every task got SIGTERM from outside, or the engine says so).
+        strategy, training_tasks: for the restart scope (:func:`restart_scope`).
+        trainers, coordinator, success_policy: for failures after training (:func:`fatal_after_training`).
+
+    Whether a restart is allowed (policy, budget) is :func:`retry_verdict`'s, asked after this.
+    """
+    if job_preempted:
+        return FailureAction("preempt")
+    if ended:
+        fatal = fatal_after_training(failed, trainers=trainers, coordinator=coordinator, success_policy=success_policy)
+        if not fatal:
+            return FailureAction("goes-on", why=f"training had ended ({ended}); the job goes on")
+        return FailureAction("fail", cause=fatal[0], why=f"training had ended ({ended}), and a restart would run it again")
+    targets = restart_scope(strategy, list(failed), list(training_tasks))
+    return FailureAction("restart", tasks=targets.tasks, scope=targets.scope)

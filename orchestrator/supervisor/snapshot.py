@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Protocol
 
 from orchestrator.backends.base import SpareInfo
 from orchestrator.plan import Plan
+from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.states import Failure, JobState, TaskState
+from orchestrator.supervisor.lives import Life
+from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
+
+
+def phase_name(phase: int) -> str:
+    """``training`` for ``PHASE_TRAINING``."""
+    return str(pb.Phase.Name(phase)).removeprefix("PHASE_").lower()
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,8 @@ class JobSnapshot:
         recoveries: every restart decision, earliest first.
         fatal: the failure that ended the job, if one did (the root cause).
         spares: the warm spares started for the job and what became of them.
+        lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.lives`).
+        earlier_failures: the failures of earlier lives, as ``summary.json`` records.
     """
 
     plan: Plan
@@ -166,6 +175,8 @@ class JobSnapshot:
     recoveries: tuple[RecoveryRecord, ...]
     fatal: Failure | None = None
     spares: tuple[SpareInfo, ...] = ()
+    lives: tuple[Life, ...] = ()
+    earlier_failures: tuple[Mapping[str, object], ...] = ()
 
     @property
     def root_cause(self) -> Failure | None:
@@ -184,3 +195,73 @@ class JobSnapshot:
             if t.task == task:
                 return t
         raise KeyError(str(task))
+
+
+def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
+    """The latest heartbeat of ``rt``'s current attempt as plain values, None without one."""
+    record = rt.current.heartbeat
+    if record is None:
+        return None
+    hb = record.heartbeat
+    return LastHeartbeat(
+        phase=phase_name(hb.phase),
+        cpu_percent=hb.cpu_percent,
+        rss_bytes=hb.rss_bytes,
+        count=record.count,
+        age_s=now - record.received_at,
+        step=hb.step if hb.HasField("step") else None,
+        epoch=hb.epoch if hb.HasField("epoch") else None,
+        loss=hb.loss if hb.HasField("loss") else None,
+        examples_per_second=hb.examples_per_second if hb.HasField("examples_per_second") else None,
+        metrics=dict(hb.metrics),
+        message=hb.message,
+    )
+
+
+def task_snapshot(rt: TaskRuntime, now: float) -> TaskSnapshot:
+    """The immutable picture of one task at ``now`` (orchestrator monotonic seconds)."""
+    a = rt.current
+    return TaskSnapshot(
+        task=rt.task,
+        address=rt.plan.address,
+        state=a.state,
+        attempt=a.number,
+        restarts=rt.restarts,
+        pid=a.pid,
+        exit_code=a.exit_code,
+        reason=a.reason,
+        stdout_path=a.stdout_path,
+        stderr_path=a.stderr_path,
+        heartbeat=last_heartbeat(rt, now),
+        cpu_percent=a.sample.cpu_percent if a.sample else None,
+        rss_bytes=a.sample.rss_bytes if a.sample else None,
+        history=tuple(dict(h) for h in rt.history),
+        reports_heartbeats=rt.plan.reports_heartbeats,
+        serves_forever=rt.plan.serves_forever,
+    )
+
+
+class View(Protocol):
+    """What the supervisor tells the user about (see :mod:`orchestrator.report.live`).
+
+    ``interval_s``: least seconds between two snapshots it wants; None for none until the
+    end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
+    """
+
+    interval_s: float | None
+
+    def update(self, snapshot: JobSnapshot) -> None: ...
+
+    def event(self, elapsed_s: float, text: str) -> None: ...
+
+
+class NullView:
+    """A view that shows nothing."""
+
+    interval_s: float | None = None
+
+    def update(self, snapshot: JobSnapshot) -> None:
+        pass
+
+    def event(self, elapsed_s: float, text: str) -> None:
+        pass

@@ -1,14 +1,16 @@
 """Job and task states, and the runtime record of one task.
 
-Job: Pending -> Starting -> Running -> (Restarting -> Running)* -> Succeeded | Failed | Interrupted.
+Job: Pending -> Starting -> Running -> (Restarting -> Running)* -> Succeeded | Failed | Preempted | Interrupted.
 Task: Pending -> Starting -> Running -> Succeeded | Failed | Stopped. Terminal states
 are terminal: a restart is a new attempt of the task.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,11 +28,12 @@ class JobState(str, enum.Enum):
     RESTARTING = "Restarting"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
-    INTERRUPTED = "Interrupted"  # stopped on request (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT): exit 130
+    PREEMPTED = "Preempted"  # saved and left on a preemption (SIGTERM to the orchestrator): exit 75, resumable
+    INTERRUPTED = "Interrupted"  # stopped on request (Ctrl-C, SIGHUP, SIGQUIT): exit 130
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED)
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.PREEMPTED, JobState.INTERRUPTED)
 
 
 class TaskState(str, enum.Enum):
@@ -69,15 +72,28 @@ def exit_fields(exit_code: int | None) -> dict[str, object]:
 
 
 @dataclass
-class TaskRuntime:
-    """What the supervisor knows about one task (its current attempt). Only the supervisor
-    reads or writes it; everyone else reads a :class:`~orchestrator.supervisor.snapshot.TaskSnapshot`.
+class Attempt:
+    """One attempt of one task: a fresh record per start (spec vs instance, as torch
+    elastic's ``WorkerSpec`` / ``Worker``). Times are orchestrator ``time.monotonic()`` seconds.
 
-    Times are orchestrator ``time.monotonic()`` seconds.
+    Attributes:
+        number: the attempt number (0 first; a resumed run counts on).
+        state: its state.
+        process: the backend's handle once started.
+        pid: its pid once started.
+        started_at, running_at, ended_at: when it started, was first seen running, ended.
+        exit_code: Popen return code once ended (negative: signal).
+        stop_requested: the orchestrator asked it to stop (its exit is then Stopped).
+        reason: why it is in its state (one line).
+        heartbeat: its latest heartbeat.
+        stdout_path, stderr_path, error_file: its log and JSON error files.
+        progress_at: when it last made progress (a new phase or step).
+        sample, sampled_at: the backend's CPU/RSS sample of a task that sends no heartbeats.
+        last_step: the last training step it reported.
+        peak_rss_bytes: the highest resident memory seen, bytes.
     """
 
-    plan: TaskPlan
-    attempt: int = 0
+    number: int = 0
     state: TaskState = TaskState.PENDING
     process: TaskHandle | None = None
     pid: int | None = None
@@ -91,17 +107,58 @@ class TaskRuntime:
     stdout_path: Path | None = None
     stderr_path: Path | None = None
     error_file: Path | None = None
-    restarts: int = 0
     progress_at: float | None = None
-    sample: ProcessSample | None = None  # of a task that sends no heartbeats
+    sample: ProcessSample | None = None
     sampled_at: float | None = None
     last_step: int | None = None
     peak_rss_bytes: int | None = None
+
+    def took_sample(self, sample: ProcessSample | None, now: float) -> None:
+        """The backend sampled this attempt (a task that sends no heartbeats) at ``now``: a
+        sample is a sign of life, so a starting attempt counts as running."""
+        self.sample, self.sampled_at = sample, now
+        if sample is not None:
+            self.peak_rss_bytes = max(self.peak_rss_bytes or 0, sample.rss_bytes)
+        if self.state is TaskState.STARTING:
+            self.state, self.running_at = TaskState.RUNNING, now
+
+    def history_entry(self) -> dict[str, object]:
+        """``{"attempt", "pid", "state", "exit", "reason"}``: what reports keep of an ended attempt."""
+        return {
+            "attempt": self.number,
+            "pid": self.pid,
+            "state": self.state.value,
+            "exit": describe_exit(self.exit_code) if self.exit_code is not None else None,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class TaskRuntime:
+    """What the supervisor knows about one task: its plan, its current :class:`Attempt`, and
+    what outlives attempts (restarts, the history of earlier attempts). Only the supervisor
+    reads or writes it; everyone else reads a :class:`~orchestrator.supervisor.snapshot.TaskSnapshot`.
+    """
+
+    plan: TaskPlan
+    current: Attempt = field(default_factory=Attempt)
+    restarts: int = 0
     history: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def task(self) -> TaskId:
         return self.plan.task
+
+    @property
+    def live(self) -> bool:
+        """Started and not ended."""
+        return self.current.process is not None and not self.current.state.terminal
+
+    def next_attempt(self) -> None:
+        """Close the current attempt into the history and begin a fresh one (not started)."""
+        self.history.append(self.current.history_entry())
+        self.current = Attempt(number=self.current.number + 1)
+        self.restarts += 1
 
 
 @dataclass(frozen=True)
@@ -164,3 +221,37 @@ class Failure:
             "after_training": self.after_training,
             "after_success": self.after_success,
         }
+
+
+class FailureLog:
+    """Every task failure of the job, earliest first, and those not yet decided on.
+
+    Failures are frozen; :meth:`mark` replaces one with its flagged copy, and :meth:`current`
+    finds the latest copy of a failure seen earlier.
+    """
+
+    def __init__(self, earlier: Sequence[Failure] = ()) -> None:
+        self.failures: list[Failure] = list(earlier)
+        self._new: list[Failure] = []
+
+    def add(self, failure: Failure) -> None:
+        self.failures.append(failure)
+        self._new.append(failure)
+
+    def take_new(self) -> list[Failure]:
+        """The failures added since the last call, in the order seen."""
+        new, self._new = self._new, []
+        return new
+
+    def current(self, failure: Failure) -> Failure:
+        """The current record of ``failure`` (after :meth:`mark`)."""
+        return next(g for g in self.failures if g.task == failure.task and g.attempt == failure.attempt
+                    and g.at == failure.at)
+
+    def mark(self, failures: Sequence[Failure], *, after_training: bool = False, after_success: bool = False) -> None:
+        """Flag recorded failures as after training / after success."""
+        for f in failures:
+            i = next(i for i, g in enumerate(self.failures) if g.task == f.task and g.attempt == f.attempt
+                     and g.at == f.at)
+            self.failures[i] = dataclasses.replace(f, after_training=after_training or f.after_training,
+                                                   after_success=after_success or f.after_success)

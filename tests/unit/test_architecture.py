@@ -24,9 +24,10 @@ from tests.conftest import REPO
 ROOT = "orchestrator"
 """The package itself (``orchestrator/__init__.py``: the version): shared, like :data:`SHARED`."""
 
-SHARED = ("orchestrator.spec", "orchestrator.env", "orchestrator.proto", "orchestrator.errors", "orchestrator.net")
+SHARED = ("orchestrator.spec", "orchestrator.env", "orchestrator.proto", "orchestrator.errors", "orchestrator.net",
+          "orchestrator.rundir")
 """All the task side and the control plane have in common: data, names, the wire format, errors,
-port probes."""
+port probes, the run directory's layout."""
 
 TASK_SIDE = ("orchestrator.task", "orchestrator.client", "worker", "ps")
 """What runs inside a task process. ``orchestrator.client`` is its public face for user programs."""

@@ -1,0 +1,180 @@
+"""What explains a failed attempt: its logs, its error file, its memory, its peers.
+
+The supervision loop hands a failed attempt here and gets back a frozen
+:class:`~orchestrator.supervisor.states.Failure`; nothing here acts on a process. Host facts
+(the node's memory, whether the OOM killer struck) come from the backend that ran the task,
+so a Slurm node's or a container's limit is used, not the orchestrator host's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Sequence
+
+from orchestrator.backends.base import Backend
+from orchestrator.env import SIGTERM_RECEIVED_FILE
+from orchestrator.supervisor import decisions
+from orchestrator.supervisor.states import Failure, TaskRuntime
+
+_TF_NOISE = re.compile(
+    r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|E\d{4} [\d:.]+ +\d+ cuda_\w+\.cc:\d+\]|WARNING: All log messages before absl)"
+)
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|KeyboardInterrupt)(?::.*)?$")
+
+
+def tail_lines(path: Path | str | None, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
+    """The last ``lines`` lines of a text file ("" when it does not exist).
+
+    TensorFlow's INFO and WARNING lines (``I0000 00:00:...``) are left out, so the
+    traceback or error that explains a failure is what remains; the log keeps them all.
+    """
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(deque((ln for ln in data.splitlines() if not _TF_NOISE.match(ln)), maxlen=lines))
+
+
+def error_message(error_file: Path | None) -> str:
+    """The ``message`` of a task's JSON error file ("" when there is none)."""
+    if error_file is None:
+        return ""
+    try:
+        return str(json.loads(error_file.read_text(encoding="utf-8")).get("message", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def exception_line(stderr_tail: str) -> str:
+    """The exception a Python program died of, from its stderr: the last line of the last
+    ``Traceback`` (``ZeroDivisionError: division by zero``), its module path dropped; ""
+    when there is none. For programs that write no error file (a user's program)."""
+    lines = stderr_tail.splitlines()
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=None)
+    if start is None:
+        return ""
+    for line in reversed(lines[start + 1:]):
+        m = _EXCEPTION_LINE.match(line.strip())
+        if m:
+            text = line.strip()
+            return text[text.index(m.group(1)):]
+    return ""
+
+
+def sigterm_received(rt: TaskRuntime) -> bool:
+    """The task's current attempt wrote :data:`orchestrator.env.SIGTERM_RECEIVED_FILE`
+    (its runtime got a SIGTERM from outside: a preemption notice)."""
+    path = rt.current.stdout_path
+    return path is not None and (Path(path).parent / SIGTERM_RECEIVED_FILE).exists()
+
+
+def preemption_cause(rt: TaskRuntime, tasks: Sequence[TaskRuntime]) -> tuple[str, bool]:
+    """Why ``rt`` exited preempted, and whether it received the SIGTERM itself: every MWMS
+    worker saves and exits when one is preempted (TF's ``PreemptionCheckpointHandler``), so
+    the marker :data:`orchestrator.env.SIGTERM_RECEIVED_FILE` in a task's directory names
+    the one that was."""
+    if sigterm_received(rt):
+        return "received SIGTERM from outside (a preemption notice)", True
+    peers = [o.task.name for o in tasks if o is not rt and o.current.process is not None and sigterm_received(o)]
+    if peers:
+        return f"{', '.join(peers)} received SIGTERM from outside; every worker saved and exited", False
+    return "", False
+
+
+def _culprit(rt: TaskRuntime, tasks: Sequence[TaskRuntime], now: float) -> str:
+    """With a peer error: the training task that stopped progressing first, and why."""
+    others = [o for o in tasks if o is not rt and o.task.task_type != "evaluator" and o.current.process is not None]
+    name = decisions.likely_culprit([(o.task.name, o.current.last_step, o.current.progress_at) for o in others])
+    if not name:
+        return ""
+    o = next(o for o in others if o.task.name == name).current
+    since = f", no progress for {now - o.progress_at:.1f} s" if o.progress_at is not None else ""
+    return f"{name} (last step {o.last_step if o.last_step is not None else '-'}{since})"
+
+
+def _memory_note(backend: Backend[Any], rt: TaskRuntime) -> tuple[str, bool]:
+    """After a SIGKILL the orchestrator did not send: the peak RSS, and whether the OOM killer
+    (the cgroup's count, or an RSS near the node's memory as the backend knows it) likely did it."""
+    attempt = rt.current
+    assert attempt.process is not None
+    oom = backend.oom_killed(attempt.process)
+    total = backend.memory_total_bytes(attempt.process)
+    near_limit = attempt.peak_rss_bytes is not None and total is not None and attempt.peak_rss_bytes > 0.9 * total
+    likely_oom = bool(oom) or near_limit
+    parts = []
+    if attempt.peak_rss_bytes:
+        parts.append(f"peak RSS {attempt.peak_rss_bytes / 2**20:.0f} MiB")
+    if likely_oom:
+        parts.append("likely killed for memory (" + ("the cgroup counted an OOM kill" if oom
+                     else "its RSS was near the machine's memory") + ")")
+    elif oom is False:  # the cgroup was read: no OOM kill, so the SIGKILL came from outside
+        parts.append("not the OOM killer (no OOM kill counted)")
+    return "; ".join(parts), likely_oom
+
+
+def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Backend[Any], *, code: int | None,
+                    now: float, message: str, killed: bool = False, preemption_notice: bool = False) -> Failure:
+    """The failure record of ``rt``'s current attempt with what explains it: the exception line
+    (the error file's, else the stderr tail's), a peer error and the likely culprit, the peak
+    RSS and whether it was likely killed for memory.
+
+    Args:
+        rt: the failed task (its current attempt ended with ``code``).
+        tasks: every task of the job (for peers).
+        backend: the backend that ran it (OOM and node memory facts).
+        code: Popen return code (negative: signal), None when unknown.
+        now: orchestrator monotonic seconds.
+        message: what the loop already knows ("" to look in the logs).
+        killed: the orchestrator itself killed it (so a SIGKILL says nothing of memory).
+        preemption_notice: it received the SIGTERM from outside itself.
+    """
+    attempt = rt.current
+    tail = tail_lines(attempt.stderr_path)
+    if not message:
+        message = exception_line(tail)
+    peer = decisions.peer_error(message + "\n" + tail)
+    culprit = _culprit(rt, tasks, now) if peer else ""
+    likely_oom = False
+    if code == -signal.SIGKILL and not killed and attempt.process is not None:
+        note, likely_oom = _memory_note(backend, rt)
+        if note:
+            message = f"{message}; {note}" if message else note
+    return Failure(
+        task=rt.task,
+        attempt=attempt.number,
+        exit_code=code,
+        at=now,
+        wall_time=time.time(),
+        message=message,
+        stderr_tail=tail,
+        log_path=str(attempt.stderr_path),
+        peer_error=peer,
+        likely_culprit=culprit,
+        peak_rss_bytes=attempt.peak_rss_bytes,
+        likely_oom=likely_oom,
+        preemption_notice=preemption_notice,
+    )
+
+
+def keep_stacks(rt: TaskRuntime, dump: str) -> str:
+    """Keep a hung attempt's stack dump in ``stacks.txt`` beside its logs; returns that path
+    ("" when there is no dump or it cannot be written)."""
+    if not dump or rt.current.stderr_path is None:
+        return ""
+    target = rt.current.stderr_path.parent / "stacks.txt"
+    try:
+        target.write_text(dump, encoding="utf-8")
+    except OSError:
+        return ""
+    return str(target)

@@ -1,0 +1,173 @@
+"""The lives of a run: one record per orchestrator lifetime, kept in ``run.json``.
+
+A run can outlive its orchestrator (``launch --resume RUN_ID``: after a preemption, a Slurm
+requeue, a time limit, or the orchestrator killed outright). What carries over from one life
+to the next is small and explicit, and persisted atomically into the run directory as the job
+goes (:data:`orchestrator.rundir.RECORD_FILE`): the lives so far, the restart budget used, the
+failure history, and each task's next attempt number (``attempt-<n>`` counts on).
+
+``steps_lost`` of a life is what the next life had to train again: the last step the life
+reported minus the step the next life resumed from (its checkpoint); 0 when a preemption's
+save covered every step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+RECORD_VERSION = 1
+
+CAUSE_PREEMPTED = "preempted"
+CAUSE_TIME_LIMIT = "time limit"
+CAUSE_KILLED = "orchestrator killed"
+CAUSE_INTERRUPTED = "interrupted"
+CAUSE_FAILED = "failed"
+CAUSE_SUCCEEDED = "succeeded"
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+
+
+@dataclass(frozen=True)
+class Life:
+    """One orchestrator lifetime of a run.
+
+    Attributes:
+        number: 0 for the first.
+        started_at: Unix seconds when it started.
+        ended_at: Unix seconds when it ended (None: still running, or killed before it could say).
+        ended: its final job state (``Succeeded``, ``Failed``, ``Preempted``, ``Interrupted``,
+            ``Lost`` for an orchestrator that died without a word), None while it runs.
+        cause: why it ended (``preempted``, ``time limit``, ``orchestrator killed``, ...), "" while it runs.
+        resumed_from_step: the step its training resumed from (the checkpoint), None for a fresh
+            start or when not reported.
+        last_step: the last training step the coordinator reported in this life.
+        steps_lost: steps trained in this life that the next one trained again (None until a
+            next life resumed).
+        pid: the orchestrator's pid.
+    """
+
+    number: int
+    started_at: float
+    ended_at: float | None = None
+    ended: str | None = None
+    cause: str = ""
+    resumed_from_step: int | None = None
+    last_step: int | None = None
+    steps_lost: int | None = None
+    pid: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "life": self.number,
+            "started_at": _iso(self.started_at),
+            "ended_at": _iso(self.ended_at),
+            "started_at_unix": self.started_at,
+            "ended_at_unix": self.ended_at,
+            "ended": self.ended,
+            "cause": self.cause or None,
+            "resumed_from_step": self.resumed_from_step,
+            "last_step": self.last_step,
+            "steps_lost": self.steps_lost,
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Life":
+        return cls(
+            number=int(data.get("life", 0)),
+            started_at=float(data.get("started_at_unix") or 0.0),
+            ended_at=None if data.get("ended_at_unix") is None else float(data["ended_at_unix"]),
+            ended=data.get("ended"),
+            cause=str(data.get("cause") or ""),
+            resumed_from_step=data.get("resumed_from_step"),
+            last_step=data.get("last_step"),
+            steps_lost=data.get("steps_lost"),
+            pid=int(data.get("pid") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a resumed life takes over from the earlier ones (empty for a new run).
+
+    Attributes:
+        lives: the earlier lives, in order (the last one closed: a life that died without a word
+            reads ``Lost`` / ``orchestrator killed``).
+        restarts_used: restarts counted against ``max_restarts`` so far.
+        next_attempt: each task's next attempt number, by task name.
+        task_restarts: each task's restarts so far, by task name.
+        failures: the failure history (``Failure.to_dict`` records), earliest first.
+    """
+
+    lives: tuple[Life, ...] = ()
+    restarts_used: int = 0
+    next_attempt: Mapping[str, int] = field(default_factory=dict)
+    task_restarts: Mapping[str, int] = field(default_factory=dict)
+    failures: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def resumed(self) -> bool:
+        return bool(self.lives)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "Carried":
+        """What ``run.json`` carries; the last life, when it never said how it ended (its
+        orchestrator was killed), is closed as ``Lost``."""
+        lives = [Life.from_dict(d) for d in record.get("lives") or []]
+        if lives and lives[-1].ended is None:
+            lives[-1] = replace(lives[-1], ended="Lost", cause=CAUSE_KILLED)
+        return cls(
+            lives=tuple(lives),
+            restarts_used=int(record.get("restarts_used") or 0),
+            next_attempt={str(k): int(v) for k, v in (record.get("next_attempt") or {}).items()},
+            task_restarts={str(k): int(v) for k, v in (record.get("task_restarts") or {}).items()},
+            failures=tuple(record.get("failures") or ()),
+        )
+
+
+def close_previous(lives: tuple[Life, ...], resumed_from_step: int | None) -> tuple[Life, ...]:
+    """The earlier lives with the last one's ``steps_lost`` filled in once the new life knows
+    the step it resumed from (a fresh start from step 0 when nothing was saved)."""
+    if not lives or lives[-1].steps_lost is not None:
+        return lives
+    last = lives[-1]
+    if last.last_step is None:
+        return lives
+    lost = max(0, last.last_step - (resumed_from_step or 0))
+    return lives[:-1] + (replace(last, steps_lost=lost),)
+
+
+def record_dict(run_id: str, lives: tuple[Life, ...], *, restarts_used: int, next_attempt: Mapping[str, int],
+                task_restarts: Mapping[str, int], failures: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    """``run.json``: the record a later life resumes from (see :class:`Carried`)."""
+    return {
+        "version": RECORD_VERSION,
+        "run_id": run_id,
+        "status": status,
+        "lives": [life.to_dict() for life in lives],
+        "restarts_used": restarts_used,
+        "next_attempt": dict(next_attempt),
+        "task_restarts": dict(task_restarts),
+        "failures": failures,
+    }
+
+
+def closed(life: Life, state: str, preempted: str | None, *, ended_at: float, last_step: int | None) -> Life:
+    """``life`` as it ended in ``state`` (``preempted``: why the job was preempted, if it was)."""
+    causes = {"Succeeded": CAUSE_SUCCEEDED, "Failed": CAUSE_FAILED, "Interrupted": CAUSE_INTERRUPTED,
+              "Preempted": CAUSE_PREEMPTED}
+    cause = causes.get(state, state.lower())
+    if state == "Preempted" and preempted and "time limit" in preempted:
+        cause = CAUSE_TIME_LIMIT
+    return replace(life, ended_at=ended_at, ended=state, cause=cause,
+                   last_step=last_step if last_step is not None else life.last_step)
+
+
+def every_life(carried: Carried, life: Life) -> tuple[Life, ...]:
+    """Every life of the run, ``life`` (the current one) last, the previous one's
+    ``steps_lost`` filled in once ``life`` knows the step it resumed from."""
+    return close_previous(carried.lives, life.resumed_from_step) + (life,)

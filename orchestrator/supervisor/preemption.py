@@ -1,0 +1,54 @@
+"""A preemption of the whole job: save and leave, within a grace.
+
+SIGTERM to the orchestrator (Slurm at preemption or at a time limit's warning, ``docker stop``,
+a Kubernetes eviction, ``systemctl stop``, a spot notice script), or every task receiving
+SIGTERM from outside at once (Slurm signals the job steps before the batch shell), means the
+job is being preempted: every training task gets the preemption notice (a SIGTERM without the
+stop marker: TF's ``PreemptionCheckpointHandler`` saves at the next step and exits 143 or 42),
+and once every trainer has left, or the grace is over, the rest is stopped and the job ends
+``Preempted``. Nothing is restarted meanwhile. This is the bookkeeping; the loop acts.
+"""
+
+from __future__ import annotations
+
+
+class Preemption:
+    """The state of a job preemption.
+
+    Args:
+        grace_s: seconds the trainers get to save and exit after the notice (Slurm's
+            ``GraceTime`` and Kubernetes' ``terminationGracePeriodSeconds`` default to 30 s).
+    """
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.reason: str | None = None
+        self.deadline: float | None = None
+
+    def request(self, reason: str) -> None:
+        """The job is preempted because of ``reason`` (the first reason counts)."""
+        if self.reason is None:
+            self.reason = reason
+
+    @property
+    def requested(self) -> bool:
+        return self.reason is not None
+
+    def begin(self, now: float, trainers: list[str]) -> str:
+        """The notice goes out at ``now``; returns the event to show."""
+        self.deadline = now + self.grace_s
+        return (f"preempted ({self.reason}): {len(trainers)} training task(s) save at their next step, "
+                f"then every task stops (grace {self.grace_s:g} s)")
+
+    def over(self, now: float, trainers_left: list[str]) -> bool:
+        """Every trainer has left, or the grace is over."""
+        return not trainers_left or (self.deadline is not None and now >= self.deadline)
+
+    def outcome(self, trainers_left: list[str], last_step: int | None) -> str:
+        """The job's end reason: saved (at which step), or who did not save in time."""
+        if trainers_left:
+            saved = (f"{', '.join(trainers_left)} did not save within the {self.grace_s:g} s grace: "
+                     "a resume starts from the last checkpoint")
+        else:
+            saved = "every training task saved and left" + (f" at step {last_step}" if last_step is not None else "")
+        return f"preempted ({self.reason}): {saved}"
