@@ -27,7 +27,11 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator import rundir
 from orchestrator.plan import Plan, make_plan, new_run_id
+from orchestrator.resume import carried_over, check_resumable
+from orchestrator.rundir import RunDir, write_json_atomic, write_private
+from orchestrator.supervisor.job import run_record
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
 from orchestrator.spec.loader import SUPERVISION_KEYS, TOP_KEYS, TRAINING_KEYS, build_spec, check_spec_mapping, read_spec_file, suggest
@@ -37,7 +41,7 @@ from orchestrator.supervisor.job import View
 from orchestrator.supervisor.snapshot import JobSnapshot
 from orchestrator.web.server import WebServer, parse_bind
 
-ENDPOINT_FILE = "endpoint.json"
+ENDPOINT_FILE = rundir.ENDPOINT_FILE
 """``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
 web URL), for ``status``, ``stop`` and ``status --web``. Removed when the job has ended."""
 
@@ -85,13 +89,6 @@ class Job:
     def web_url(self) -> str | None:
         """The page's URL with its token, when the job serves one."""
         return self.web.url if self.web is not None else None
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a new file only its owner can read (mode 0600 from its creation)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
 
 
 def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
@@ -204,6 +201,7 @@ def prepare(
     backend_options: Mapping[str, Any] | None = None,
     web: str | None = None,
     web_public: bool = False,
+    resume: bool = False,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -220,19 +218,31 @@ def prepare(
         web: ``[HOST:]PORT`` to serve the job's page and ``/metrics`` on (loopback unless
             ``web_public``; port 0 for any free port), None for no page.
         web_public: allow a non-loopback or wildcard ``web`` host.
+        resume: continue the run ``run_id`` in its own directory (:mod:`orchestrator.resume`):
+            the next life, attempts counting on, the restart budget and failures carried over.
+            The caller passes the run's own spec (:func:`orchestrator.resume.resumed_spec`).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
-        SpecError: as :func:`check_job`, when the run directory exists, or a ``web`` address
+        SpecError: as :func:`check_job`, when the run directory exists (or, to ``resume``, is not
+            resumable: :func:`orchestrator.resume.check_resumable`), or a ``web`` address
             that is malformed, not loopback (without ``web_public``) or cannot be bound.
         LaunchError: when ports cannot be reserved or the backend cannot open.
     """
     check_job(spec, backend=backend, faults=faults, commands=commands)
     web_bind = parse_bind(web, allow_public=web_public) if web is not None else None
+    if resume and not run_id:
+        raise SpecError("resume", "", "needs the run id to continue", "e.g. --resume 20261201-101500-ab12")
     run_id = run_id or new_run_id()
-    run_dir = Path(runs_dir).resolve() / run_id
-    if run_dir.exists():
-        raise SpecError("run-id", run_id, f"{run_dir} already exists", "pick another --run-id or remove it")
+    rd = RunDir.of(runs_dir, run_id)
+    run_dir = rd.path
+    carried = None
+    if resume:
+        check_resumable(rd, runs_dir)
+        carried = carried_over(rd)
+    elif run_dir.exists():
+        raise SpecError("run-id", run_id, f"{run_dir} already exists",
+                        f"pick another --run-id, continue it with --resume {run_id}, or remove it")
     engine = get_backend(backend, **(backend_options or {}))
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
@@ -266,13 +276,16 @@ def prepare(
             web_server.stop()
         engine.close()
         raise
-    run_dir.mkdir(parents=True)
-    (run_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
-    supervisor = Supervisor(plan, engine, store, recorder, **supervisor_options)
+    run_dir.mkdir(parents=True, exist_ok=resume)
+    write_json_atomic(rd.plan, plan.to_dict())
+    if resume:
+        rd.endpoint.unlink(missing_ok=True)  # left by a life whose orchestrator was killed (checked: not alive)
+    supervisor = Supervisor(plan, engine, store, recorder, carried=carried,
+                            persist=lambda sup: write_json_atomic(rd.record, run_record(sup)), **supervisor_options)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
-    endpoint = run_dir / ENDPOINT_FILE
-    _write_private(endpoint, json.dumps({
+    endpoint = rd.endpoint
+    write_private(endpoint, json.dumps({
         "run_id": run_id, "pid": os.getpid(), "address": server.address, "token": token,
         "web_url": web_server.url if web_server is not None else None,
     }, indent=2) + "\n")

@@ -25,6 +25,7 @@ from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.spec.faults import encode as encode_faults
+from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.program import python_program
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
@@ -122,6 +123,8 @@ class Plan:
             **builtin,
             "health_address": self.health_address,
             "warnings": list(self.warnings),
+            "spec": spec_fields(self.spec),
+            "program": list(self.user_program) if self.user_program else None,
             "tasks": [
                 {
                     "task": str(tp.task),

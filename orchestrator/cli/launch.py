@@ -14,7 +14,10 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.faults import Fault
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
-from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
+from orchestrator.resume import check_program as resumed_program
+from orchestrator.resume import check_resumable, resumed_spec
+from orchestrator.rundir import RunDir
+from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.web.server import parse_bind
 
@@ -24,7 +27,8 @@ def add_parser(subparsers) -> None:
         "launch",
         help="run a distributed TensorFlow job on this machine",
         description="Plan a cluster, start one process per task with its TF_CONFIG, supervise it over gRPC "
-        "health, and report. Exit codes: 0 succeeded, 1 job failed, 2 bad input, 130 interrupted.",
+        "health, and report. Exit codes: 0 succeeded, 1 job failed, 2 bad input, 75 preempted (state saved: "
+        "continue it with --resume RUN_ID), 130 interrupted.",
     )
     add_arguments(p)
     p.set_defaults(func=run_launch)
@@ -66,6 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run = p.add_argument_group("run")
     run.add_argument("--runs-dir", default="runs", help="where run directories go (default ./runs)")
     run.add_argument("--run-id", default=None, help="name of the run directory (default: time stamp + random suffix)")
+    run.add_argument("--resume", default=None, metavar="RUN_ID",
+                     help="continue the run RUN_ID (under --runs-dir) in its own directory after a preemption, a time "
+                     "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
+                     "restart budget and failure history (flags given must agree with the run's, but --deadline)")
     run.add_argument("--threads-per-task", type=int, default=None, help="TF intra-op threads per task (default cores / tasks)")
     run.add_argument("--heartbeat-interval", type=float, default=None, help="seconds between heartbeats (default 1)")
     run.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
@@ -92,6 +100,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--spares", type=int, default=None,
                      help="warm spare task processes kept ready (TensorFlow imported) once the job trains, so a "
                      "restart skips the cold start (default: as many as one restart needs; 0: none)")
+    sup.add_argument("--preemption-grace", type=float, default=30.0, metavar="S",
+                     help="on SIGTERM to the orchestrator (a preemption: Slurm, docker stop, a Kubernetes eviction), "
+                     "the training tasks get S seconds to save at their next step before every task is stopped and "
+                     "the job ends Preempted, exit 75 (default 30, inside Slurm's and Kubernetes' 30 s grace)")
+    sup.add_argument("--preemption-exit-codes", default=None, metavar="CODES",
+                     help="exit codes that mean 'preempted, state saved' (retried under every policy but never, not "
+                     "counted against --max-restarts; default 143,42: TF's restartable code and the exit 42 of its "
+                     "PreemptionCheckpointHandler off Google Cloud)")
     sup.add_argument("--finish-timeout", type=float, default=None,
                      help="a task that reported the end of training and has not exited this long after is hung "
                      "(default none: post-training work is never a stall)")
@@ -125,11 +141,24 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
     if args.run_id is not None and (not args.run_id or "/" in args.run_id or args.run_id.startswith(".")):
         raise SpecError("run-id", args.run_id, "must be a plain directory name", "e.g. --run-id digits-1")
     raw = read_spec_file(args.spec) if args.spec else {}
+    if getattr(args, "resume", None) is not None:
+        plan = _resumable(args)
+        return resumed_spec(plan, merge(raw, overrides_from_flags(args)))
     return build_spec(raw, overrides_from_flags(args))
 
 
+def _resumable(args: argparse.Namespace) -> dict:
+    """The plan of the run ``--resume`` names, once it is known to be resumable (exit 2 otherwise)."""
+    run_id = args.resume
+    if not run_id or "/" in run_id or run_id.startswith("."):
+        raise SpecError("resume", run_id, "must be a run id (a directory name under --runs-dir)", "e.g. --resume digits-1")
+    if args.run_id is not None and args.run_id != run_id:
+        raise SpecError("run-id", args.run_id, f"differs from --resume {run_id}", "drop --run-id: --resume names the run")
+    return check_resumable(RunDir.of(args.runs_dir, run_id), args.runs_dir)
+
+
 def run_launch(args: argparse.Namespace) -> int:
-    """Run ``launch``. Returns the exit code (0, 1, 2 or 130)."""
+    """Run ``launch``. Returns the exit code (0, 1, 2, 75 or 130)."""
     spec = spec_from_args(args)
     if args.web is not None:
         parse_bind(args.web, allow_public=args.web_public)  # bad input before anything, --dry-run too
@@ -145,6 +174,12 @@ def run_launch(args: argparse.Namespace) -> int:
     command = list(getattr(args, "command_argv", None) or [])
     check_program(command, args.backend)
     commands = {t: command for t in ("chief", "worker", "ps", "evaluator")} if command else None
+    if args.resume is not None:
+        commands = resumed_program(_resumable(args), commands)
+        args.run_id = args.resume
+    if not 0 < args.preemption_grace <= 3600:
+        raise SpecError("preemption-grace", args.preemption_grace, "must be a number of seconds in (0, 3600]",
+                        "e.g. --preemption-grace 30")
     faults = [Fault.parse(text) for text in args.inject_fault]
     if args.dry_run:
         plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
@@ -161,7 +196,8 @@ def run_launch(args: argparse.Namespace) -> int:
         view = None
     job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
                       stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
-                      web=args.web, web_public=args.web_public)
+                      web=args.web, web_public=args.web_public, resume=args.resume is not None,
+                      preemption_grace_s=args.preemption_grace)
     print_warnings(job.plan.warnings)
     if job.web_url is not None:
         print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -172,11 +208,21 @@ def run_launch(args: argparse.Namespace) -> int:
                 else f", program {' '.join(job.plan.user_program)}")
         print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
               + f"{what}; logs in {job.plan.run_dir}", flush=True)
+    carried = job.supervisor.carried
+    if carried.resumed:
+        last = carried.lives[-1]
+        step = f" at step {last.last_step}" if last.last_step is not None else ""
+        print(f"resuming run {job.plan.run_id}, life {len(carried.lives) + 1}: life {len(carried.lives)} ended "
+              f"{last.ended} ({last.cause}){step}; training continues from the last checkpoint in "
+              f"{job.plan.run_dir / 'backup'}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
     def on_signal(signum, _frame):
-        job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
+        if signum == signal.SIGTERM:  # a preemption (Slurm, docker stop, an eviction): save and leave
+            job.supervisor.request_preemption("SIGTERM to the orchestrator")
+        else:
+            job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
 
-    # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as SIGTERM (torchrun too)
+    # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     try:
         result, summary = api.run(job, keep_web=True)

@@ -341,7 +341,7 @@ class Supervisor:
             a.last_step, a.progress_at = hb.step, record.received_at
             if rt.task == self.plan.spec.coordinator:
                 self._last_step = hb.step
-                if record.received_at - self._persisted_at >= 2.0:  # a SIGKILLed orchestrator's resume knows it
+                if record.received_at - self._persisted_at >= 1.0:  # a SIGKILLed orchestrator's resume knows it
                     self._persist()
             self._event(*self.book.note(rt.task.name, record.received_at, RestartScope.GROUP, **note))
         if hb.phase in (pb.PHASE_SERVING, pb.PHASE_TRAINING):
@@ -572,3 +572,12 @@ class Supervisor:
                 self._on_exit(rt, code, now)
 
 
+def run_record(sup: Supervisor) -> dict[str, Any]:
+    """``run.json`` for the supervisor's run as it stands now (what :meth:`~orchestrator.supervisor.lives.Carried.from_record`
+    reads back): a running task's next attempt is the one after its current one."""
+    next_attempt = {rt.task.name: rt.current.number + (1 if rt.current.process is not None else 0)
+                    for rt in sup.tasks}
+    failures = [dict(f) for f in sup.carried.failures] + [f.to_dict() for f in sup.failures]
+    return lifelog.record_dict(sup.plan.run_id, lifelog.every_life(sup.carried, sup.life), restarts_used=sup.restarts_used,
+                       next_attempt=next_attempt, task_restarts={rt.task.name: rt.restarts for rt in sup.tasks},
+                       failures=failures, status=sup.state.value)

@@ -171,3 +171,4 @@ def every_life(carried: Carried, life: Life) -> tuple[Life, ...]:
     """Every life of the run, ``life`` (the current one) last, the previous one's
     ``steps_lost`` filled in once ``life`` knows the step it resumed from."""
     return close_previous(carried.lives, life.resumed_from_step) + (life,)
+
