@@ -111,7 +111,7 @@ class Supervisor:
         self.started_at = clock()
         self.started_wall = time.time()
         self.ended_at: float | None = None
-        self.life = Life(number=len(self.carried.lives), started_at=self.started_wall, pid=os.getpid())
+        self.life = Life(number=len(self.carried.lives) + 1, started_at=self.started_wall, pid=os.getpid())
         self._interrupt: str | None = None
         self.preemption = Preemption(o.preemption_grace_s)
         self._wake, self._force_stop = threading.Event(), threading.Event()

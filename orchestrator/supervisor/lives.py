@@ -36,7 +36,7 @@ class Life:
     """One orchestrator lifetime of a run.
 
     Attributes:
-        number: 0 for the first.
+        number: 1 for the first.
         started_at: Unix seconds when it started.
         ended_at: Unix seconds when it ended (None: still running, or killed before it could say).
         ended: its final job state (``Succeeded``, ``Failed``, ``Preempted``, ``Interrupted``,
@@ -78,7 +78,7 @@ class Life:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Life":
         return cls(
-            number=int(data.get("life", 0)),
+            number=int(data.get("life", 1)),
             started_at=float(data.get("started_at_unix") or 0.0),
             ended_at=None if data.get("ended_at_unix") is None else float(data["ended_at_unix"]),
             ended=data.get("ended"),
