@@ -31,7 +31,7 @@ from orchestrator import rundir
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.resume import carried_over, check_resumable
 from orchestrator.rundir import RunDir, write_json_atomic, write_private
-from orchestrator.supervisor.job import run_record
+from orchestrator.supervisor.record import run_record
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
 from orchestrator.spec.loader import SUPERVISION_KEYS, TOP_KEYS, TRAINING_KEYS, build_spec, check_spec_mapping, read_spec_file, suggest

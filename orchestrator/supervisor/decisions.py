@@ -428,3 +428,47 @@ def failure_action(failed: Sequence[TaskId], *, ended: str, job_preempted: bool,
         return FailureAction("fail", cause=fatal[0], why=f"training had ended ({ended}), and a restart would run it again")
     targets = restart_scope(strategy, list(failed), list(training_tasks))
     return FailureAction("restart", tasks=targets.tasks, scope=targets.scope)
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """Whether and how to restart after a failure (:func:`restart_plan`).
+
+    Attributes:
+        retry: restart it.
+        why_not: why not, when not.
+        counted: the restart counts against ``max_restarts`` (a preemption does not).
+        delay_s: seconds to wait first (none after a preemption).
+        label: ``restart 2/3`` or ``not counted: a preemption``, for the event line.
+    """
+
+    retry: bool
+    why_not: str = ""
+    counted: bool = True
+    delay_s: float = 0.0
+    label: str = ""
+
+
+def restart_plan(supervision: SupervisionSpec, role: str, exit_code: int | None, *, restarts_used: int,
+                 task_name: str, attempt: int, peer: str = "") -> RestartPlan:
+    """:func:`retry_verdict` with the job's policy, then the backoff (:func:`backoff_s`) of the
+    restart it would be; a preemption (the spec's ``preemption_exit_codes``) is free: not
+    counted, no backoff."""
+    preempted = supervision.preemption_code(exit_code)
+    verdict = retry_verdict(supervision.policy(role), role, exit_code, restarts_used=restarts_used,
+                            max_restarts=supervision.max_restarts, task_name=task_name, attempt=attempt,
+                            peer=peer, preempted=preempted)
+    if not verdict.retry:
+        return RestartPlan(False, verdict.why_not)
+    if preempted:
+        return RestartPlan(True, counted=False, delay_s=0.0, label="not counted: a preemption")
+    return RestartPlan(True, delay_s=backoff_s(supervision, restarts_used + 1),
+                       label=f"restart {restarts_used + 1}/{supervision.max_restarts}")
+
+
+def success_reason(policy: SuccessPolicy, coordinator: TaskId, trainers: Sequence[TaskId]) -> str:
+    """Why the job succeeded, for the report: ``worker-0 exited 0`` or ``every chief and worker
+    exited 0 (worker-0, worker-1)``."""
+    if policy is SuccessPolicy.ALL_WORKERS:
+        return f"every chief and worker exited 0 ({', '.join(t.name for t in trainers)})"
+    return f"{coordinator.name} exited 0"

@@ -79,6 +79,13 @@ def sigterm_received(rt: TaskRuntime) -> bool:
     return path is not None and (Path(path).parent / SIGTERM_RECEIVED_FILE).exists()
 
 
+def all_got_sigterm(tasks: Sequence[TaskRuntime]) -> bool:
+    """Every started task of a job of several got SIGTERM from outside: the job itself is
+    being preempted (Slurm signals every job step at once, before the batch shell)."""
+    started = [rt for rt in tasks if rt.current.process is not None]
+    return len(tasks) > 1 and len(started) == len(tasks) and all(sigterm_received(rt) for rt in started)
+
+
 def preemption_cause(rt: TaskRuntime, tasks: Sequence[TaskRuntime]) -> tuple[str, bool]:
     """Why ``rt`` exited preempted, and whether it received the SIGTERM itself: every MWMS
     worker saves and exits when one is preempted (TF's ``PreemptionCheckpointHandler``), so

@@ -18,7 +18,6 @@ The earliest failure that ended the job is its root cause.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
@@ -33,12 +32,10 @@ from orchestrator.plan import Plan, attempt_env
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.rundir import RunDir
 from orchestrator.spec.model import Strategy, TaskId
-from orchestrator.spec.supervision import SuccessPolicy
 from orchestrator.supervisor import decisions, forensics
 from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.hangs import HangChecks, watch
-from orchestrator.supervisor import lives as lifelog
-from orchestrator.supervisor.lives import Carried, Life
+from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation, rejoined_workers
 from orchestrator.supervisor.options import LoopOptions
@@ -111,7 +108,7 @@ class Supervisor:
         self.started_at = clock()
         self.started_wall = time.time()
         self.ended_at: float | None = None
-        self.life = Life(number=len(self.carried.lives) + 1, started_at=self.started_wall, pid=os.getpid())
+        self.lives = LifeBook(self.carried, self.started_wall, os.getpid())
         self._interrupt: str | None = None
         self.preemption = Preemption(o.preemption_grace_s)
         self._wake, self._force_stop = threading.Event(), threading.Event()
@@ -121,8 +118,6 @@ class Supervisor:
         self._exit_code = EXIT_FAILED
         self._next_view_at = 0.0
         self._trained = False  # a task reported a training step: spares may start
-        self._last_step: int | None = None  # the coordinator's last reported step in this life
-        self._persisted_at = 0.0
         coordinator = self._by_task.get(plan.spec.coordinator)
         # PSS with the built-in coordinator: it says when a restarted worker is back in its
         # rotation; that, not the worker's server being up again, ends the worker's recovery
@@ -171,6 +166,7 @@ class Supervisor:
         """Start the job: every task's first attempt (of this life)."""
         self.started_at = self.clock()
         self.started_wall = time.time()
+        self.lives.started(self.started_wall)
         self._set_state(JobState.STARTING)
         self._persist()
         for rt in self.tasks:
@@ -229,8 +225,7 @@ class Supervisor:
             else:
                 self._set_state(JobState.FAILED, EXIT_FAILED, "no task is left running")
         self.ended_at = self.clock()
-        self.life = lifelog.closed(self.life, self.state.value, self.preemption.reason, ended_at=time.time(),
-                                  last_step=self._last_step)
+        self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time())
         self._persist()
         final = self.snapshot()
         self.view.update(final)
@@ -247,7 +242,7 @@ class Supervisor:
             elapsed_s=end - self.started_at, started_wall=self.started_wall, ended=self.ended_at is not None,
             restarts_used=self.restarts_used, tasks=tuple(task_snapshot(rt, now) for rt in self.tasks),
             failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
-            spares=tuple(self.backend.spares()), lives=lifelog.every_life(self.carried, self.life),
+            spares=tuple(self.backend.spares()), lives=self.lives.lives(),
             earlier_failures=self.carried.failures,
         )
 
@@ -260,7 +255,7 @@ class Supervisor:
             self.view.event(self.clock() - self.started_at, text)
 
     def _persist(self) -> None:
-        self._persisted_at = self.clock()
+        self.lives.persisted_at = self.clock()
         if self._persist_hook is not None:
             self._persist_hook(self)
 
@@ -331,18 +326,13 @@ class Supervisor:
         note: dict[str, Any] = {"doing": "training" if hb.phase == pb.PHASE_TRAINING else "serving",
                                 "resumed_from_step": int(resumed) if resumed is not None else None,
                                 "coordinator": self.plan.spec.coordinator.name}
-        if "resumed_from_step" in hb.metrics and rt.task == self.plan.spec.coordinator and self.carried.resumed \
-                and self.life.resumed_from_step is None:
-            self.life = dataclasses.replace(self.life, resumed_from_step=int(hb.metrics["resumed_from_step"]))
-            self._persist()
+        if rt.task == self.plan.spec.coordinator and self.lives.coordinator_beat(
+                hb.step if hb.HasField("step") else None, note["resumed_from_step"], record.received_at):
+            self._persist()  # a SIGKILLed orchestrator's resume knows how far training got
         if hb.HasField("step") and hb.step != a.last_step:
             if hb.step > 0 and self.book.all_resumed:
                 self._trained = True  # spares start (again) only once training runs: they never slow a (re)start
             a.last_step, a.progress_at = hb.step, record.received_at
-            if rt.task == self.plan.spec.coordinator:
-                self._last_step = hb.step
-                if record.received_at - self._persisted_at >= 1.0:  # a SIGKILLed orchestrator's resume knows it
-                    self._persist()
             self._event(*self.book.note(rt.task.name, record.received_at, RestartScope.GROUP, **note))
         if hb.phase in (pb.PHASE_SERVING, pb.PHASE_TRAINING):
             self._event(*self.book.note(rt.task.name, record.received_at, RestartScope.TASK, **note))
@@ -398,9 +388,8 @@ class Supervisor:
                 succeeded = {t.task for t in self.tasks if t.current.state is TaskState.SUCCEEDED}
                 if decisions.success_reached(spec.success_policy, spec.coordinator, spec.trainers(), succeeded):
                     self._trainers_deadline = None
-                    self._set_state(JobState.SUCCEEDED, EXIT_SUCCEEDED, f"{spec.coordinator.name} exited 0"
-                              if spec.success_policy is not SuccessPolicy.ALL_WORKERS else "every chief and worker "
-                              f"exited 0 ({', '.join(t.name for t in spec.trainers())})")
+                    self._set_state(JobState.SUCCEEDED, EXIT_SUCCEEDED, decisions.success_reason(
+                        spec.success_policy, spec.coordinator, spec.trainers()))
                     self._stop([r for r in self._live() if r.plan.serves_forever],
                                f"stopped after {spec.coordinator.name} succeeded (it serves until stopped)")
                     self._grace_deadline = now + self.options.success_grace_s
@@ -450,14 +439,12 @@ class Supervisor:
         training = [training[i] for i in decisions.cause_first([f.preemption_notice for f in training])]
         if not training or self.preemption.requested:
             return
-        every = len(self.tasks) > 1 and all(forensics.sigterm_received(rt) for rt in self.tasks
-                                            if rt.current.process is not None)
         coordinator, spec = self._by_task[self.plan.spec.coordinator], self.plan.spec
         phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
                   for r in (coordinator, self._by_task[training[0].task]) if r.task.task_type != "evaluator"]
         action = decisions.failure_action(
             [f.task for f in training], job_preempted=training[0].preemption_notice and bool(
-                every or self.backend.job_preempted()),
+                forensics.all_got_sigterm(self.tasks) or self.backend.job_preempted()),
             ended=decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
                                            phases),
             strategy=spec.strategy, training_tasks=[rt.task for rt in self.tasks if rt.task.task_type != "evaluator"],
@@ -488,15 +475,11 @@ class Supervisor:
         for the evaluator, which never fails the job, leave it ended). A preemption is never
         counted against ``max_restarts`` and never waits a backoff."""
         failed = self._by_task[cause.task]
-        used = self.restarts_used if job_restart else failed.restarts
-        preempted = self.policy.preemption_code(cause.exit_code)
-        verdict = decisions.retry_verdict(
-            self.policy.policy(cause.task.task_type), cause.task.task_type, cause.exit_code,
-            restarts_used=used, max_restarts=self.policy.max_restarts, task_name=cause.task.name,
-            attempt=failed.current.number, peer=cause.peer_error, preempted=preempted,
-        )
-        placeable, note = (verdict.retry, verdict.why_not)
-        if verdict.retry:
+        plan = decisions.restart_plan(self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
+                                      restarts_used=self.restarts_used if job_restart else failed.restarts,
+                                      attempt=failed.current.number, peer=cause.peer_error)
+        placeable, note = (plan.retry, plan.why_not)
+        if plan.retry:
             placeable, note = self.backend.prepare_restart(tasks)  # e.g. Slurm: move tasks off a lost node
         if not placeable:
             if job_restart:
@@ -506,9 +489,8 @@ class Supervisor:
             return
         if note:
             self._event(note)
-        if job_restart and not preempted:  # the evaluator's restarts are its own; they never use up the job's
+        if job_restart and plan.counted:  # the evaluator's restarts are its own; they never use up the job's
             self.restarts_used += 1
-        delay = 0.0 if preempted else decisions.backoff_s(self.policy, used + 1)
         names = [t.name for t in tasks]
         self._trained = False
         coordinator = self._by_task.get(self.plan.spec.coordinator)
@@ -518,15 +500,14 @@ class Supervisor:
             self._set_state(JobState.RESTARTING)
             # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace
             self._stop(self._live(), f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)
-        counted = "not counted: a preemption" if preempted else f"restart {used + 1}/{self.policy.max_restarts}"
-        self._event(f"{counted}: {', '.join(names)} in {delay:.1f} s "
+        self._event(f"{plan.label}: {', '.join(names)} in {plan.delay_s:.1f} s "
                     f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)})")
         for task in tasks:
             rt = self._by_task[task]
             if rt.current.process is not None:  # not already waiting for its next attempt
                 rt.next_attempt()
                 self.backend.reserve_again(rt.task)
-            self._restart_at[rt.task.name] = now + delay
+            self._restart_at[rt.task.name] = now + plan.delay_s
         self._persist()
 
     # -- preemption ------------------------------------------------------------------------
@@ -542,7 +523,7 @@ class Supervisor:
                 if rt.current.process is not None and not forensics.sigterm_received(rt):
                     self.backend.signal(rt.current.process, signal.SIGTERM)  # no stop marker: a notice
         elif self.preemption.over(now, names):
-            self._set_state(JobState.PREEMPTED, EXIT_PREEMPTED, self.preemption.outcome(names, self._last_step))
+            self._set_state(JobState.PREEMPTED, EXIT_PREEMPTED, self.preemption.outcome(names, self.lives.last_step))
             self._stop(self._live(), "stopped: the job was preempted")
 
     # -- the end ---------------------------------------------------------------------------
@@ -571,13 +552,3 @@ class Supervisor:
             if code is not None and not rt.current.state.terminal:
                 self._on_exit(rt, code, now)
 
-
-def run_record(sup: Supervisor) -> dict[str, Any]:
-    """``run.json`` for the supervisor's run as it stands now (what :meth:`~orchestrator.supervisor.lives.Carried.from_record`
-    reads back): a running task's next attempt is the one after its current one."""
-    next_attempt = {rt.task.name: rt.current.number + (1 if rt.current.process is not None else 0)
-                    for rt in sup.tasks}
-    failures = [dict(f) for f in sup.carried.failures] + [f.to_dict() for f in sup.failures]
-    return lifelog.record_dict(sup.plan.run_id, lifelog.every_life(sup.carried, sup.life), restarts_used=sup.restarts_used,
-                       next_attempt=next_attempt, task_restarts={rt.task.name: rt.restarts for rt in sup.tasks},
-                       failures=failures, status=sup.state.value)

@@ -172,3 +172,44 @@ def every_life(carried: Carried, life: Life) -> tuple[Life, ...]:
     ``steps_lost`` filled in once ``life`` knows the step it resumed from."""
     return close_previous(carried.lives, life.resumed_from_step) + (life,)
 
+
+
+class LifeBook:
+    """This life of the run as it goes: what it carried over, the step it resumed from, the
+    coordinator's last step, when the record was last persisted.
+
+    Args:
+        carried: what earlier lives left (:class:`Carried`; empty for a new run).
+        started_at: Unix seconds.
+        pid: the orchestrator's pid.
+        persist_every_s: least seconds between two persists for a new step alone (a SIGKILLed
+            orchestrator's resume then knows the last step within this much training).
+    """
+
+    def __init__(self, carried: Carried, started_at: float, pid: int, persist_every_s: float = 1.0) -> None:
+        self.carried = carried
+        self.life = Life(number=len(carried.lives) + 1, started_at=started_at, pid=pid)
+        self.last_step: int | None = None
+        self.persist_every_s = persist_every_s
+        self.persisted_at: float | None = None
+
+    def started(self, at: float) -> None:
+        self.life = replace(self.life, started_at=at)
+
+    def coordinator_beat(self, step: int | None, resumed_from_step: int | None, now: float) -> bool:
+        """The coordinator reported ``step`` (and, after a resume, the step it resumed from);
+        returns True when the record should be persisted now."""
+        due = False
+        if resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
+            self.life = replace(self.life, resumed_from_step=resumed_from_step)
+            due = True
+        if step is not None and step != self.last_step:
+            self.last_step = step
+            due = due or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
+        return due
+
+    def close(self, state: str, preempted: str | None, ended_at: float) -> None:
+        self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=self.last_step)
+
+    def lives(self) -> tuple[Life, ...]:
+        return every_life(self.carried, self.life)
