@@ -122,8 +122,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
     Raises:
         SpecError: naming the bad flag or field.
     """
-    if args.run_id is not None and (not args.run_id or "/" in args.run_id or args.run_id.startswith(".")):
-        raise SpecError("run-id", args.run_id, "must be a plain directory name", "e.g. --run-id digits-1")
+    api.check_run_id(args.run_id, "run-id")  # first, as before the spec file is read
     raw = read_spec_file(args.spec) if args.spec else {}
     return build_spec(raw, overrides_from_flags(args))
 
