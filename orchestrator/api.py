@@ -24,13 +24,21 @@ from orchestrator.backends import backend_class, get_backend
 from orchestrator.backends.base import Backend, Capability
 from orchestrator.backends.local import check_memory
 from orchestrator.errors import SpecError
-from orchestrator.spec.faults import Fault
-from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
-from orchestrator.spec.loader import SUPERVISION_KEYS, TOP_KEYS, TRAINING_KEYS, build_spec, check_spec_mapping, read_spec_file, suggest
+from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import check_tasks as check_fault_tasks
+from orchestrator.spec.loader import (
+    SUPERVISION_KEYS,
+    TOP_KEYS,
+    TRAINING_KEYS,
+    build_spec,
+    check_spec_mapping,
+    read_spec_file,
+    suggest,
+)
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
 from orchestrator.supervisor.job import View

@@ -307,7 +307,8 @@ class DockerBackend(Backend[Container]):
 
     def _copy_logs(self, handle: Container, stream: str, path: Path) -> None:
         try:
-            chunks = handle.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True)
+            chunks = handle.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True,
+                                           follow=True)
             with open(path, "ab") as out:
                 for chunk in chunks:
                     out.write(chunk)

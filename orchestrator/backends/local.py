@@ -256,7 +256,8 @@ class LocalBackend(Backend[LocalProcess]):
                     _field(task),
                     str(address),
                     "the local backend runs every task on this machine, so it needs loopback addresses",
-                    "use 127.0.0.1:<port>, or `python -m orchestrator render --spec FILE` for TF_CONFIGs on other hosts",
+                    "use 127.0.0.1:<port>, or `python -m orchestrator render --spec FILE` for TF_CONFIGs on other "
+                    "hosts",
                 )
             if address.port < 1024 and os.geteuid() != 0:
                 raise SpecError(_field(task), str(address), "ports below 1024 need root",

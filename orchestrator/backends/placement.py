@@ -34,7 +34,8 @@ def place(tasks: Sequence[TaskId], nodes: Sequence[str], tasks_per_node: int | N
     if len(tasks) > cap * len(nodes):
         raise SpecError("tasks-per-node", cap, f"{len(tasks)} tasks do not fit on {len(nodes)} node(s) with at most "
                         f"{cap} per node", f"allocate {math.ceil(len(tasks) / cap)} nodes (salloc -N "
-                        f"{math.ceil(len(tasks) / cap)}) or raise --tasks-per-node to {math.ceil(len(tasks) / len(nodes))}")
+                        f"{math.ceil(len(tasks) / cap)}) or raise --tasks-per-node to "
+                        f"{math.ceil(len(tasks) / len(nodes))}")
     return {task: nodes[i % len(nodes)] for i, task in enumerate(tasks)}
 
 
@@ -51,7 +52,8 @@ def move_off(placement: Mapping[TaskId, str], moving: Sequence[TaskId], nodes: S
     for task in moving:
         free = [n for n in left if load[n] < tasks_per_node]
         if not free:
-            return (f"node(s) {', '.join(sorted(lost))} lost; the {len(left)} node(s) left ({', '.join(left) or 'none'}) "
+            return (f"node(s) {', '.join(sorted(lost))} lost; the {len(left)} node(s) left "
+                    f"({', '.join(left) or 'none'}) "
                     f"cannot hold {len(moving)} more task(s) with at most {tasks_per_node} per node")
         target = min(free, key=lambda n: (load[n], left.index(n)))
         new[task] = target

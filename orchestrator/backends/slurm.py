@@ -55,9 +55,9 @@ from typing import Iterable, Mapping, Sequence
 
 from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, TaskHandle, faulthandler_dump
 from orchestrator.backends.options import option
 from orchestrator.backends.placement import move_off, parse_node_list, place
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, TaskHandle, faulthandler_dump
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -461,7 +461,8 @@ class SlurmBackend(Backend[SlurmStep]):
             answers = dict(zip(self.nodes, pool.map(self.node_answers, self.nodes)))
         newly = {n for n, ok in answers.items() if not ok} - self.lost
         if newly:
-            log.warning("node(s) %s do not answer (slurmd at port %d): lost", ", ".join(sorted(newly)), self.slurmd_port)
+            log.warning("node(s) %s do not answer (slurmd at port %d): lost", ", ".join(sorted(newly)),
+                        self.slurmd_port)
         self.lost |= newly
         moving = [t for t in tasks if self.placement.get(t) in self.lost]
         if not moving:

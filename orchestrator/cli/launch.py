@@ -11,9 +11,9 @@ from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.errors import SpecError
-from orchestrator.spec.faults import Fault
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
+from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.web.server import parse_bind

@@ -70,11 +70,13 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
 
 
 def test_a_capability_declared_without_its_hooks_or_a_hook_without_its_capability_is_refused():
-    with pytest.raises(TypeError, match=r"_Spares declares Capability.SPARES but overrides none of keep_spares, spares"):
+    with pytest.raises(TypeError,
+                       match=r"_Spares declares Capability.SPARES but overrides none of keep_spares, spares"):
         type("_Spares", (_Minimal,), {"capabilities": frozenset({Capability.SPARES})})
     with pytest.raises(TypeError, match=r"overrides sample but does not declare Capability.DIAGNOSTICS"):
         type("_Sampler", (_Minimal,), {"capabilities": frozenset(), "sample": lambda self, handle: None})
-    with pytest.raises(TypeError, match="_Sub overrides release_port, reserve_again but does not declare Capability.PORTS"):
+    with pytest.raises(TypeError,
+                       match="_Sub overrides release_port, reserve_again but does not declare Capability.PORTS"):
         type("_Sub", (LocalBackend,), {"capabilities": frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS,
                                                                   Capability.SPARES})})
     # undeclared (a test's fake backend): derived from what it overrides; facts without hooks are absent

@@ -10,10 +10,10 @@ import pytest
 from orchestrator import env
 from orchestrator.api import check_job
 from orchestrator.errors import SpecError
-from orchestrator.spec.faults import Fault
 from orchestrator.plan import attempt_env, make_plan, threads_per_task
 from orchestrator.spec import JobSpec, TaskId, TrainingSpec
 from orchestrator.spec.data import DIGITS_TRAIN_EXAMPLES, train_examples
+from orchestrator.spec.faults import Fault
 
 
 def plan_for(spec: JobSpec, **kw):
