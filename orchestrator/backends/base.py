@@ -14,7 +14,8 @@ against the backend's declaration when its class is created):
 
 * lifecycle (:class:`LifecycleHooks`): ``open``, ``close``;
 * ports (:class:`PortHooks`): ``release_port``, ``reserve_again``;
-* diagnostics (:class:`DiagnosticHooks`): ``sample``, ``dump_stacks``, ``oom_killed``;
+* diagnostics (:class:`DiagnosticHooks`): ``sample``, ``dump_stacks``, ``oom_killed``,
+  ``memory_total_bytes``, ``job_preempted``;
 * spares (:class:`SpareHooks`): ``keep_spares``, ``spares``;
 * placement on other machines (:class:`PlacementHooks`): ``register_address``, ``prepare_restart``;
 
@@ -182,7 +183,8 @@ class Capability(enum.Enum):
     binds it, :meth:`~PortHooks.reserve_again` before a restart."""
     DIAGNOSTICS = "diagnostics"
     """Sees into a task: :meth:`~DiagnosticHooks.sample` (CPU, RSS), :meth:`~DiagnosticHooks.dump_stacks`,
-    :meth:`~DiagnosticHooks.oom_killed`."""
+    :meth:`~DiagnosticHooks.oom_killed`, :meth:`~DiagnosticHooks.memory_total_bytes`, and into the job:
+    :meth:`~DiagnosticHooks.job_preempted`."""
     SPARES = "spares"
     """Keeps warm spare processes: :meth:`~SpareHooks.keep_spares`, :meth:`~SpareHooks.spares`."""
     REMOTE = "remote"
@@ -242,6 +244,17 @@ class DiagnosticHooks(Generic[H]):
         killer): True, False, or None when the backend cannot tell. Default: None."""
         return None
 
+    def memory_total_bytes(self, handle: H) -> int | None:
+        """Memory of the node or container the attempt ran in, bytes (its limit when it has
+        one), None when unknown: an RSS near it means a SIGKILL was likely the OOM killer's.
+        Default: None."""
+        return None
+
+    def job_preempted(self) -> bool | None:
+        """Whether the engine is preempting the whole job now (Slurm: the job's state), None
+        when the backend cannot tell. Default: None."""
+        return None
+
 
 class SpareHooks:
     """Capability :attr:`Capability.SPARES`; the defaults keep none."""
@@ -262,17 +275,6 @@ class PlacementHooks:
 
     name: ClassVar[str] = ""
 
-    def memory_total_bytes(self, handle: H) -> int | None:
-        """Memory of the node or container the attempt ran in, bytes (its limit when it has
-        one), None when unknown: an RSS near it means a SIGKILL was likely the OOM killer's.
-        Default: None."""
-        return None
-
-    def job_preempted(self) -> bool | None:
-        """Whether the engine is preempting the whole job now (Slurm: the job's state), None
-        when the backend cannot tell. Default: None."""
-        return None
-
     def register_address(self, task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> Registration:
         """A task bound ``host:port`` on its node and registers it; waits at most ``wait_s``
         seconds for the rest of the training cluster. Called from the health server's worker
@@ -291,7 +293,8 @@ class PlacementHooks:
 HOOKS: Mapping[Capability, tuple[type, tuple[str, ...]]] = {
     Capability.LIFECYCLE: (LifecycleHooks, ("open", "close")),
     Capability.PORTS: (PortHooks, ("release_port", "reserve_again")),
-    Capability.DIAGNOSTICS: (DiagnosticHooks, ("sample", "dump_stacks", "oom_killed")),
+    Capability.DIAGNOSTICS: (DiagnosticHooks, ("sample", "dump_stacks", "oom_killed", "memory_total_bytes",
+                                               "job_preempted")),
     Capability.SPARES: (SpareHooks, ("keep_spares", "spares")),
     Capability.REMOTE: (PlacementHooks, ("register_address", "prepare_restart")),
 }

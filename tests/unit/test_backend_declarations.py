@@ -53,7 +53,8 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
     local, docker, slurm = table["local"], table["docker"], table["slurm"]
     assert local.capabilities == {
         Capability.LIFECYCLE: ("close",), Capability.PORTS: ("release_port", "reserve_again"),
-        Capability.DIAGNOSTICS: ("sample", "dump_stacks", "oom_killed"), Capability.SPARES: ("keep_spares", "spares"),
+        Capability.DIAGNOSTICS: ("sample", "dump_stacks", "oom_killed", "memory_total_bytes"),
+        Capability.SPARES: ("keep_spares", "spares"),
         Capability.HOST_PROCESSES: (), Capability.HOST_FILES: ()}
     assert docker.capabilities == {Capability.LIFECYCLE: ("open", "close"),
                                    Capability.DIAGNOSTICS: ("dump_stacks", "oom_killed")}
