@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from orchestrator.backends import get_backend
-from orchestrator.backends.base import Backend
+from orchestrator.backends import backend_class, get_backend
+from orchestrator.backends.base import Backend, Capability
 from orchestrator.backends.local import check_memory
 from orchestrator.errors import SpecError
-from orchestrator.spec.faults import Fault
-from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator import rundir
 from orchestrator.plan import Plan, make_plan, new_run_id
@@ -34,7 +32,17 @@ from orchestrator.rundir import RunDir, write_json_atomic, write_private
 from orchestrator.supervisor.record import run_record
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
-from orchestrator.spec.loader import SUPERVISION_KEYS, TOP_KEYS, TRAINING_KEYS, build_spec, check_spec_mapping, read_spec_file, suggest
+from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import check_tasks as check_fault_tasks
+from orchestrator.spec.loader import (
+    SUPERVISION_KEYS,
+    TOP_KEYS,
+    TRAINING_KEYS,
+    build_spec,
+    check_spec_mapping,
+    read_spec_file,
+    suggest,
+)
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
 from orchestrator.supervisor.job import View
@@ -91,15 +99,35 @@ class Job:
         return self.web.url if self.web is not None else None
 
 
+def check_run_id(run_id: str | None, field: str = "run_id") -> None:
+    """The run-id rule: a run id names a directory under the runs directory, so it must be a
+    plain, visible directory name (no ``/``, not empty, not starting with ``.``). None (a new
+    id is drawn) passes.
+
+    Args:
+        run_id: the id given, or None.
+        field: how the caller spells it in the message (``run-id`` for the CLI's flag).
+
+    Raises:
+        SpecError: naming ``field`` and the fix.
+    """
+    if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
+        example = f"--{field} digits-1" if "-" in field else f"{field}='digits-1'"
+        raise SpecError(field, run_id, "must be a plain directory name", f"e.g. {example}")
+
+
 def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
-              commands: Mapping[str, Sequence[str]] | None = None) -> None:
+              commands: Mapping[str, Sequence[str]] | None = None, run_id: str | None = None) -> None:
     """Every check of a job that needs nothing started: the one place each is done, for
     both ``launch`` and ``launch --dry-run``.
 
     Raises:
-        SpecError: a fault names a task the job does not have, or (local backend, built-in
-            program) the TensorFlow processes cannot fit in this machine's memory.
+        SpecError: a bad run id (:func:`check_run_id`), a fault that names a task the job does
+            not have, or (a backend whose tasks are this machine's processes, built-in program)
+            TensorFlow processes that cannot fit in this machine's memory.
     """
+    check_run_id(run_id)
+    engine = backend_class(backend)
     check_fault_tasks(list(faults), spec.tasks())
     if commands and spec.supervision.spares:
         check_spare_program(commands, spec.supervision.spares, backend)
@@ -108,7 +136,7 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
             raise SpecError("inject-fault", f"{fault.task}:hang@time={fault.at:g}",
                             "a hang cannot be caused from outside a user's program",
                             "use hang@step=N (fires in report() / keras_callback()), or stop@time=S to freeze the task")
-    if backend == "local" and not commands:
+    if engine.supports(Capability.HOST_PROCESSES) and not commands:
         check_memory(spec)
 
 
@@ -122,6 +150,7 @@ def check_spare_program(commands: Mapping[str, Sequence[str]], spares: int, back
     MODULE ARGS`` (:func:`orchestrator.spec.program.python_program`), and (local backend) its
     interpreter must run the orchestrator's spare: a spare is that interpreter, started with
     ``-m orchestrator.task.spare``, importing TensorFlow before the program is known.
+    The probe runs only where the tasks are this machine's processes (:attr:`Capability.HOST_PROCESSES`).
 
     Raises:
         SpecError: naming ``--spares``, the program and the fix.
@@ -130,7 +159,7 @@ def check_spare_program(commands: Mapping[str, Sequence[str]], spares: int, back
 
     argv = commands.get("worker") or commands.get("chief") or next(iter(commands.values()))
     python_program(argv, spares)
-    if backend != "local":
+    if not backend_class(backend).supports(Capability.HOST_PROCESSES):  # the interpreter is not this machine's
         return
     try:
         probe = subprocess.run([argv[0], "-c", SPARE_PROBE], capture_output=True, text=True,
@@ -171,22 +200,21 @@ def dry_run(
     faults: Sequence[Fault] = (),
     commands: Mapping[str, Sequence[str]] | None = None,
     backend: str = "local",
-    backend_options: Mapping[str, Any] | None = None,
+    backend_options: object | Mapping[str, Any] | None = None,
 ) -> Plan:
-    """The plan ``launch`` would run, with nothing started, bound or created (the health
-    address reads ``127.0.0.1:<port>`` and the token is empty).
+    """The plan ``launch`` would run, with nothing started, bound, held or created
+    (:meth:`Backend.preview_addresses`, as TorchX's ``_submit_dryrun``): the health address
+    reads ``127.0.0.1:<port>``, the token is empty, and addresses the launch draws read port 0.
 
     Raises:
         SpecError: as :func:`check_job`, or an address the backend cannot use.
     """
-    check_job(spec, backend=backend, faults=faults, commands=commands)
-    engine = get_backend(backend, **(backend_options or {}))
+    check_job(spec, backend=backend, faults=faults, commands=commands, run_id=run_id)
+    engine = get_backend(backend, backend_options)
     run_id = run_id or new_run_id()
-    try:
-        return _assemble(spec, engine, engine.allocate(spec), run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
-                         health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True)
-    finally:
-        engine.close()
+    addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
+    return _assemble(spec, engine, addresses, run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
+                     health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True)
 
 
 def prepare(
@@ -198,7 +226,7 @@ def prepare(
     commands: Mapping[str, Sequence[str]] | None = None,
     view: View | None = None,
     backend: str = "local",
-    backend_options: Mapping[str, Any] | None = None,
+    backend_options: object | Mapping[str, Any] | None = None,
     web: str | None = None,
     web_public: bool = False,
     resume: bool = False,
@@ -214,7 +242,9 @@ def prepare(
         commands: argv per task type instead of the built-in programs.
         view: live output (see :mod:`orchestrator.report.live`).
         backend: backend name.
-        backend_options: passed to the backend (docker: ``image``, ``base_image``, ...).
+        backend_options: the backend's options: its declared options object (docker:
+            :class:`~orchestrator.backends.docker.DockerOptions`) or a dict of its fields
+            (``{"image": ...}``); None for the defaults.
         web: ``[HOST:]PORT`` to serve the job's page and ``/metrics`` on (loopback unless
             ``web_public``; port 0 for any free port), None for no page.
         web_public: allow a non-loopback or wildcard ``web`` host.
@@ -229,7 +259,7 @@ def prepare(
             that is malformed, not loopback (without ``web_public``) or cannot be bound.
         LaunchError: when ports cannot be reserved or the backend cannot open.
     """
-    check_job(spec, backend=backend, faults=faults, commands=commands)
+    check_job(spec, backend=backend, faults=faults, commands=commands, run_id=run_id)
     web_bind = parse_bind(web, allow_public=web_public) if web is not None else None
     if resume and not run_id:
         raise SpecError("resume", "", "needs the run id to continue", "e.g. --resume 20261201-101500-ab12")
@@ -243,7 +273,7 @@ def prepare(
     elif run_dir.exists():
         raise SpecError("run-id", run_id, f"{run_dir} already exists",
                         f"pick another --run-id, continue it with --resume {run_id}, or remove it")
-    engine = get_backend(backend, **(backend_options or {}))
+    engine = get_backend(backend, backend_options)
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
     recorder = Recorder(view)
@@ -492,7 +522,7 @@ def launch(
     web_public: bool = False,
     web_linger_s: float = 0.0,
     backend: str = "local",
-    backend_options: Mapping[str, Any] | None = None,
+    backend_options: object | Mapping[str, Any] | None = None,
     view: View | None = None,
     stop_timeout_s: float = 10.0,
     **fields: Any,
@@ -509,7 +539,7 @@ def launch(
         web: ``[HOST:]PORT`` for the job's page and ``/metrics`` (``handle.web_url``).
         web_public: allow a non-loopback ``web`` host.
         web_linger_s: after the end, serve open pages until they have the final state, at most this long.
-        backend, backend_options: ``local`` or ``docker`` and its options.
+        backend, backend_options: ``local``, ``docker`` or ``slurm`` and its options (as for :func:`prepare`).
         view: live output in this process (a :mod:`orchestrator.report.live` view); default none.
         stop_timeout_s: seconds between SIGTERM and SIGKILL when stopping tasks.
         **fields: spec fields on top of ``spec`` (see :func:`spec_from`): ``workers=2, epochs=3``.
@@ -524,8 +554,6 @@ def launch(
     job_spec = spec_from(spec, **fields)
     parsed = [f if isinstance(f, Fault) else Fault.parse(f) for f in faults]
     commands = {t: list(program) for t in ("chief", "worker", "ps", "evaluator")} if program else None
-    if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
-        raise SpecError("run_id", run_id, "must be a plain directory name", "e.g. run_id='digits-1'")
     job = prepare(job_spec, runs_dir=runs_dir, run_id=run_id, faults=parsed, commands=commands, view=view,
                   backend=backend, backend_options=backend_options, web=web, web_public=web_public,
                   stop_timeout_s=stop_timeout_s)

@@ -1,6 +1,7 @@
 """Every environment variable the orchestrator sets in a task, in one place.
 
-Task processes read these through :class:`orchestrator.task.runtime.TaskContext`.
+Task processes read these through :class:`orchestrator.task.runtime.TaskContext` or the
+readers at the end of this module (:func:`read`, :func:`read_int`, :func:`read_flag`).
 
 =============================  ==============================================================
 Variable                       Meaning
@@ -81,6 +82,9 @@ Exit code: :data:`PREEMPTED_EXIT_CODE` (143) says "preempted: my state is saved,
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 RUN_ID = "ORCH_RUN_ID"
 RUN_DIR = "ORCH_RUN_DIR"
 TASK_DIR = "ORCH_TASK_DIR"
@@ -146,3 +150,36 @@ The supervisor ends a PSS worker's recovery on it."""
 
 TOKEN_METADATA_KEY = "x-job-token"
 """gRPC metadata key that carries the job token."""
+
+INTRAOP_THREADS = "TF_NUM_INTRAOP_THREADS"
+INTEROP_THREADS = "TF_NUM_INTEROP_THREADS"
+BENCH_TIMING = "BENCH_TIMING"
+"""Not set by the orchestrator: ``bench/`` sets it to make task programs print timing markers."""
+
+
+def read(name: str, default: str = "", environ: Mapping[str, str] | None = None) -> str:
+    """The value of the task's variable ``name`` (from ``environ``, default ``os.environ``),
+    ``default`` when it is unset. The task side reads its environment here or in
+    :meth:`orchestrator.task.runtime.TaskContext.from_env`, never directly
+    (``tests/unit/test_env_reads.py`` enforces it)."""
+    return (os.environ if environ is None else environ).get(name, default)
+
+
+def read_int(name: str, default: int = 0, environ: Mapping[str, str] | None = None) -> int:
+    """:func:`read` as an int; ``default`` when unset or empty.
+
+    Raises:
+        ValueError: a value that is not an integer.
+    """
+    value = read(name, "", environ)
+    return int(value) if value else default
+
+
+def read_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the variable ``name`` is ``1`` (the flags above: ``ORCH_STAY_UNTIL_STOPPED``, ...)."""
+    return read(name, "", environ) == "1"
+
+
+def is_set(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the variable ``name`` is set to something non-empty."""
+    return bool(read(name, "", environ))

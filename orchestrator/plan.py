@@ -23,7 +23,6 @@ from orchestrator import env
 from orchestrator.errors import SpecError
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.spec.faults import Fault
-from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
@@ -263,7 +262,9 @@ def make_plan(
         orchestrator_pid: pid tasks must not outlive (local backend), 0 otherwise.
         cores: cores to divide among tasks; default: this machine's.
         python: interpreter that runs the tasks.
-        faults: faults to inject (``--inject-fault``); each lands in its task's env.
+        faults: faults to inject (``--inject-fault``); each lands in its task's env. They are
+            checked once, before anything is planned (:func:`orchestrator.api.check_job`); one
+            for a task the job does not have lands nowhere.
         commands: a user's program (argv) per task type replacing the built-in ones
             (``python -m worker`` for chief / worker / evaluator, ``python -m ps`` for ps);
             it runs through ``python -m orchestrator.task.execwrap --``.
@@ -273,7 +274,6 @@ def make_plan(
 
     Raises:
         KeyError: when a task of the spec has no address.
-        SpecError: when a fault names a task the job does not have.
     """
     threads = threads_per_task(spec, cores or available_cores())
     training_options = dataclasses.asdict(spec.training)
@@ -301,7 +301,6 @@ def make_plan(
         common[env.ORCHESTRATOR_PID] = str(orchestrator_pid)
     if spec.strategy is Strategy.PARAMETER_SERVER:
         common["GRPC_FAIL_FAST"] = "use_caller"
-    check_fault_tasks(list(faults), spec.tasks())
     tasks = []
     for task in spec.tasks():
         module = "ps" if task.task_type == "ps" else "worker"

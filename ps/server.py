@@ -7,16 +7,15 @@ exit on their own: the orchestrator stops them when the chief is done (tensorflo
 
 from __future__ import annotations
 
-import os
-
+from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.task.runtime import route_sigterm
 
 
 def configure_threads(tf) -> None:
     """Apply the per-task thread limits the orchestrator set (TF_NUM_*_THREADS)."""
-    intra = int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0)
-    inter = int(os.environ.get("TF_NUM_INTEROP_THREADS", "0") or 0)
+    intra = env.read_int(env.INTRAOP_THREADS)
+    inter = env.read_int(env.INTEROP_THREADS)
     if intra:
         tf.config.threading.set_intra_op_parallelism_threads(intra)
     if inter:

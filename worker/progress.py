@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import time
 
-from orchestrator.task.faults import FaultInjector
+from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.task.faults import FaultInjector
 
 
 def mark(label: str) -> None:
     """With ``BENCH_TIMING`` set, print ``bench: mark LABEL (unix T)``: where a start's time goes."""
-    if os.environ.get("BENCH_TIMING"):
+    if env.is_set(env.BENCH_TIMING):
         print(f"bench: mark {label} (unix {time.time():.3f})", flush=True)
 
 
@@ -44,7 +44,7 @@ class Progress:
         # resumed from that very heartbeat
         resumed = {"resumed_from_step": resumed_from_step} if resumed_from_step else {}
         self._reporter.update(phase=pb.PHASE_TRAINING, message="training", step=resumed_from_step, **resumed)
-        if os.environ.get("BENCH_TIMING"):  # bench/: the same marker with and without the orchestrator
+        if env.is_set(env.BENCH_TIMING):  # bench/: the same marker with and without the orchestrator
             print(f"bench: first step {resumed_from_step + 1} done (unix {time.time():.3f})", flush=True)
         if resumed_from_step:
             print(f"resumed from step {resumed_from_step}", flush=True)
@@ -70,5 +70,5 @@ class Progress:
             rate = (self.step_now - self._last_step) * self._global_batch_size / (now - self._last_time)
             self._last_time, self._last_step = now, self.step_now
         self._reporter.update(step=self.step_now, epoch=epoch, loss=self.loss, examples_per_second=rate)
-        if epoch is not None and os.environ.get("BENCH_TIMING"):
+        if epoch is not None and env.is_set(env.BENCH_TIMING):
             print(f"bench: epoch {epoch} done at step {self.step_now} (unix {time.time():.3f})", flush=True)

@@ -19,10 +19,10 @@ the logger already showed INFO.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 
+from orchestrator import env
 from orchestrator.env import REJOINED_METRIC
 
 _FAILED = re.compile(r"^Worker /job:worker/replica:\d+/task:(\d+) failed with")
@@ -51,7 +51,7 @@ class _RotationFilter(logging.Filter):
         if m := _RECOVERED.match(message):
             name = f"worker-{m[1]}"
             self.rejoined[name] = self.rejoined.get(name, 0) + 1
-            if os.environ.get("BENCH_TIMING"):
+            if env.is_set(env.BENCH_TIMING):
                 print(f"bench: {name} rejoined (unix {time.time():.3f})", flush=True)
             self._reporter.update(message=f"{name} is back in the coordinator's rotation", now=True,
                                   **{REJOINED_METRIC + name: self.rejoined[name]})

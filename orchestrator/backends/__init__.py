@@ -3,42 +3,104 @@
 ``slurm`` (one job step per task inside a Slurm allocation, :mod:`orchestrator.backends.slurm`).
 
 Every backend implements the contract declared in :mod:`orchestrator.backends.base`
-(:class:`~orchestrator.backends.base.Backend`); the supervisor decides, the backend acts.
+(:class:`~orchestrator.backends.base.Backend`) and declares its options
+(:mod:`orchestrator.backends.options`) and capabilities
+(:class:`~orchestrator.backends.base.Capability`); the supervisor decides, the backend acts.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from orchestrator.backends.base import Backend
+from orchestrator.backends.base import Backend, Capability, overridden_hooks
+from orchestrator.backends.docker import DockerBackend  # the Docker SDK itself is imported only by open()
 from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.options import OptionInfo, describe, options_from_mapping
+from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.errors import SpecError
 
-
-def _docker_backend(**options: Any) -> Backend[Any]:
-    from orchestrator.backends.docker import DockerBackend  # the Docker SDK is an optional extra
-
-    return DockerBackend(**options)
+BACKENDS: dict[str, type[Backend[Any]]] = {cls.name: cls for cls in (LocalBackend, DockerBackend, SlurmBackend)}
+"""Every backend by its ``--backend`` name."""
 
 
-def _slurm_backend(**options: Any) -> Backend[Any]:
-    from orchestrator.backends.slurm import SlurmBackend
-
-    return SlurmBackend(**options)
-
-
-BACKENDS: dict[str, Callable[..., Backend[Any]]] = {"local": LocalBackend, "docker": _docker_backend,
-                                                    "slurm": _slurm_backend}
-
-
-def get_backend(name: str, **options: Any) -> Backend[Any]:
-    """Instantiate the backend called ``name`` with its ``options`` (docker: image, base_image, ...).
+def backend_class(name: str) -> type[Backend[Any]]:
+    """The backend class called ``name``: ask it what it supports before constructing one
+    (``backend_class(name).supports(Capability.HOST_PROCESSES)``).
 
     Raises:
         SpecError: for an unknown backend.
     """
     try:
-        factory = BACKENDS[name]
+        return BACKENDS[name]
     except KeyError:
         raise SpecError("backend", name, "unknown backend", "use one of: " + ", ".join(sorted(BACKENDS))) from None
-    return factory(**options)
+
+
+def get_backend(name: str, options: object | Mapping[str, Any] | None = None) -> Backend[Any]:
+    """Instantiate the backend called ``name`` with its options.
+
+    Args:
+        name: the ``--backend`` value.
+        options: an instance of the backend's :attr:`~Backend.options_type` (docker:
+            :class:`~orchestrator.backends.docker.DockerOptions`), a mapping of its field names
+            (``{"image": "tf:1"}``), or None for the defaults.
+
+    Raises:
+        SpecError: an unknown backend, an option it does not take, or options of another backend.
+    """
+    cls = backend_class(name)
+    if options is None:
+        return cls(None)
+    if isinstance(options, Mapping):
+        options = options_from_mapping(name, cls.options_type, options)
+    if not isinstance(options, cls.options_type):
+        raise SpecError("backend_options", type(options).__name__, f"are not options of the {name} backend",
+                        f"pass a {cls.options_type.__name__} (or a dict of its fields)")
+    return cls(options)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What one backend declares: the rows of the docs' table.
+
+    Attributes:
+        name: the ``--backend`` value.
+        summary: where its tasks run, one line.
+        capabilities: every :class:`Capability` with the optional hooks that implement it
+            (empty for a capability without hooks: host-processes, host-files); missing when
+            the backend does not have it.
+        options: its options, in declaration order.
+    """
+
+    name: str
+    summary: str
+    capabilities: Mapping[Capability, tuple[str, ...]]
+    options: tuple[OptionInfo, ...]
+
+    def supports(self, capability: Capability) -> bool:
+        """Whether the backend has ``capability``."""
+        return capability in self.capabilities
+
+
+def capability_table() -> list[BackendInfo]:
+    """Every backend × capability, and every backend's options, from the backends' own
+    declarations (``capabilities``, ``options_type``, checked against their hooks when their
+    classes are created).
+
+    This is the single source of the docs' table "What each backend supports": the docs
+    generate it from this function (as TorchX's ``.. compatibility::`` blocks do), so the table
+    cannot drift from the code. Capabilities come in :class:`Capability` order (its values are
+    the column names, its members' docstrings their meaning); backends in :data:`BACKENDS` order.
+
+    Returns:
+        One :class:`BackendInfo` per backend.
+    """
+    table = []
+    for name, cls in BACKENDS.items():
+        hooks = overridden_hooks(cls)
+        have = {c: hooks.get(c, ()) for c in Capability if cls.supports(c)}
+        table.append(BackendInfo(name, cls.summary, have, describe(cls.options_type)))
+    return table
+

@@ -2,8 +2,8 @@
 run on other machines, where the orchestrator cannot hold a port for them (Slurm).
 
 Each task attempt binds a free port on its own node, registers ``host:port`` and waits until
-every task of the training cluster has registered; it then gets its TF_CONFIG (TonY's scheme,
-DESIGN.md section 3). Rules:
+every task of the training cluster has registered; it then gets its TF_CONFIG (TonY's scheme: a port picked in the
+parent and bound later in the child races, tensorflow#46602, TonY#487). Rules:
 
 * A restarted task that comes back on the same host gets its earlier port back (it binds that
   one instead): under ParameterServerStrategy the coordinator and the other tasks keep

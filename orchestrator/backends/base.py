@@ -9,12 +9,21 @@ torch.distributed.elastic's ``PContext`` (start, poll, two-phase close), with Ra
 Must (abstract): :meth:`Backend.allocate`, :meth:`Backend.start`, :meth:`Backend.poll`,
 :meth:`Backend.wait`, :meth:`Backend.signal`, :meth:`Backend.stop`.
 
-May (defaults do nothing): :meth:`Backend.open`, :meth:`Backend.release_port`,
-:meth:`Backend.reserve_again`, :meth:`Backend.sample`, :meth:`Backend.dump_stacks`,
-:meth:`Backend.oom_killed`, :meth:`Backend.keep_spares`, :meth:`Backend.spares`,
-:meth:`Backend.register_address`, :meth:`Backend.prepare_restart`,
-:meth:`Backend.close`; and the class attributes :attr:`Backend.python`,
-:attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`, :attr:`Backend.addresses_from_tasks`.
+May (defaults do nothing), in capabilities (:class:`Capability`, one mixin each, checked
+against the backend's declaration when its class is created):
+
+* lifecycle (:class:`LifecycleHooks`): ``open``, ``close``;
+* ports (:class:`PortHooks`): ``release_port``, ``reserve_again``;
+* diagnostics (:class:`DiagnosticHooks`): ``sample``, ``dump_stacks``, ``oom_killed``,
+  ``memory_total_bytes``, ``job_preempted``;
+* spares (:class:`SpareHooks`): ``keep_spares``, ``spares``;
+* placement on other machines (:class:`PlacementHooks`): ``register_address``, ``prepare_restart``;
+
+and two facts without hooks (:attr:`Capability.HOST_PROCESSES`, :attr:`Capability.HOST_FILES`).
+Each backend also declares its options (:attr:`Backend.options_type`, a frozen dataclass the CLI
+builds its flags from: :mod:`orchestrator.backends.options`), and the class attributes
+:attr:`Backend.python`, :attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
+:func:`orchestrator.backends.capability_table` lists it all, for the docs.
 
 Exit codes everywhere follow ``subprocess.Popen.returncode``: ``>= 0`` an exit code,
 ``< 0`` death by that signal.
@@ -23,14 +32,16 @@ Exit codes everywhere follow ``subprocess.Popen.returncode``: ``>= 0`` an exit c
 from __future__ import annotations
 
 import abc
+import enum
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
+from orchestrator.backends.options import NoOptions
 from orchestrator.spec.model import JobSpec, TaskId
 
 
@@ -137,7 +148,7 @@ class ProcessSample:
 
 @dataclass(frozen=True)
 class Registration:
-    """The answer to a task's ``RegisterAddress`` (backends with ``addresses_from_tasks``).
+    """The answer to a task's ``RegisterAddress`` (backends with :attr:`Capability.REMOTE`).
 
     Attributes:
         ready: every task of the training cluster has registered.
@@ -155,36 +166,56 @@ class Registration:
 H = TypeVar("H", bound=TaskHandle)
 
 
-class Backend(abc.ABC, Generic[H]):
-    """Runs task attempts; the supervisor decides when.
+class Capability(enum.Enum):
+    """What a backend can do beyond the required methods; each backend declares its set in
+    :attr:`Backend.capabilities`, and callers ask :meth:`Backend.supports` instead of testing
+    the backend's name.
 
-    Class attributes (override where they differ):
-        name: the ``--backend`` value.
-        python: interpreter of the built-in task commands (``python -m worker``).
-        parent_death_signal: True when tasks are this process's children and may set
-            ``PR_SET_PDEATHSIG`` (the plan then carries ``ORCH_ORCHESTRATOR_PID``).
-        health_host: the address the health endpoint binds, reachable by the tasks.
-        addresses_from_tasks: True when the backend cannot hold ports for its tasks (they run
-            on other machines): each task binds a port on its own node and registers it
-            (``RegisterAddress``, :meth:`register_address`); the plan's addresses then carry
-            the node and port 0. False (local, docker): the backend assigns every address.
+    The first five group optional hooks (:data:`HOOKS`): a backend declares such a capability
+    exactly when it overrides at least one of its hooks (checked when the class is created).
+    The last two are facts about where the tasks run, with no hooks.
     """
 
-    name: ClassVar[str] = ""
-    python: str = sys.executable
-    parent_death_signal: bool = True
-    health_host: str = "127.0.0.1"
-    addresses_from_tasks: bool = False
+    LIFECYCLE = "lifecycle"
+    """Gets ready for a job and cleans up after it: :meth:`~LifecycleHooks.open`, :meth:`~LifecycleHooks.close`."""
+    PORTS = "ports"
+    """Holds each task's address between its attempts: :meth:`~PortHooks.release_port` right before the task
+    binds it, :meth:`~PortHooks.reserve_again` before a restart."""
+    DIAGNOSTICS = "diagnostics"
+    """Sees into a task: :meth:`~DiagnosticHooks.sample` (CPU, RSS), :meth:`~DiagnosticHooks.dump_stacks`,
+    :meth:`~DiagnosticHooks.oom_killed`, :meth:`~DiagnosticHooks.memory_total_bytes`, and into the job:
+    :meth:`~DiagnosticHooks.job_preempted`."""
+    SPARES = "spares"
+    """Keeps warm spare processes: :meth:`~SpareHooks.keep_spares`, :meth:`~SpareHooks.spares`."""
+    REMOTE = "remote"
+    """Places tasks on other machines: the orchestrator cannot hold their ports, so each task binds one on
+    its node and registers it (:meth:`~PlacementHooks.register_address`; the plan's addresses carry the
+    node and port 0), and a lost machine's tasks move before a restart (:meth:`~PlacementHooks.prepare_restart`)."""
+    HOST_PROCESSES = "host-processes"
+    """Tasks are processes of this machine: its memory, its interpreters (checked before a launch)."""
+    HOST_FILES = "host-files"
+    """Tasks see this machine's files at the same paths (a program after ``--`` is checked here)."""
 
-    # -- optional hooks ----------------------------------------------------------------------
+
+class LifecycleHooks:
+    """Capability :attr:`Capability.LIFECYCLE`; the defaults do nothing."""
+
     def open(self, run_id: str, run_dir: Path) -> None:
         """Get ready for one job (connect to an engine, build an image, create a network).
 
-        Called once, before :meth:`allocate`. Default: nothing.
+        Called once, before :meth:`Backend.allocate`. Default: nothing.
 
         Raises:
             LaunchError: when the backend cannot run the job.
         """
+
+    def close(self) -> None:
+        """Release everything the job held (ports, containers, networks). Must not raise:
+        a failure to clean up is logged, it never costs the summary. Default: nothing."""
+
+
+class PortHooks:
+    """Capability :attr:`Capability.PORTS`; the defaults hold nothing."""
 
     def release_port(self, task: TaskId, attempt: int) -> int:
         """Release the port held for ``task`` right before it binds it; returns the port, 0
@@ -192,7 +223,11 @@ class Backend(abc.ABC, Generic[H]):
         return 0
 
     def reserve_again(self, task: TaskId) -> None:
-        """Hold ``task``'s address again until its next attempt binds it. Default: nothing."""
+        """Hold ``task``'s address again until its next attempt binds (or registers) it. Default: nothing."""
+
+
+class DiagnosticHooks(Generic[H]):
+    """Capability :attr:`Capability.DIAGNOSTICS`; the defaults see nothing."""
 
     def sample(self, handle: H) -> ProcessSample | None:
         """CPU and RSS of a task that sends no heartbeats (a user's program), or None when
@@ -203,15 +238,6 @@ class Backend(abc.ABC, Generic[H]):
         """The Python stacks of every thread of a (hung) task, as text, without killing it;
         "" when they cannot be had within ``timeout_s`` seconds. Default: ""."""
         return ""
-
-    def keep_spares(self, request: SpareRequest) -> None:
-        """Keep ``request.count`` warm spares ready (start missing ones, forget dead ones); a
-        later :meth:`start` with ``request.argv`` takes one. Called every look once the job
-        trains. Default: nothing (the backend has no spares)."""
-
-    def spares(self) -> list[SpareInfo]:
-        """Every spare the backend started for this job. Default: none."""
-        return []
 
     def oom_killed(self, handle: H) -> bool | None:
         """Whether the ended attempt was killed for memory (the kernel's or the engine's OOM
@@ -229,6 +255,26 @@ class Backend(abc.ABC, Generic[H]):
         when the backend cannot tell. Default: None."""
         return None
 
+
+class SpareHooks:
+    """Capability :attr:`Capability.SPARES`; the defaults keep none."""
+
+    def keep_spares(self, request: SpareRequest) -> None:
+        """Keep ``request.count`` warm spares ready (start missing ones, forget dead ones); a
+        later :meth:`Backend.start` with ``request.argv`` takes one. Called every look once the job
+        trains. Default: nothing (the backend has no spares)."""
+
+    def spares(self) -> list[SpareInfo]:
+        """Every spare the backend started for this job. Default: none."""
+        return []
+
+
+class PlacementHooks:
+    """Capability :attr:`Capability.REMOTE` (placement on other machines); the defaults place
+    every task where the backend assigned it."""
+
+    name: ClassVar[str] = ""
+
     def register_address(self, task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> Registration:
         """A task bound ``host:port`` on its node and registers it; waits at most ``wait_s``
         seconds for the rest of the training cluster. Called from the health server's worker
@@ -243,9 +289,92 @@ class Backend(abc.ABC, Generic[H]):
         nodes left): the job then fails with that reason. Default: ``(True, "")``."""
         return True, ""
 
-    def close(self) -> None:
-        """Release everything the job held (ports, containers, networks). Must not raise:
-        a failure to clean up is logged, it never costs the summary. Default: nothing."""
+
+HOOKS: Mapping[Capability, tuple[type, tuple[str, ...]]] = {
+    Capability.LIFECYCLE: (LifecycleHooks, ("open", "close")),
+    Capability.PORTS: (PortHooks, ("release_port", "reserve_again")),
+    Capability.DIAGNOSTICS: (DiagnosticHooks, ("sample", "dump_stacks", "oom_killed", "memory_total_bytes",
+                                               "job_preempted")),
+    Capability.SPARES: (SpareHooks, ("keep_spares", "spares")),
+    Capability.REMOTE: (PlacementHooks, ("register_address", "prepare_restart")),
+}
+"""Each capability with hooks: the mixin that declares them (with their do-nothing defaults) and their names."""
+
+
+def overridden_hooks(cls: type) -> dict[Capability, tuple[str, ...]]:
+    """The optional hooks ``cls`` implements (overrides, itself or a base below
+    :class:`Backend`), by capability; capabilities with none are left out."""
+    found: dict[Capability, tuple[str, ...]] = {}
+    for capability, (mixin, names) in HOOKS.items():
+        own = tuple(n for n in names if next(k for k in cls.__mro__ if n in vars(k)) is not mixin)
+        if own:
+            found[capability] = own
+    return found
+
+
+class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, PlacementHooks, abc.ABC):
+    """Runs task attempts; the supervisor decides when.
+
+    The optional hooks come in capabilities (:class:`Capability`), one mixin each, whose
+    defaults do nothing, so the supervisor calls them unconditionally; a backend declares
+    what it does in :attr:`capabilities` and callers ask :meth:`supports`.
+
+    Class attributes (override where they differ):
+        name: the ``--backend`` value.
+        summary: one line on where the tasks run (``--backend`` help, the docs).
+        options_type: the backend's options, a frozen dataclass whose fields declare the
+            command-line flags (:func:`orchestrator.backends.options.option`); the constructor
+            takes an instance of it (None: the defaults).
+        capabilities: what it can do. Left undeclared (None), it is derived from the hooks the
+            class overrides (a test's fake backend); declared, it is checked against them
+            when the class is created.
+        python: interpreter of the built-in task commands (``python -m worker``).
+        parent_death_signal: True when tasks are this process's children and may set
+            ``PR_SET_PDEATHSIG`` (the plan then carries ``ORCH_ORCHESTRATOR_PID``).
+        health_host: the address the health endpoint binds, reachable by the tasks.
+
+    Raises:
+        TypeError: (at class creation) declared capabilities that do not match the hooks
+            the class overrides.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    options_type: ClassVar[type[Any]] = NoOptions
+    capabilities: ClassVar[frozenset[Capability] | None] = None
+    python: str = sys.executable
+    parent_death_signal: bool = True
+    health_host: str = "127.0.0.1"
+
+    def __init__(self, options: Any = None) -> None:
+        """``options``: an instance of :attr:`options_type`, or None for its defaults."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hooks = overridden_hooks(cls)
+        declared = cls.__dict__.get("capabilities")
+        if declared is None:
+            if cls.capabilities is None:
+                return
+            declared = cls.capabilities
+        wrong = [f"overrides {', '.join(names)} but does not declare Capability.{c.name}"
+                 for c, names in hooks.items() if c not in declared]
+        wrong += [f"declares Capability.{c.name} but overrides none of {', '.join(HOOKS[c][1])}"
+                  for c in declared if c in HOOKS and c not in hooks]
+        if wrong:
+            raise TypeError(f"{cls.__qualname__} " + "; ".join(wrong) + ": make its capabilities match its hooks")
+
+    @classmethod
+    def declared_capabilities(cls) -> frozenset[Capability]:
+        """:attr:`capabilities`, or the ones its overridden hooks imply when undeclared."""
+        if cls.capabilities is not None:
+            return cls.capabilities
+        return frozenset(overridden_hooks(cls))
+
+    @classmethod
+    def supports(cls, capability: Capability) -> bool:
+        """Whether the backend has ``capability`` (the one query to use instead of its name)."""
+        return capability in cls.declared_capabilities()
 
     # -- required ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -256,6 +385,17 @@ class Backend(abc.ABC, Generic[H]):
             SpecError: a fixed address the backend cannot use.
             LaunchError: when addresses cannot be had.
         """
+
+    def preview_addresses(self, spec: JobSpec) -> dict[TaskId, str]:
+        """The addresses the dry run shows, with no effect at all: nothing bound, held or
+        created (TorchX's ``_submit_dryrun``); every check of :meth:`allocate` that needs none.
+        Default: :meth:`allocate`, for backends whose ``allocate`` holds nothing (docker: service
+        names; slurm: nodes with port 0); a backend that holds ports overrides it (local).
+
+        Raises:
+            SpecError: a fixed address the backend cannot use.
+        """
+        return self.allocate(spec)
 
     @abc.abstractmethod
     def start(self, request: LaunchRequest) -> H:

@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from orchestrator import env as envvars
-from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle, faulthandler_dump
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle, faulthandler_dump
 from orchestrator.backends.engine import connect
 from orchestrator.backends.image import ensure_image
+from orchestrator.backends.options import option
 from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -133,29 +134,50 @@ class Container(TaskHandle):
     threads: list[threading.Thread] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class DockerOptions:
+    """Options of the docker backend (each a ``launch`` flag unless said otherwise).
+
+    Attributes:
+        image: image to run as it is; default: the project image, built when missing
+            (:func:`orchestrator.backends.image.ensure_image`).
+        base_image: base of that image (default ``$ORCH_DOCKER_BASE_IMAGE`` or python:3.11-slim).
+        ca_bundle: CA bundle pip trusts while building the image (Python API only).
+        progress: called with build output lines (Python API only; the CLI prints them).
+    """
+
+    image: str | None = field(default=None, metadata=option(
+        "image to run as it is (default: the project image, built from docker/Dockerfile when missing, tagged by "
+        "the hash of its files)"))
+    base_image: str | None = field(default=None, metadata=option(
+        "base of the project image (default $ORCH_DOCKER_BASE_IMAGE or python:3.11-slim)"))
+    ca_bundle: str | None = field(default=None, metadata=option(None))
+    progress: Callable[[str], None] | None = field(default=None, metadata=option(None))
+
+
 class DockerBackend(Backend[Container]):
     """Runs each task in its own container; see the module docstring.
 
     Args:
-        image: image to run as it is; default: the project image, built when missing
-            (:func:`orchestrator.backends.image.ensure_image`).
-        base_image: base of that image (default ``$ORCH_DOCKER_BASE_IMAGE`` or python:3.11-slim).
-        ca_bundle: CA bundle pip trusts while building the image.
-        progress: called with build output lines.
+        options: :class:`DockerOptions` (None: the defaults).
     """
 
     name = "docker"
+    summary = ("one container per task on a private network (needs a Docker engine and "
+               "pip install -e '.[docker]')")
+    options_type = DockerOptions
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS})
     python = "python"
     """The interpreter in the image: task commands are run inside the containers."""
     parent_death_signal = False
     """Tasks are not the orchestrator's children: no ORCH_ORCHESTRATOR_PID for them."""
 
-    def __init__(self, image: str | None = None, base_image: str | None = None,
-                 ca_bundle: str | None = None, progress: Callable[[str], None] | None = None) -> None:
-        self.image = image
-        self.base_image = base_image
-        self.ca_bundle = ca_bundle
-        self.progress = progress
+    def __init__(self, options: DockerOptions | None = None) -> None:
+        options = options or DockerOptions()
+        self.image = options.image
+        self.base_image = options.base_image
+        self.ca_bundle = options.ca_bundle
+        self.progress = options.progress
         self.client: Any = None
         self.network: Any = None
         self.run_id = ""
@@ -221,13 +243,6 @@ class DockerBackend(Backend[Container]):
             log.warning("the spec's addresses are replaced by service names (worker-0:%d) in containers", TF_PORT)
         return addresses(spec)
 
-    def release_port(self, task: TaskId, attempt: int) -> int:
-        """Nothing is held: every container has its own network namespace."""
-        return 0
-
-    def reserve_again(self, task: TaskId) -> None:
-        """Nothing to hold."""
-
     # -- tasks -----------------------------------------------------------------------------
     def start(self, request: LaunchRequest) -> Container:
         """Create and start the container of one task attempt: ``request.argv`` runs inside
@@ -292,7 +307,8 @@ class DockerBackend(Backend[Container]):
 
     def _copy_logs(self, handle: Container, stream: str, path: Path) -> None:
         try:
-            chunks = handle.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True)
+            chunks = handle.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True,
+                                           follow=True)
             with open(path, "ab") as out:
                 for chunk in chunks:
                     out.write(chunk)

@@ -27,6 +27,7 @@ from orchestrator import env
 from orchestrator import env as envvars
 from orchestrator.backends.base import (
     Backend,
+    Capability,
     LaunchRequest,
     ProcessSample,
     SpareInfo,
@@ -34,10 +35,11 @@ from orchestrator.backends.base import (
     TaskHandle,
     faulthandler_dump,
 )
+from orchestrator.backends.options import NoOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.net import can_listen
-from orchestrator.spec.address import LOOPBACK_IPV4, localhost_as_ipv4, parse_address
+from orchestrator.spec.address import LOOPBACK_IPV4, Address, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
@@ -169,11 +171,18 @@ def _field(task: TaskId) -> str:
 
 
 class LocalBackend(Backend[LocalProcess]):
-    """Runs tasks as local subprocesses; holds their ports until they bind."""
+    """Runs tasks as local subprocesses; holds their ports until they bind.
+
+    Args:
+        options: none yet (:class:`~orchestrator.backends.options.NoOptions`).
+    """
 
     name = "local"
+    summary = "one process per task on this machine (default)"
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.SPARES,
+                              Capability.HOST_PROCESSES, Capability.HOST_FILES})
 
-    def __init__(self) -> None:
+    def __init__(self, options: NoOptions | None = None) -> None:
         self.ports = PortReservations()
         self._spares: list[_Spare] = []  # every spare started, used or not
         self._spares_given_up = False
@@ -190,27 +199,9 @@ class LocalBackend(Backend[LocalProcess]):
                 else listens on it (naming the process: :func:`port_holder`); nothing is held.
             LaunchError: when no free port can be drawn for a task without a fixed address.
         """
-        if not spec.addresses:
-            low, high = port_range()
-            tasks = spec.tasks()
-            if len(tasks) > MAX_LOCAL_TASKS or len(tasks) > (high - low) // 2:
-                most = min(MAX_LOCAL_TASKS, (high - low) // 2)
-                raise SpecError("workers", spec.workers, f"{len(tasks)} tasks on this one machine is more than it can "
-                                f"run (at most {most}: ports and processes)",
-                                "use fewer --workers, or run the job on Slurm or Kubernetes (see README)")
-            return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in tasks}
-        fixed = {task: parse_address(spec.addresses[task], _field(task)) for task in spec.tasks()}
-        for task, address in fixed.items():  # check everything before holding anything
-            if not address.is_loopback:
-                raise SpecError(
-                    _field(task),
-                    str(address),
-                    "the local backend runs every task on this machine, so it needs loopback addresses",
-                    "use 127.0.0.1:<port>, or `python -m orchestrator render --spec FILE` for TF_CONFIGs on other hosts",
-                )
-            if address.port < 1024 and os.geteuid() != 0:
-                raise SpecError(_field(task), str(address), "ports below 1024 need root",
-                                "use a port from 1024 to 65535, e.g. 2222")
+        fixed = self._check_addresses(spec)
+        if not fixed:
+            return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
         for task, address in fixed.items():
             try:
                 self.ports.reserve(task, address.port)
@@ -226,6 +217,52 @@ class LocalBackend(Backend[LocalProcess]):
                                 f"stop {'it' if holder.startswith('pid') else 'that process'}, or give {_field(task)} "
                                 "a free port in the spec file") from None
         return {task: localhost_as_ipv4(address) for task, address in fixed.items()}
+
+    def preview_addresses(self, spec: JobSpec) -> dict[TaskId, str]:
+        """The dry run's addresses: every check of :meth:`allocate` that binds nothing, and
+        nothing held. Fixed addresses read as given (``localhost`` as ``127.0.0.1``; whether
+        something listens on them is checked at the launch); others read ``127.0.0.1:0``: their
+        ports are drawn at the launch.
+
+        Raises:
+            SpecError: as :meth:`allocate`, but for a busy fixed port.
+        """
+        fixed = self._check_addresses(spec)
+        if not fixed:
+            return {task: f"{LOOPBACK}:0" for task in spec.tasks()}
+        return {task: localhost_as_ipv4(address) for task, address in fixed.items()}
+
+    def _check_addresses(self, spec: JobSpec) -> dict[TaskId, Address]:
+        """The spec's fixed addresses, checked (loopback, no port that needs root), or {} when it
+        has none (then the tasks must fit on this machine).
+
+        Raises:
+            SpecError: too many tasks for this machine, a fixed address not loopback or whose
+                port needs root.
+        """
+        if not spec.addresses:
+            low, high = port_range()
+            tasks = spec.tasks()
+            if len(tasks) > MAX_LOCAL_TASKS or len(tasks) > (high - low) // 2:
+                most = min(MAX_LOCAL_TASKS, (high - low) // 2)
+                raise SpecError("workers", spec.workers, f"{len(tasks)} tasks on this one machine is more than it can "
+                                f"run (at most {most}: ports and processes)",
+                                "use fewer --workers, or run the job on Slurm or Kubernetes (see README)")
+            return {}
+        fixed = {task: parse_address(spec.addresses[task], _field(task)) for task in spec.tasks()}
+        for task, address in fixed.items():  # check everything before holding anything
+            if not address.is_loopback:
+                raise SpecError(
+                    _field(task),
+                    str(address),
+                    "the local backend runs every task on this machine, so it needs loopback addresses",
+                    "use 127.0.0.1:<port>, or `python -m orchestrator render --spec FILE` for TF_CONFIGs on other "
+                    "hosts",
+                )
+            if address.port < 1024 and os.geteuid() != 0:
+                raise SpecError(_field(task), str(address), "ports below 1024 need root",
+                                "use a port from 1024 to 65535, e.g. 2222")
+        return fixed
 
     def release_port(self, task: TaskId, attempt: int) -> int:
         """Called (from the health server thread) when a task is about to bind its port."""

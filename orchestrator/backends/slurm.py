@@ -12,7 +12,7 @@ and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
   ``attempt-<n>/<task>/`` and exits with the task's exit status (128+N for a death by signal N,
   reported as ``-N``). The environment, job token included, goes through ``srun``'s
   environment, never its command line.
-* **Addresses**: the orchestrator cannot hold ports on other nodes (``addresses_from_tasks``):
+* **Addresses**: the orchestrator cannot hold ports on other nodes (``Capability.REMOTE``):
   each task binds a port on its node and registers it (:mod:`orchestrator.backends.addresses`).
   The plan's addresses read ``NODE_ADDRESS:0``; ``cluster.json`` in the run directory has the
   real ones.
@@ -55,7 +55,9 @@ from typing import Iterable, Mapping, Sequence
 
 from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
-from orchestrator.backends.base import Backend, LaunchRequest, Registration, TaskHandle, faulthandler_dump
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, TaskHandle, faulthandler_dump
+from orchestrator.backends.options import option
+from orchestrator.backends.placement import move_off, parse_node_list, place
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -70,58 +72,6 @@ PROBE_TIMEOUT_S = 1.0
 COMMAND_TIMEOUT_S = 15.0
 """Bound on every Slurm client command (squeue, scancel, scontrol), seconds."""
 DEFAULT_SLURMD_PORT = 6818
-
-
-def place(tasks: Sequence[TaskId], nodes: Sequence[str], tasks_per_node: int | None = None) -> dict[TaskId, str]:
-    """The node of every task (the placement rule of the module docstring).
-
-    Args:
-        tasks: the job's tasks, chief first (``JobSpec.tasks()`` order).
-        nodes: the allocation's nodes, in ``SLURM_JOB_NODELIST`` order.
-        tasks_per_node: most tasks on one node (default ``ceil(tasks / nodes)``).
-
-    Returns:
-        task -> node name.
-
-    Raises:
-        SpecError: no nodes, a bad ``tasks_per_node``, or more tasks than the nodes can hold.
-    """
-    if not nodes:
-        raise SpecError("SLURM_JOB_NODELIST", "", "the allocation has no nodes", "run inside salloc -N N or sbatch")
-    cap = tasks_per_node if tasks_per_node is not None else math.ceil(len(tasks) / len(nodes))
-    if cap < 1:
-        raise SpecError("tasks-per-node", tasks_per_node, "must be at least 1", "e.g. --tasks-per-node 2")
-    if len(tasks) > cap * len(nodes):
-        raise SpecError("tasks-per-node", cap, f"{len(tasks)} tasks do not fit on {len(nodes)} node(s) with at most "
-                        f"{cap} per node", f"allocate {math.ceil(len(tasks) / cap)} nodes (salloc -N "
-                        f"{math.ceil(len(tasks) / cap)}) or raise --tasks-per-node to {math.ceil(len(tasks) / len(nodes))}")
-    return {task: nodes[i % len(nodes)] for i, task in enumerate(tasks)}
-
-
-def move_off(placement: Mapping[TaskId, str], moving: Sequence[TaskId], nodes: Sequence[str], lost: set[str],
-             tasks_per_node: int) -> dict[TaskId, str] | str:
-    """Place ``moving`` (tasks whose node is lost) on the nodes left, least loaded first.
-
-    Returns:
-        The new placement, or a sentence saying why they do not fit.
-    """
-    left = [n for n in nodes if n not in lost]
-    new = dict(placement)
-    load = {n: sum(1 for t, m in new.items() if m == n and t not in moving) for n in left}
-    for task in moving:
-        free = [n for n in left if load[n] < tasks_per_node]
-        if not free:
-            return (f"node(s) {', '.join(sorted(lost))} lost; the {len(left)} node(s) left ({', '.join(left) or 'none'}) "
-                    f"cannot hold {len(moving)} more task(s) with at most {tasks_per_node} per node")
-        target = min(free, key=lambda n: (load[n], left.index(n)))
-        new[task] = target
-        load[target] += 1
-    return new
-
-
-def parse_node_list(text: str) -> list[str]:
-    """Node names, one a line (``scontrol show hostnames`` output)."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def exit_code_of(status: int) -> int:
@@ -153,27 +103,47 @@ class SlurmStep(TaskHandle):
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Options of the slurm backend (each a ``launch`` flag unless said otherwise).
+
+    Attributes:
+        tasks_per_node: most tasks on one node (default: as few as the tasks need).
+        health_host: address of this machine the nodes reach the health endpoint at (default:
+            the source address of the route to the first node).
+        environ: the environment to read ``SLURM_*`` from (default ``os.environ``; Python API only).
+    """
+
+    tasks_per_node: int | None = field(default=None, metadata=option(
+        "most tasks on one node (default: one per node when there are enough nodes, else as few as fit)",
+        metavar="N"))
+    health_host: str | None = field(default=None, metadata=option(
+        "this machine's address the nodes reach the health endpoint at (default: the source address of the route "
+        "to the first node; never a wildcard)", metavar="ADDRESS"))
+    environ: Mapping[str, str] | None = field(default=None, metadata=option(None))
+
+
 class SlurmBackend(Backend[SlurmStep]):
     """Runs each task attempt as a job step of the current allocation; see the module docstring.
 
     Args:
-        tasks_per_node: most tasks on one node (default: as few as the tasks need).
-        health_host: address of this machine the nodes reach the health endpoint at (default:
-            the source address of the route to the first node).
-        environ: the environment to read ``SLURM_*`` from (default ``os.environ``).
+        options: :class:`SlurmOptions` (None: the defaults).
     """
 
     name = "slurm"
+    summary = "one job step per task inside a Slurm allocation (run under salloc or sbatch)"
+    options_type = SlurmOptions
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.REMOTE,
+                              Capability.HOST_FILES})
     parent_death_signal = False
     """Tasks run on other nodes: no ORCH_ORCHESTRATOR_PID for them."""
-    addresses_from_tasks = True
 
-    def __init__(self, tasks_per_node: int | None = None, health_host: str | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
-        self.environ = dict(os.environ if environ is None else environ)
-        self.tasks_per_node_option = tasks_per_node
-        self.tasks_per_node = tasks_per_node or 1
-        self.health_host = health_host or ""
+    def __init__(self, options: SlurmOptions | None = None) -> None:
+        options = options or SlurmOptions()
+        self.environ = dict(os.environ if options.environ is None else options.environ)
+        self.tasks_per_node_option = options.tasks_per_node
+        self.tasks_per_node = options.tasks_per_node or 1
+        self.health_host = options.health_host or ""
         self.job_id = ""
         self.nodes: list[str] = []
         self.node_addr: dict[str, str] = {}
@@ -491,7 +461,8 @@ class SlurmBackend(Backend[SlurmStep]):
             answers = dict(zip(self.nodes, pool.map(self.node_answers, self.nodes)))
         newly = {n for n, ok in answers.items() if not ok} - self.lost
         if newly:
-            log.warning("node(s) %s do not answer (slurmd at port %d): lost", ", ".join(sorted(newly)), self.slurmd_port)
+            log.warning("node(s) %s do not answer (slurmd at port %d): lost", ", ".join(sorted(newly)),
+                        self.slurmd_port)
         self.lost |= newly
         moving = [t for t in tasks if self.placement.get(t) in self.lost]
         if not moving:

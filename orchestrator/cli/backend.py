@@ -1,43 +1,75 @@
-"""``--backend`` and the docker backend's options, shared by ``launch`` (and ``compose``)."""
+"""``--backend`` and the backends' options, shared by ``launch`` (and ``compose``).
+
+Every flag here is built from the backends' declarations (their options dataclasses:
+:mod:`orchestrator.backends.options`): adding an option to a backend adds its flag.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from orchestrator.backends import BACKENDS
+from orchestrator.backends import BACKENDS, backend_class
+from orchestrator.backends.options import OptionInfo, describe
+
+
+def option_flags(backends: tuple[str, ...] | None = None) -> dict[str, tuple[OptionInfo, tuple[str, ...]]]:
+    """Every backend option that is a flag: ``--flag -> (its declaration, the backends taking it)``.
+
+    Args:
+        backends: the backends whose options count (default: all of them).
+
+    Raises:
+        TypeError: two backends declare one flag with different types (a declaration to fix).
+    """
+    flags: dict[str, tuple[OptionInfo, tuple[str, ...]]] = {}
+    for name in backends or tuple(BACKENDS):
+        for info in describe(BACKENDS[name].options_type):
+            if info.flag is None:
+                continue
+            if info.flag in flags:
+                first, owners = flags[info.flag]
+                if first.type is not info.type:
+                    raise TypeError(f"{info.flag}: declared as {first.type.__name__} by {owners[0]} and as "
+                                    f"{info.type.__name__} by {name}")
+                flags[info.flag] = (first, owners + (name,))
+            else:
+                flags[info.flag] = (info, (name,))
+    return flags
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, *, with_backend: bool = True) -> None:
-    """Add ``--backend`` (optional) and the image options of the docker backend."""
+    """Add ``--backend`` (optional) and every backend's option flags, from their declarations."""
     group = parser.add_argument_group("backend")
     if with_backend:
         group.add_argument("--backend", default="local", choices=sorted(BACKENDS),
-                           help="local: one process per task (default); docker: one container per task "
-                           "on a private network (needs a Docker engine and pip install -e '.[docker]'); slurm: one "
-                           "job step per task inside a Slurm allocation (run under salloc or sbatch)")
-    group.add_argument("--image", default=None,
-                       help="docker: image to run as it is (default: the project image, built from docker/Dockerfile "
-                       "when missing, tagged by the hash of its files)")
-    group.add_argument("--base-image", default=None,
-                       help="docker: base of the project image (default $ORCH_DOCKER_BASE_IMAGE or python:3.11-slim)")
-    group.add_argument("--tasks-per-node", type=int, default=None, metavar="N",
-                       help="slurm: most tasks on one node (default: one per node when there are enough nodes, "
-                       "else as few as fit)")
-    group.add_argument("--health-host", default=None, metavar="ADDRESS",
-                       help="slurm: this machine's address the nodes reach the health endpoint at (default: the "
-                       "source address of the route to the first node; never a wildcard)")
+                           help="; ".join(f"{name}: {cls.summary}" for name, cls in BACKENDS.items()))
+    for flag, (info, owners) in option_flags().items():
+        help_text = f"{', '.join(owners)}: {info.help}"
+        kwargs: dict[str, Any] = {"default": None, "help": help_text, "dest": info.name}
+        if info.metavar:
+            kwargs["metavar"] = info.metavar
+        if info.type is bool:
+            kwargs["action"] = "store_true"
+        elif info.type in (int, float):
+            kwargs["type"] = info.type
+        group.add_argument(flag, **kwargs)
 
 
-def backend_options(args: argparse.Namespace) -> dict:
-    """Options for :func:`orchestrator.backends.get_backend` from the parsed flags."""
-    backend = getattr(args, "backend", "local")
-    if backend == "slurm":
-        return {"tasks_per_node": args.tasks_per_node, "health_host": args.health_host}
-    if backend != "docker":
-        return {}
+def _print_progress(line: str) -> None:
+    print(f"[image] {line}", file=sys.stderr, flush=True)
 
-    def progress(line: str) -> None:
-        print(f"[image] {line}", file=sys.stderr, flush=True)
 
-    return {"image": args.image, "base_image": args.base_image, "progress": progress}
+def backend_options(args: argparse.Namespace) -> Any:
+    """The chosen backend's options object (its declared ``options_type``) from the parsed
+    flags; flags of other backends are left out. A backend with a ``progress`` option gets
+    one that prints each line as ``[image] ...`` on stderr."""
+    cls = backend_class(getattr(args, "backend", "local"))
+    values: dict[str, Any] = {}
+    for info in describe(cls.options_type):
+        if info.flag is not None and getattr(args, info.name, None) is not None:
+            values[info.name] = getattr(args, info.name)
+        elif info.name == "progress":
+            values["progress"] = _print_progress
+    return cls.options_type(**values)

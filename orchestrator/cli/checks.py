@@ -19,15 +19,18 @@ def check_program(argv: Sequence[str], backend: str = "local") -> None:
     Args:
         argv: the program and its arguments (``launch ... -- PROGRAM ARGS...``); empty for
             the built-in program (nothing to check).
-        backend: ``docker`` skips the check: the program runs inside the image, whose
-            files and ``PATH`` this machine does not see.
+        backend: a backend whose tasks do not see this machine's files
+            (:attr:`~orchestrator.backends.base.Capability.HOST_FILES`: docker) skips the check:
+            the program runs inside the image, whose files and ``PATH`` this machine does not see.
 
     Raises:
         SpecError: naming the program, what is wrong and the fix (exit code 2).
     """
+    from orchestrator.backends import backend_class
+    from orchestrator.backends.base import Capability
     from orchestrator.errors import SpecError
 
-    if not argv or backend == "docker":
+    if not argv or not backend_class(backend).supports(Capability.HOST_FILES):
         return
     program = argv[0]
     example = "e.g. -- python train.py"

@@ -11,12 +11,12 @@ from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.errors import SpecError
-from orchestrator.spec.faults import Fault
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.resume import check_program as resumed_program
 from orchestrator.resume import check_resumable, resumed_spec
 from orchestrator.rundir import RunDir
+from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.web.server import parse_bind
@@ -138,8 +138,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
     Raises:
         SpecError: naming the bad flag or field.
     """
-    if args.run_id is not None and (not args.run_id or "/" in args.run_id or args.run_id.startswith(".")):
-        raise SpecError("run-id", args.run_id, "must be a plain directory name", "e.g. --run-id digits-1")
+    api.check_run_id(args.run_id, "run-id")  # first, as before the spec file is read
     raw = read_spec_file(args.spec) if args.spec else {}
     if getattr(args, "resume", None) is not None:
         plan = _resumable(args)
@@ -150,8 +149,7 @@ def spec_from_args(args: argparse.Namespace) -> JobSpec:
 def _resumable(args: argparse.Namespace) -> dict:
     """The plan of the run ``--resume`` names, once it is known to be resumable (exit 2 otherwise)."""
     run_id = args.resume
-    if not run_id or "/" in run_id or run_id.startswith("."):
-        raise SpecError("resume", run_id, "must be a run id (a directory name under --runs-dir)", "e.g. --resume digits-1")
+    api.check_run_id(run_id, "resume")
     if args.run_id is not None and args.run_id != run_id:
         raise SpecError("run-id", args.run_id, f"differs from --resume {run_id}", "drop --run-id: --resume names the run")
     return check_resumable(RunDir.of(args.runs_dir, run_id), args.runs_dir)

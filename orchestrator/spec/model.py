@@ -105,9 +105,6 @@ class TaskId:
             )
         return cls(match.group(1), int(match.group(2)))
 
-    def sort_key(self) -> tuple[int, int]:
-        return (TASK_TYPES.index(self.task_type), self.task_index)
-
 
 @dataclass(frozen=True)
 class TrainingSpec:

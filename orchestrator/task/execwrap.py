@@ -83,7 +83,7 @@ def _kill_group(_signum=None, _frame=None) -> None:
 
 def _on_sigterm(_signum, _frame) -> None:
     """The group got SIGTERM: if the orchestrator asked for the stop, SIGKILL it after a grace."""
-    task_dir = os.environ.get(env.TASK_DIR, "")
+    task_dir = env.read(env.TASK_DIR)
     if task_dir and os.path.exists(os.path.join(task_dir, env.STOP_REQUESTED_FILE)):
         timer = threading.Timer(STOP_GRACE_S, _kill_group)
         timer.daemon = True
@@ -137,9 +137,9 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    orchestrator_pid = int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0)
+    orchestrator_pid = env.read_int(env.ORCHESTRATOR_PID)
     time_faults = FaultInjector.from_env().time_faults
-    if os.environ.get(env.ADDRESS_FROM_TASK) == "1":  # Slurm: register a port of this node, get TF_CONFIG
+    if env.read_flag(env.ADDRESS_FROM_TASK):  # Slurm: register a port of this node, get TF_CONFIG
         try:
             take_cluster(TaskContext.from_env())  # sets TF_CONFIG; the program binds the port itself
         except (RuntimeError, ValueError, OSError) as exc:
@@ -208,7 +208,7 @@ def wait_for_own_port(timeout_s: float) -> bool:
     A task without a port of its own (the evaluator) returns at once.
     """
     try:
-        config = json.loads(os.environ.get("TF_CONFIG", ""))
+        config = json.loads(env.read("TF_CONFIG"))
         task = config["task"]
         port = int(str(config["cluster"][task["type"]][int(task["index"])]).rsplit(":", 1)[1])
     except (ValueError, KeyError, IndexError, TypeError):
@@ -232,7 +232,7 @@ def spare(argv: list[str]) -> int:
         assignment; the interpreter's exit code when it died before its assignment; 127
         when it cannot be started.
     """
-    orchestrator_pid = int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0)
+    orchestrator_pid = env.read_int(env.ORCHESTRATOR_PID)
     signal.signal(signal.SIGUSR2, _kill_group)  # the orchestrator died: the group (the interpreter too) dies
     die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
     interpreter_env = dict(os.environ)

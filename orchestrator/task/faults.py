@@ -68,7 +68,7 @@ class FaultInjector:
 
     @classmethod
     def from_env(cls) -> "FaultInjector":
-        return cls(os.environ.get(ENV, ""), int(os.environ.get(env.ATTEMPT, "0")))
+        return cls(env.read(ENV), env.read_int(env.ATTEMPT))
 
     def start_timers(self) -> None:
         """Arm the ``time=`` faults (daemon timers from now)."""

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from concurrent import futures
 
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     address = args.address
     if args.from_env and not address:
-        port = os.environ.get(env.TASK_HEALTH_PORT, "")
+        port = env.read(env.TASK_HEALTH_PORT)
         if not port:
             print(f"no task health server ({env.TASK_HEALTH_PORT} unset)")
             return 0

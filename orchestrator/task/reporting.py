@@ -31,7 +31,7 @@ _faults: FaultInjector | None = None
 
 
 def _in_task() -> bool:
-    return bool(os.environ.get(env.HEALTH_ADDRESS) and os.environ.get("TF_CONFIG"))
+    return env.is_set(env.HEALTH_ADDRESS) and env.is_set("TF_CONFIG")
 
 
 def _get():
@@ -59,18 +59,18 @@ def _trains(task_type: str) -> bool:
     only serve). A ps, a PSS worker and the evaluator may never report training."""
     if task_type == "chief":
         return True
-    return task_type == "worker" and os.environ.get(env.STRATEGY) != "parameter_server"
+    return task_type == "worker" and env.read(env.STRATEGY) != "parameter_server"
 
 
 def announce() -> None:
     """Start the heartbeat stream now, in phase ``initializing``, when this process is the
     main process of a training task (see the module docstring); otherwise do nothing."""
-    if not _in_task() or os.environ.get(env.CLIENT_PID, str(os.getpid())) != str(os.getpid()):
+    if not _in_task() or env.read(env.CLIENT_PID, str(os.getpid())) != str(os.getpid()):
         return
     import json
 
     try:
-        task = json.loads(os.environ["TF_CONFIG"]).get("task") or {}
+        task = json.loads(env.read("TF_CONFIG")).get("task") or {}
     except ValueError:
         return
     if not _trains(str(task.get("type", ""))):

@@ -149,7 +149,7 @@ def stop_requested(task_dir: str | None = None) -> bool:
     marker :data:`orchestrator.env.STOP_REQUESTED_FILE` into the task's directory right
     before its SIGTERM. Any other SIGTERM (``docker stop``, a Kubernetes eviction, Slurm
     preemption, a spot reclaim) comes from outside: a preemption."""
-    task_dir = os.environ.get(env.TASK_DIR, "") if task_dir is None else task_dir
+    task_dir = env.read(env.TASK_DIR) if task_dir is None else task_dir
     return bool(task_dir) and os.path.exists(os.path.join(task_dir, env.STOP_REQUESTED_FILE))
 
 
@@ -186,7 +186,7 @@ def exit_preempted(why: str) -> None:
 
 
 def _marker(name: str) -> str:
-    task_dir = os.environ.get(env.TASK_DIR, "")
+    task_dir = env.read(env.TASK_DIR)
     return os.path.join(task_dir, name) if task_dir else ""
 
 
@@ -329,9 +329,8 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     # grpc, protobuf and psutil (~20 MB) load here, not when the module is imported: execwrap
     # imports this module and stays resident as the parent of a user's program
     from orchestrator.proto import supervisor_pb2 as pb
-    from orchestrator.task.reporter import HeartbeatReporter
-
     from orchestrator.task.jobset import ensure_tf_config
+    from orchestrator.task.reporter import HeartbeatReporter
 
     try:
         ensure_tf_config()  # a Kubernetes JobSet pod computes its own TF_CONFIG
@@ -341,16 +340,16 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         return 2
     install(context)
     FaultInjector.from_env().start_timers()
-    if os.environ.get(env.TASK_HEALTH_PORT):  # containers: the healthcheck probes it
+    if env.is_set(env.TASK_HEALTH_PORT):  # containers: the healthcheck probes it
         from orchestrator.task.probe import serve_task_health  # grpc_health: containers only
 
         global _task_health  # keep a reference: a collected grpc.Server stops serving
-        _task_health = serve_task_health(int(os.environ[env.TASK_HEALTH_PORT]))
+        _task_health = serve_task_health(env.read_int(env.TASK_HEALTH_PORT))
     reporter = HeartbeatReporter.from_context(context).start()
 
     def registered_then_body() -> None:
         ctx = context
-        if os.environ.get(env.ADDRESS_FROM_TASK) == "1":  # Slurm: bind a port here, register it, get TF_CONFIG
+        if env.read_flag(env.ADDRESS_FROM_TASK):  # Slurm: bind a port here, register it, get TF_CONFIG
             ctx = take_cluster(context, reporter)
         body(ctx, reporter)
 
@@ -359,7 +358,7 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     except BaseException:
         reporter.close(timeout_s=2.0)
         raise
-    if os.environ.get(env.STAY_UNTIL_STOPPED) == "1":
+    if env.read_flag(env.STAY_UNTIL_STOPPED):
         reporter.update(phase=pb.PHASE_DONE)
         _wait_for_stop(context)
     reporter.close(pb.PHASE_DONE)

@@ -51,7 +51,7 @@ PRELOAD_ENV = env.SPARE_PRELOAD
 
 def _mark(label: str) -> None:
     """``bench: mark LABEL (unix T)`` with ``BENCH_TIMING`` set (``worker.progress.mark``)."""
-    if os.environ.get("BENCH_TIMING"):
+    if env.is_set(env.BENCH_TIMING):
         print(f"bench: mark {label} (unix {time.time():.3f})", flush=True)
 
 
@@ -107,7 +107,7 @@ def run_program(program_argv: list[str]) -> None:
     sys.modules["__main__"] = main
     try:
         exec(code, main.__dict__)
-    except Exception as exc:  # print it as `python SCRIPT` does: from the script's frame, not the spare's
+    except Exception as exc:  # noqa: BLE001 - print it as `python SCRIPT` does: from the script's frame, not the spare's
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         raise SystemExit(1) from None
@@ -125,14 +125,14 @@ def _is_zip(path: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     program_argv = argv[1:] if argv[:1] == ["--"] else None
-    module = os.environ.get(MODULE_ENV, "")
+    module = env.read(MODULE_ENV)
     if not module and not program_argv:
         print(f"error: {MODULE_ENV} is not set; spares are started by the orchestrator", file=sys.stderr)
         return 2
     # like every task: die with the orchestrator (a user's spare: with its wrapper), even in the imports below
-    die_with_orchestrator(int(os.environ.get(env.ORCHESTRATOR_PID, "0") or 0))
+    die_with_orchestrator(env.read_int(env.ORCHESTRATOR_PID))
     _mark("spare-start")
-    preload(os.environ.get(PRELOAD_ENV, ""))
+    preload(env.read(PRELOAD_ENV))
     print(f"spare for {module or ' '.join(program_argv or [])}: ready (pid {os.getpid()})", flush=True)
     _mark("spare-ready")
     line = sys.stdin.readline()

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from orchestrator.backends.slurm import SlurmBackend
+from orchestrator.backends.slurm import SlurmBackend, SlurmOptions
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import TaskId
@@ -24,7 +24,7 @@ def _context(address: str, token: str, task_type: str, index: int, attempt: int 
 
 @pytest.fixture
 def endpoint():
-    backend = SlurmBackend(environ={})
+    backend = SlurmBackend(SlurmOptions(environ={}))
     backend.allocate(build_spec({"workers": 2}, {}))
     server = HealthServer("secret", HeartbeatStore(), register=backend.register_address).start()
     yield backend, server

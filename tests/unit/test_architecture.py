@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The control plane (everything of `orchestrator` but the task side), top to bottom.
     # A module may import modules of its own layer or of a layer below, never above.
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),  # one module per subcommand
-    ("job", ("orchestrator.api", "orchestrator.runner", "orchestrator.resume")),  # the Python API that runs one job
+    ("job", ("orchestrator.api", "orchestrator.resume")),  # the Python API that runs one job
     ("web", ("orchestrator.web",)),  # the job's web page and /metrics (read statuses, never the supervisor)
     ("report", ("orchestrator.report",)),  # live view, summary.json
     ("supervisor", ("orchestrator.supervisor",)),  # decides: success, restarts, hangs
@@ -264,6 +264,13 @@ def test_the_checker_sees_the_project():
     assert ("worker.train", "orchestrator.task.runtime") in pairs  # from X import name
     assert ("orchestrator.plan", "orchestrator.env") in pairs  # from package import module
     assert ("orchestrator.client", "orchestrator.task.keras_callback") in pairs  # inside a function
+
+
+def test_every_name_in_the_tables_is_a_module_of_the_project():
+    modules, _ = collect(REPO)
+    named = [*SHARED, *TASK_SIDE, *(p for _, prefixes in LAYERS for p in prefixes)]
+    ghosts = [name for name in named if not any(m == name or m.startswith(name + ".") for m in modules)]
+    assert ghosts == [], f"no such module (renamed or removed? update the tables in {__name__}): {ghosts}"
 
 
 def test_task_side_imports_no_control_plane(violations):

@@ -14,7 +14,7 @@ import pytest
 
 docker_errors = pytest.importorskip("docker.errors")
 
-from orchestrator.backends.docker import LABEL_RUN, Container, DockerBackend  # noqa: E402
+from orchestrator.backends.docker import LABEL_RUN, Container, DockerBackend, DockerOptions  # noqa: E402
 from orchestrator.spec.model import TaskId  # noqa: E402
 
 
@@ -74,7 +74,7 @@ class FakeEngine:
 
 
 def backend_with(engine: FakeEngine, network: FakeNetwork, started=("worker-0", "worker-1")) -> DockerBackend:
-    backend = DockerBackend(image="unused")
+    backend = DockerBackend(DockerOptions(image="unused"))
     backend.client, backend.network, backend.run_id = engine, network, "r1"
     for i, cid in enumerate(started):
         handle = Container(TaskId("worker", i), 0, 100 + i, Path("/dev/null"), Path("/dev/null"),

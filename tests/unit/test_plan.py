@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator import env
+from orchestrator.api import check_job
 from orchestrator.errors import SpecError
-from orchestrator.spec.faults import Fault
 from orchestrator.plan import attempt_env, make_plan, threads_per_task
 from orchestrator.spec import JobSpec, TaskId, TrainingSpec
 from orchestrator.spec.data import DIGITS_TRAIN_EXAMPLES, train_examples
+from orchestrator.spec.faults import Fault
 
 
 def plan_for(spec: JobSpec, **kw):
@@ -59,8 +60,8 @@ def test_faults_land_in_their_task_only_and_unknown_tasks_are_rejected():
     plan = plan_for(JobSpec.create(workers=2), faults=[Fault.parse("worker:1:kill@step=3")])
     assert "ORCH_FAULTS" not in plan.task_plan(TaskId("worker", 0)).env
     assert json.loads(plan.task_plan(TaskId("worker", 1)).env["ORCH_FAULTS"])[0]["kind"] == "kill"
-    with pytest.raises(SpecError):
-        plan_for(JobSpec.create(workers=2), faults=[Fault.parse("worker:7:kill@step=3")])
+    with pytest.raises(SpecError):  # checked once, before planning: api.check_job
+        check_job(JobSpec.create(workers=2), backend="local", faults=[Fault.parse("worker:7:kill@step=3")])
 
 
 # --- issue 11, item 8: epochs that over-cover the data are a warning, with the numbers

@@ -1,4 +1,4 @@
-"""Unit tests of the pure helpers (``python -m pytest bench/test_stats.py``; not in the CI suite)."""
+"""Unit tests of the benchmark suite's pure helpers (bench/stats.py, bench/tfjobs.py); part of tests/unit."""
 
 from pathlib import Path
 
