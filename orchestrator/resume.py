@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 
 from orchestrator.errors import SpecError
 from orchestrator.rundir import RunDir, read_json
-from orchestrator.spec.loader import build_spec
 from orchestrator.spec.fields import spec_fields
+from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec
 from orchestrator.supervisor.lives import Carried
 

@@ -36,9 +36,9 @@ from orchestrator.supervisor import decisions, forensics
 from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.hangs import HangChecks, watch
 from orchestrator.supervisor.lives import Carried, LifeBook
+from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation, rejoined_workers
-from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, phase_name, task_snapshot
 from orchestrator.supervisor.spares import spare_request
 from orchestrator.supervisor.states import Attempt, Failure, FailureLog, JobState, TaskRuntime, TaskState, describe_exit
