@@ -2,7 +2,7 @@
 
 :class:`orchestrator.supervisor.job.Supervisor` is the one place that acts; it asks these
 functions what to do. They are tested by tables (strategy x role x policy x exit) in
-``tests/unit/test_decisions.py``.
+``tests/decisions/`` (the fast part: ``python -m pytest tests/decisions`` runs in seconds).
 
 Rules and their sources:
 
