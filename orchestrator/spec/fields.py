@@ -36,7 +36,7 @@ def spec_fields(spec: JobSpec) -> dict[str, Any]:
     }
     if spec.addresses is not None:
         grouped: dict[str, list[str]] = {}
-        for task in sorted(spec.addresses, key=lambda t: t.sort_key()):
+        for task in sorted(spec.addresses, key=lambda t: (t.task_type, t.task_index)):
             grouped.setdefault(task.task_type, []).append(spec.addresses[task])
         out["addresses"] = grouped
     return out
