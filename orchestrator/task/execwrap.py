@@ -16,7 +16,12 @@ wrapper stays as the program's parent, in the task's process group:
   seconds, then SIGKILLs the group: a program whose SIGTERM is caught (TensorFlow's
   preemption notifier, created by ``MultiWorkerMirroredStrategy``, does that) no longer
   holds every stop for the whole ``--stop-timeout``. Without the marker (a preemption: docker
-  stop, Slurm, Kubernetes) SIGTERM reaches the program untouched and the wrapper does nothing;
+  stop, Slurm, Kubernetes, or ``kill`` of the pid ``status`` shows, which is this wrapper's) the
+  wrapper writes the marker ``sigterm-received`` (:data:`orchestrator.env.SIGTERM_RECEIVED_FILE`:
+  the report names this task as the preempted one) and passes the SIGTERM on to the program, so it
+  gets the notice wherever it was sent (``docker stop`` and a Kubernetes eviction signal PID 1
+  only). A program whose whole group was signalled then sees the notice twice; TensorFlow's
+  ``PreemptionCheckpointHandler`` takes a second notice as the same one (it sets an event);
 * injected faults (``--inject-fault TASK:KIND@time=S``, :mod:`orchestrator.task.faults`):
   the wrapper fires the ``time=`` faults of its attempt on the program, from outside, S
   seconds after it started: ``kill`` SIGKILLs the group (the wrapper included: the task dies
@@ -76,18 +81,34 @@ OUTSIDE_KINDS = ("kill", "exit", "stop", "term")
 _exit_code: int | None = None
 """Set by an ``exit=N`` fault: the code this wrapper exits with."""
 
+_program: subprocess.Popen | None = None
+"""The program, once started: where a preemption notice sent to this wrapper goes on to."""
+
 
 def _kill_group(_signum=None, _frame=None) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
 def _on_sigterm(_signum, _frame) -> None:
-    """The group got SIGTERM: if the orchestrator asked for the stop, SIGKILL it after a grace."""
+    """SIGTERM: the orchestrator's own stop (its marker) SIGKILLs the group after a grace; any
+    other is a preemption notice: say so (the marker file) and pass it on to the program."""
     task_dir = env.read(env.TASK_DIR)
     if task_dir and os.path.exists(os.path.join(task_dir, env.STOP_REQUESTED_FILE)):
         timer = threading.Timer(STOP_GRACE_S, _kill_group)
         timer.daemon = True
         timer.start()
+        return
+    if task_dir:
+        try:
+            with open(os.path.join(task_dir, env.SIGTERM_RECEIVED_FILE), "x", encoding="utf-8") as marker:
+                marker.write(f"{time.time():.3f}\n")
+        except OSError:  # written already (a second notice), or no directory
+            pass
+    if _program is not None and _program.poll() is None:
+        try:
+            _program.send_signal(signal.SIGTERM)
+        except OSError:
+            pass
 
 
 def _fire(fault: dict, program: subprocess.Popen) -> None:
@@ -150,7 +171,8 @@ def main(argv: list[str]) -> int:
             os.execvp(argv[0], argv)
         _install_handlers()
         die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
-        program = subprocess.Popen(argv, env=_program_env(orchestrator_pid))
+        global _program
+        program = _program = subprocess.Popen(argv, env=_program_env(orchestrator_pid))
     except OSError as exc:
         print(f"error: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
         return 127
@@ -265,6 +287,8 @@ def spare(argv: list[str]) -> int:
     os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
     take_stdio(assignment)
     time_faults = FaultInjector.from_env().time_faults
+    global _program
+    _program = program
     _install_handlers()
     wait_for_own_port(PORT_WAIT_S)
     handover = {"env": _program_env(orchestrator_pid), "stdout": assignment["stdout"], "stderr": assignment["stderr"]}

@@ -1,0 +1,107 @@
+"""Runs that outlive preemption, with real TensorFlow (README: Failure handling, preemption).
+
+* SIGTERM to the orchestrator (what Slurm, ``docker stop`` and a Kubernetes eviction send) saves
+  and leaves: every trainer checkpoints at its next step, the job ends ``Preempted`` (exit 75),
+  and ``launch --resume`` continues it in the same run directory from that step: 0 steps lost,
+  the accuracy of an undisturbed run.
+* The orchestrator SIGKILLed outright: ``--resume`` continues from the last checkpoint, at most
+  ``--checkpoint-every`` steps lost, and the life that died reads ``Lost``.
+* A user's program that leaves preemption to TF's own ``PreemptionCheckpointHandler`` (exit 42
+  after its save, its default off Google Cloud): a SIGTERM to the pid ``status`` shows reaches
+  it, and the restart is free (no restart counted, no backoff), resuming at the saved step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.test_preemption import STEPS_3_EPOCHS, UNDISTURBED_MWMS_ACCURACY
+from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.e2e
+
+
+def _saved_step(run_dir: Path) -> int:
+    steps = {int(m) for log in run_dir.glob("attempt-0/worker-*/stdout.log")
+             for m in re.findall(r"checkpoint saved after step (\d+); exiting with code 143", log.read_text())}
+    assert len(steps) == 1, f"the workers did not save one preemption checkpoint: {steps}"
+    return steps.pop()
+
+
+def _wait_for_epoch(run_dir: Path, epoch: str) -> None:
+    """Until tf-keras ``fit`` starts epoch ``epoch`` (``Epoch 2/3``) on worker-0: the one before is done."""
+    log = run_dir / "attempt-0" / "worker-0" / "stdout.log"
+    wait_until(lambda: log.exists() and f"Epoch {epoch}\n" in log.read_text(), 300, what=f"Epoch {epoch} started")
+
+
+def test_sigterm_to_the_orchestrator_saves_and_a_resume_loses_no_step(tmp_path, launches):  # noqa: F811
+    first = start(launches, tmp_path, "preempted", "--workers", "2", "--epochs", "3", "--spares", "0")
+    _wait_for_epoch(first.run_dir, "2/3")  # two epochs left: the SIGTERM lands mid-training by construction
+    first.proc.send_signal(signal.SIGTERM)
+    code, summary = first.finish()
+    assert code == 75, "".join(first.lines[-30:])
+    assert summary["status"] == "Preempted" and summary["restarts"] == 0
+    saved = _saved_step(first.run_dir)
+    assert f"every training task saved and left" in summary["reason"]
+    record = json.loads((first.run_dir / "run.json").read_text())
+    assert record["next_attempt"] == {"worker-0": 1, "worker-1": 1}
+
+    second = start(launches, tmp_path, "preempted", "--resume", "preempted", "--deadline", "600")
+    second.wait_for(r"resuming run preempted, life 2: life 1 ended Preempted \(preempted\)")
+    code, summary = second.finish()
+    assert code == 0, "".join(second.lines[-30:])
+    one, two = summary["lives"]
+    assert (one["ended"], one["cause"], one["steps_lost"]) == ("Preempted", "preempted", 0)
+    assert (two["ended"], two["resumed_from_step"]) == ("Succeeded", saved)
+    assert summary["metrics"]["steps"] == STEPS_3_EPOCHS and summary["restarts"] == 0
+    assert abs(summary["metrics"]["test_accuracy"] - UNDISTURBED_MWMS_ACCURACY) <= 0.02
+    assert (first.run_dir / "attempt-1" / "worker-0" / "stdout.log").exists()  # attempts count on
+
+
+def test_a_sigkilled_orchestrator_resumes_losing_at_most_checkpoint_every_steps(tmp_path, launches):  # noqa: F811
+    first = start(launches, tmp_path, "killed", "--workers", "2", "--epochs", "2", "--spares", "0",
+                  "--checkpoint-every", "10")
+    _wait_for_epoch(first.run_dir, "2/2")
+    seen = 45  # one epoch: 45 steps; a checkpoint every 10 steps and at the epoch's end
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(10)
+    endpoint = first.run_dir / "endpoint.json"
+    assert endpoint.exists()  # the killed orchestrator could not clean up
+
+    second = start(launches, tmp_path, "killed", "--resume", "killed")
+    code, summary = second.finish()
+    assert code == 0, "".join(second.lines[-30:])
+    one, two = summary["lives"]
+    assert (one["ended"], one["cause"]) == ("Lost", "orchestrator killed")
+    assert two["resumed_from_step"] is not None and two["resumed_from_step"] >= seen - 10
+    assert one["steps_lost"] is not None and one["steps_lost"] <= 10
+    assert summary["metrics"]["steps"] == 90
+
+
+def test_a_users_program_with_tfs_default_handler_exit_42_resumes_for_free(tmp_path, launches):  # noqa: F811
+    launch = start(launches, tmp_path, "user42", "--workers", "2", "--spares", "0", "--max-restarts", "0",
+                   "--", sys.executable, "tests/programs/user_preempt.py", "30")
+    pid = int(launch.wait_for(r"worker-1 started \(pid (\d+)")[1])  # the pid `status` shows: the wrapper's
+    waiting = [tmp_path / "user42" / "attempt-0" / f"worker-{i}" / "at-step-3" for i in range(2)]
+    wait_until(lambda: all(p.exists() for p in waiting), 120, what="both workers at step 3")
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: (tmp_path / "user42" / "attempt-0" / "worker-1" / "sigterm-received").exists(), 10,
+               what="the wrapper took the notice")
+    (tmp_path / "user42" / "go").write_text("")
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines[-30:])
+    assert summary["restarts"] == 0  # --max-restarts 0: a preemption is free
+    (recovery,) = summary["recoveries"]
+    assert "exit code 42" in recovery["cause"] and "received SIGTERM from outside" in recovery["cause"]
+    resumed = int(re.search(r"resumed from step (\d+)",
+                            (launch.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text())[1])
+    assert resumed >= 3 and recovery["resumed_from_step"] == resumed
+    assert "done at step 30" in (launch.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text()
