@@ -1,0 +1,319 @@
+"""Reference pages rendered from the code, so that they cannot drift from it.
+
+Each ``*_markdown()`` function returns the Markdown of one generated block; :mod:`tools.docsite.hooks`
+puts it where a page says ``<!-- gen:NAME -->``. Each raises :class:`DocsDriftError` when the code
+has something the docs cannot describe (a flag without help, a spec field without a docstring
+entry, an environment variable missing from the registry table), so ``mkdocs build --strict``
+fails instead of publishing a hole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import re
+from typing import Any, Callable, Iterable
+
+from orchestrator import env as envvars
+from orchestrator.backends.base import Backend
+from orchestrator.cli import build_parser
+from orchestrator.errors import SpecError
+from orchestrator.report import summary as summary_module
+from orchestrator.spec import loader
+from orchestrator.spec.model import JobSpec, TrainingSpec
+from orchestrator.spec.supervision import SupervisionSpec
+
+
+class DocsDriftError(RuntimeError):
+    """The code has something (a flag, a field, a variable) the generated docs cannot describe."""
+
+
+def cell(text: object) -> str:
+    """One Markdown table cell: pipes escaped, newlines folded."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[object]], align: str = "") -> str:
+    """A Markdown table; ``align`` is one letter per column (``l``/``r``), default left."""
+    header = list(header)
+    marks = ["---:" if (align[i:i + 1] == "r") else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# -- CLI --------------------------------------------------------------------------------------------
+
+def subcommands(parser: argparse.ArgumentParser | None = None) -> dict[str, tuple[str, argparse.ArgumentParser]]:
+    """Subcommand name -> (its one-line help, its parser), in the order ``--help`` lists them."""
+    parser = parser or build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help or "" for c in sub._choices_actions}
+    return {name: (helps.get(name, ""), p) for name, p in sub.choices.items()}
+
+
+def documented_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The arguments of ``parser`` a user can give (``--help`` itself and suppressed ones left out)."""
+    return [a for a in parser._actions if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS]
+
+
+def _help_text(parser: argparse.ArgumentParser, action: argparse.Action, where: str) -> str:
+    if not action.help:
+        raise DocsDriftError(f"{where}: {'/'.join(action.option_strings) or action.dest} has no help text; "
+                             "give it help=... in its add_argument (the CLI reference is made from it)")
+    return parser._get_formatter()._expand_help(action)
+
+
+def _value(action: argparse.Action) -> str:
+    if action.nargs == 0:
+        return ""
+    if action.choices:
+        return " \\| ".join(f"`{c}`" for c in action.choices)
+    metavar = action.metavar or (action.dest.upper() if action.option_strings else action.dest)
+    if isinstance(metavar, tuple):
+        metavar = " ".join(metavar)
+    text = f"`{metavar}`"
+    if action.nargs in ("*", "+") or isinstance(action, argparse._AppendAction):
+        text += " (repeatable)" if isinstance(action, argparse._AppendAction) else " ..."
+    return text
+
+
+def _default(action: argparse.Action) -> str:
+    if action.nargs == 0 or action.default in (None, argparse.SUPPRESS, [], ()):
+        return ""
+    return f"`{action.default}`"
+
+
+def cli_markdown() -> str:
+    """Every subcommand of ``python -m orchestrator`` with every argument, from the argparse parsers."""
+    parser = build_parser()
+    out = ["Global options, before the subcommand:", ""]
+    out.append(table(["option", "meaning"], [(f"`{'`, `'.join(a.option_strings)}`", _help_text(parser, a, "python -m orchestrator"))
+                                            for a in documented_actions(parser) if a.option_strings]))
+    for name, (summary, sub) in subcommands(parser).items():
+        if not summary:
+            raise DocsDriftError(f"subcommand {name} has no help=... in add_parser")
+        usage = " ".join(sub.format_usage().replace("usage: ", "", 1).split())
+        out += ["", f"## `{name}`", "", summary[:1].upper() + summary[1:] + ".", ""]
+        if sub.description:
+            out += [" ".join(sub.description.split()), ""]
+        out += ["```text", usage, "```", ""]
+        rows = []
+        for action in documented_actions(sub):
+            names = ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.metavar or action.dest}`"
+            rows.append((names, _value(action), _default(action), _help_text(sub, action, name)))
+        out.append(table(["argument", "value", "default", "meaning"], rows))
+    return "\n".join(out) + "\n"
+
+
+# -- spec file --------------------------------------------------------------------------------------
+
+def docstring_attributes(cls: type) -> dict[str, str]:
+    """The ``Attributes:`` section of a Google-style class docstring: name -> description."""
+    doc = inspect.getdoc(cls) or ""
+    match = re.search(r"^Attributes:\n((?:[ \t]+.*\n?|\n)+)", doc, re.M)
+    out: dict[str, str] = {}
+    if not match:
+        return out
+    current = None
+    for line in match.group(1).splitlines():
+        entry = re.match(r"^    (\w+): (.*)$", line)
+        if entry:
+            current = entry.group(1)
+            out[current] = entry.group(2)
+        elif current and line.startswith("        "):
+            out[current] += " " + line.strip()
+    return out
+
+
+BAD_VALUES: tuple[object, ...] = (0, -1, "x", 10**9, 0.5)
+"""Values each field is tried with to read its rule off the validation (the SpecError it raises)."""
+
+
+def field_rules(dotted: str) -> list[str]:
+    """The rules a spec field's validation enforces, as its SpecError messages say them."""
+    *parents, leaf = dotted.split(".")
+    rules: list[str] = []
+    for bad in BAD_VALUES:
+        raw = {leaf: bad} if not parents else {parents[0]: {leaf: bad}}
+        try:
+            loader.build_spec(loader.check_spec_mapping(raw))
+        except SpecError as exc:
+            rule = exc.problem + (f" ({exc.fix})" if exc.problem.startswith("unknown") else "")
+            if exc.field == dotted and rule not in rules:
+                rules.append(rule)
+        except (TypeError, ValueError, AttributeError):
+            continue
+    return rules
+
+
+def _flags_by_field() -> dict[str, str]:
+    fields = dict(loader.FLAG_FIELDS)
+    for name in loader.TRAINING_KEYS:
+        fields.setdefault(name, f"training.{name}")
+    launch = subcommands()["launch"][1]
+    by_dest = {a.dest: a.option_strings[-1] for a in launch._actions if a.option_strings}
+    out = {dotted: by_dest[dest] for dest, dotted in fields.items() if dest in by_dest}
+    if "restart_policy" in by_dest:
+        out["supervision.restart_policy"] = by_dest["restart_policy"]
+    return out
+
+
+def _field_default(f: dataclasses.Field[Any]) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return ""
+    if dataclasses.is_dataclass(value):
+        return ""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {getattr(v, 'value', v)}" for k, v in value.items())
+    value = getattr(value, "value", value)
+    return "`null`" if value is None else f"`{value}`"
+
+
+SPEC_EXTRA = {
+    "description": ("text", "free text, ignored", ""),
+}
+"""Spec-file keys that are not :class:`JobSpec` fields: key -> (type, meaning, default)."""
+
+
+def spec_fields() -> list[str]:
+    """Every key a spec file takes, dotted (``training.epochs``), in the file's order."""
+    out = []
+    for key in loader.TOP_KEYS:
+        section = {"training": loader.TRAINING_KEYS, "supervision": loader.SUPERVISION_KEYS}.get(key)
+        out += [f"{key}.{k}" for k in section] if section else [key]
+    return out
+
+
+def spec_markdown() -> str:
+    """Every spec-file field with its type, default, flag, meaning and rules, from the spec model."""
+    classes = {"": JobSpec, "training": TrainingSpec, "supervision": SupervisionSpec}
+    docs = {prefix: docstring_attributes(cls) for prefix, cls in classes.items()}
+    dcfields = {prefix: {f.name: f for f in dataclasses.fields(cls)} for prefix, cls in classes.items()}
+    flags = _flags_by_field()
+    rows = []
+    for dotted in spec_fields():
+        prefix, _, leaf = dotted.rpartition(".")
+        if dotted in SPEC_EXTRA:
+            kind, meaning, default = SPEC_EXTRA[dotted]
+        else:
+            f = dcfields[prefix].get(leaf)
+            meaning = docs[prefix].get(leaf)
+            if f is None or not meaning:
+                raise DocsDriftError(f"spec field {dotted} has no entry in the Attributes: section of "
+                                     f"{classes[prefix].__name__}'s docstring (the spec reference is made from it)")
+            kind, default = str(f.type), _field_default(f)
+        flag = f"`{flags[dotted]}`" if dotted in flags else ""
+        rules = "; ".join(field_rules(dotted)) if dotted not in SPEC_EXTRA else ""
+        rows.append((f"`{dotted}`", f"`{kind}`", default, flag, _rst_to_md(meaning), rules))
+    return table(["field", "type", "default", "flag", "meaning", "rules (checked at load, exit 2)"], rows) + "\n"
+
+
+# -- environment ------------------------------------------------------------------------------------
+
+def _rst_tables(doc: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The simple reStructuredText tables of ``env.py``'s docstring: (text before, [(name, meaning)])."""
+    out = []
+    blocks = re.split(r"^(=+ +=+)\n", doc, flags=re.M)
+    # blocks: text, rule, header, rule, body, rule, text, ...
+    i = 0
+    while i + 6 < len(blocks) + 1 and i + 5 < len(blocks):
+        intro, header_body, body = blocks[i], blocks[i + 2], blocks[i + 4]
+        rows: list[tuple[str, str]] = []
+        for line in body.splitlines():
+            m = re.match(r"^``([^`]+)``\s+(.*)$", line)
+            if m:
+                rows.append((m.group(1), m.group(2).strip()))
+            elif line.strip() and rows:
+                rows[-1] = (rows[-1][0], rows[-1][1] + " " + line.strip())
+        del header_body
+        out.append((intro.strip(), rows))
+        i += 6
+    return out
+
+
+def _rst_to_md(text: str) -> str:
+    text = re.sub(r":(?:func|data|mod|class|meth|attr):`~?([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
+def env_variables() -> list[str]:
+    """Every environment-variable name ``orchestrator/env.py`` declares (its upper-case constants)."""
+    names = []
+    for name, value in vars(envvars).items():
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"[A-Z][A-Z0-9_]+", value):
+            names.append(value)
+    return names
+
+
+def env_markdown() -> str:
+    """The variables every task gets (and those of JobSet pods), from the registry in ``env.py``."""
+    tables = _rst_tables(envvars.__doc__ or "")
+    listed = {name for _, rows in tables for name, _ in rows}
+    missing = [n for n in env_variables() if n not in listed]
+    if missing:
+        raise DocsDriftError(f"orchestrator/env.py declares {', '.join(missing)} but its docstring table "
+                             "does not describe them (the environment reference is made from that table)")
+    out = []
+    for intro, rows in tables:
+        if intro and not intro.startswith("Every environment variable"):
+            out += [_rst_to_md(intro), ""]
+        header = ["file" if rows and not rows[0][0].isupper() else "variable", "meaning"]
+        out += [table(header, [(f"`{n}`", _rst_to_md(m)) for n, m in rows]), ""]
+    tail = (envvars.__doc__ or "").rsplit("=\n", 1)[-1].strip()
+    if tail:
+        out += [_rst_to_md(tail), ""]
+    return "\n".join(out)
+
+
+# -- summary.json -----------------------------------------------------------------------------------
+
+def summary_markdown() -> str:
+    """The fields of ``summary.json`` and of each task entry, from :mod:`orchestrator.report.summary`."""
+    out = []
+    for title, fields in (("Top level", summary_module.SUMMARY_FIELDS), ("Each entry of `tasks`", summary_module.TASK_FIELDS),
+                          ("`last_heartbeat` of a task", summary_module.HEARTBEAT_FIELDS)):
+        out += [f"### {title}", "", table(["field", "meaning"], [(f"`{k}`", v) for k, v in fields.items()]), ""]
+    return "\n".join(out)
+
+
+# -- backends ---------------------------------------------------------------------------------------
+
+def backend_classes() -> dict[str, type[Backend[Any]]]:
+    """``--backend`` name -> its class. Re-point this one function when backends declare themselves."""
+    from orchestrator.backends.docker import DockerBackend
+    from orchestrator.backends.local import LocalBackend
+    from orchestrator.backends.slurm import SlurmBackend
+
+    return {"local": LocalBackend, "docker": DockerBackend, "slurm": SlurmBackend}
+
+
+def optional_hooks() -> list[str]:
+    """The optional hooks of the backend contract: the methods of :class:`Backend` with a default."""
+    return [name for name, member in vars(Backend).items()
+            if callable(member) and not name.startswith("_") and not getattr(member, "__isabstractmethod__", False)]
+
+
+def _first_sentence(func: Callable[..., Any]) -> str:
+    doc = " ".join((inspect.getdoc(func) or "").split())
+    return _rst_to_md(doc.split(". ")[0].rstrip(".") + ".")
+
+
+def backends_markdown() -> str:
+    """Which optional hook each backend implements (overrides), and its class attributes."""
+    classes = backend_classes()
+    rows = []
+    for hook in optional_hooks():
+        marks = ["yes" if hook in vars(cls) or any(hook in vars(b) for b in cls.__mro__[1:] if b is not Backend
+                                                   and issubclass(b, Backend)) else "-" for cls in classes.values()]
+        rows.append([f"`{hook}`", *marks, _first_sentence(getattr(Backend, hook))])
+    for attr in ("parent_death_signal", "addresses_from_tasks", "health_host"):
+        rows.append([f"`{attr}`", *[f"`{getattr(cls, attr, '')}`" for cls in classes.values()],
+                     "class attribute (see `orchestrator/backends/base.py`)"])
+    header = ["hook", *[f"`{n}`" for n in classes], "what it does when implemented"]
+    return table(header, rows) + "\n"
