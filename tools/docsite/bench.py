@@ -90,8 +90,8 @@ def bench_markdown(results: Path = RESULTS) -> str:
                 else " --only " + " ".join(suite["sections"])
             load_text = f"; load average {suite['load_before']} before, {suite['load_after']} after" \
                 if suite.get("load_before") else ""
-            out += [f"`python -m bench{' --quick' if suite.get('quick') else ''}{only}`, {suite['date']}, "
-                    f"{_machine(suite)}{load_text}.", ""]
+            out += [(f"`python -m bench{' --quick' if suite.get('quick') else ''}{only}`, {suite['date']}, "
+                    f"{_machine(suite)}{load_text}."), ""]
         rows.sort(key=lambda f: (str(f.get("id", "")), f["name"]))
         out.append(table(["measure", "unit", "min", "median", "max", "runs", "target", "met"],
                          [(f["measure"], f.get("unit", ""), _num(f.get("min")), _num(f.get("median")),
@@ -141,8 +141,8 @@ def timeline_svg(results: Path = RESULTS) -> str:
     def x(t: float) -> float:
         return left + t * scale
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="recovery timeline" style="max-width:100%;font:12px sans-serif">']
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="recovery timeline" style="max-width:100%;font:12px sans-serif">')]
     for i, (label, decided, total, cold) in enumerate(lanes):
         y = 20 + i * lane_h
         parts.append(f'<text x="4" y="{y + 22}">{html.escape(label)}</text>')

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # mkdocs loads this file by path; the generators import the project
     sys.path.insert(0, str(REPO))
 
-from mkdocs.exceptions import PluginError  # noqa: E402
+from mkdocs.exceptions import PluginError
 
-from tools.docsite import bench, reference  # noqa: E402
+from tools.docsite import bench, reference
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "cli": reference.cli_markdown,
@@ -31,7 +32,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
 }
 """Marker name -> the function that renders its block."""
 
-MARKER = re.compile(r"^<!-- gen:([a-z-]+) -->$", re.M)
+MARKER = re.compile(r"^<!-- gen:([a-z-]+) -->$", re.MULTILINE)
 
 
 def expand(markdown: str, where: str = "") -> str:

@@ -13,7 +13,8 @@ import argparse
 import dataclasses
 import inspect
 import re
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from orchestrator import env as envvars
 from orchestrator.backends.base import Backend
@@ -69,7 +70,7 @@ def _value(action: argparse.Action) -> str:
     if action.nargs == 0:
         return ""
     if action.choices:
-        return " \\| ".join(f"`{c}`" for c in action.choices)
+        return " | ".join(f"`{c}`" for c in action.choices)
     metavar = action.metavar or (action.dest.upper() if action.option_strings else action.dest)
     if isinstance(metavar, tuple):
         metavar = " ".join(metavar)
@@ -85,9 +86,16 @@ def _default(action: argparse.Action) -> str:
     return f"`{action.default}`"
 
 
-def cli_markdown() -> str:
-    """Every subcommand of ``python -m orchestrator`` with every argument, from the argparse parsers."""
-    parser = build_parser()
+def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
+    """Every subcommand of ``python -m orchestrator`` with every argument, from the argparse parsers.
+
+    Args:
+        parser: the top-level parser; None for :func:`orchestrator.cli.build_parser`'s.
+
+    Raises:
+        DocsDriftError: a subcommand or an argument without help text.
+    """
+    parser = parser or build_parser()
     out = ["Global options, before the subcommand:", ""]
     out.append(table(["option", "meaning"], [(f"`{'`, `'.join(a.option_strings)}`", _help_text(parser, a, "python -m orchestrator"))
                                             for a in documented_actions(parser) if a.option_strings]))
@@ -112,7 +120,7 @@ def cli_markdown() -> str:
 def docstring_attributes(cls: type) -> dict[str, str]:
     """The ``Attributes:`` section of a Google-style class docstring: name -> description."""
     doc = inspect.getdoc(cls) or ""
-    match = re.search(r"^Attributes:\n((?:[ \t]+.*\n?|\n)+)", doc, re.M)
+    match = re.search(r"^Attributes:\n((?:[ \t]+.*\n?|\n)+)", doc, re.MULTILINE)
     out: dict[str, str] = {}
     if not match:
         return out
@@ -191,7 +199,11 @@ def spec_fields() -> list[str]:
 
 
 def spec_markdown() -> str:
-    """Every spec-file field with its type, default, flag, meaning and rules, from the spec model."""
+    """Every spec-file field with its type, default, flag, meaning and rules, from the spec model.
+
+    Raises:
+        DocsDriftError: a field without an entry in its class's ``Attributes:`` docstring section.
+    """
     classes = {"": JobSpec, "training": TrainingSpec, "supervision": SupervisionSpec}
     docs = {prefix: docstring_attributes(cls) for prefix, cls in classes.items()}
     dcfields = {prefix: {f.name: f for f in dataclasses.fields(cls)} for prefix, cls in classes.items()}
@@ -219,7 +231,7 @@ def spec_markdown() -> str:
 def _rst_tables(doc: str) -> list[tuple[str, list[tuple[str, str]]]]:
     """The simple reStructuredText tables of ``env.py``'s docstring: (text before, [(name, meaning)])."""
     out = []
-    blocks = re.split(r"^(=+ +=+)\n", doc, flags=re.M)
+    blocks = re.split(r"^(=+ +=+)\n", doc, flags=re.MULTILINE)
     # blocks: text, rule, header, rule, body, rule, text, ...
     i = 0
     while i + 6 < len(blocks) + 1 and i + 5 < len(blocks):
@@ -252,7 +264,11 @@ def env_variables() -> list[str]:
 
 
 def env_markdown() -> str:
-    """The variables every task gets (and those of JobSet pods), from the registry in ``env.py``."""
+    """The variables every task gets (and those of JobSet pods), from the registry in ``env.py``.
+
+    Raises:
+        DocsDriftError: ``env.py`` declares a variable its docstring table does not describe.
+    """
     tables = _rst_tables(envvars.__doc__ or "")
     listed = {name for _, rows in tables for name, _ in rows}
     missing = [n for n in env_variables() if n not in listed]
