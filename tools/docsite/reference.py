@@ -63,7 +63,12 @@ def _help_text(parser: argparse.ArgumentParser, action: argparse.Action, where: 
     if not action.help:
         raise DocsDriftError(f"{where}: {'/'.join(action.option_strings) or action.dest} has no help text; "
                              "give it help=... in its add_argument (the CLI reference is made from it)")
-    return parser._get_formatter()._expand_help(action)
+    return plain(parser._get_formatter()._expand_help(action))
+
+
+def plain(text: str) -> str:
+    """Plain text (help strings) as Markdown that shows it as written: ``*``, ``_``, ``<`` escaped."""
+    return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_").replace("<", "&lt;")
 
 
 def _value(action: argparse.Action) -> str:
@@ -102,10 +107,12 @@ def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
     for name, (summary, sub) in subcommands(parser).items():
         if not summary:
             raise DocsDriftError(f"subcommand {name} has no help=... in add_parser")
-        usage = " ".join(sub.format_usage().replace("usage: ", "", 1).split())
-        out += ["", f"## `{name}`", "", summary[:1].upper() + summary[1:] + ".", ""]
+        formatter = argparse.HelpFormatter(prog=sub.prog, width=100)  # wrapped as --help wraps it, at 100 columns
+        formatter.add_usage(sub.usage, sub._actions, sub._mutually_exclusive_groups, prefix="")
+        usage = formatter.format_help().strip()
+        out += ["", f"## `{name}`", "", plain(summary[:1].upper() + summary[1:]) + ".", ""]
         if sub.description:
-            out += [" ".join(sub.description.split()), ""]
+            out += [plain(" ".join(sub.description.split())), ""]
         out += ["```text", usage, "```", ""]
         rows = []
         for action in documented_actions(sub):
