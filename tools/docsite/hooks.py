@@ -56,3 +56,14 @@ def expand(markdown: str, where: str = "") -> str:
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     """MkDocs event: expand the page's markers."""
     return expand(markdown, page.file.src_uri)
+
+
+SPHINX_ROLE = re.compile(r":(?:class|func|mod|meth|attr|data|exc):(?=<code>)")
+"""A Sphinx role (``:class:`JobSpec```) as mkdocstrings renders it from a docstring: the role's name
+before the code span. The docstrings keep Sphinx roles (they are read in editors too); the site shows
+the name alone."""
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """MkDocs event: drop the Sphinx role names mkdocstrings leaves before code spans."""
+    return SPHINX_ROLE.sub("", html)
