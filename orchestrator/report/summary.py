@@ -21,8 +21,8 @@ _COORDINATOR_METRICS = ("test_accuracy", "test_loss", "final_loss", "global_batc
 SUMMARY_FIELDS: dict[str, str] = {
     "run_id": "the run id, also the name of the run directory",
     "run_dir": "absolute path of the run directory",
-    "status": "`Succeeded`, `Failed` or `Interrupted`",
-    "exit_code": "the orchestrator's exit code: 0 succeeded, 1 failed, 130 interrupted",
+    "status": "`Succeeded`, `Failed`, `Preempted` (saved and left; `launch --resume` continues it) or `Interrupted`",
+    "exit_code": "the orchestrator's exit code: 0 succeeded, 1 failed, 75 preempted, 130 interrupted",
     "reason": "one line: why the job ended (`chief-0 exited 0`, the failure that ended it)",
     "wall_time_s": "seconds from the start to the end of the job",
     "started_at": "local start time, ISO 8601 with the UTC offset",
@@ -46,6 +46,9 @@ SUMMARY_FIELDS: dict[str, str] = {
     "recoveries": "each recovery: cause, scope, tasks, `detected_at_s`, `restarted_at_s`, `resumed_at_s`, "
                   "`detection_to_resumed_training_s`, `resumed_from_step` (seconds since the start)",
     "failures": "every failure seen, recovered or not, in order (the fields of `root_cause`)",
+    "lives": "each orchestrator lifetime of the run (`launch --resume` adds one): `life`, `started_at`, `ended_at`, "
+             "`started_at_unix`, `ended_at_unix`, "
+             "`ended` (its final state), `cause`, `resumed_from_step`, `last_step`, `steps_lost`, `pid`",
     "late_failures": "failures after the job had succeeded (a warning, not a failure of the job)",
     "faults": "each injected fault (`--inject-fault`) and whether it fired",
     "spares": "each warm spare: pid, state (`used`, `stopped`, `died`, ...), the task it became",
