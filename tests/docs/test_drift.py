@@ -79,3 +79,9 @@ def test_every_optional_backend_hook_is_in_the_backend_table(site):
     for hook in hooks:
         assert hook in rows, f"backend hook {hook} is not in the backend table"
     assert rows["register_address"][1:4] == ["-", "-", "yes"]  # only Slurm's tasks register their address
+
+
+def test_every_module_is_in_the_architecture_page(site):
+    rows = {r[0] for r in _rows(page(site, "architecture"))}
+    for module in ("orchestrator.api", "orchestrator.supervisor.decisions", "orchestrator.backends.slurm", "worker"):
+        assert module in rows, f"{module} is not in the architecture page's module table"

@@ -27,6 +27,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "env": reference.env_markdown,
     "summary": reference.summary_markdown,
     "backends": reference.backends_markdown,
+    "modules": reference.modules_markdown,
     "bench": bench.bench_markdown,
     "recovery-timeline": bench.timeline_svg,
 }

@@ -340,3 +340,31 @@ def backends_markdown() -> str:
                      "class attribute (see `orchestrator/backends/base.py`)"])
     header = ["hook", *[f"`{n}`" for n in classes], "what it does when implemented"]
     return table(header, rows) + "\n"
+
+
+# -- modules ----------------------------------------------------------------------------------------
+
+def modules_markdown(packages: tuple[str, ...] = ("orchestrator", "worker", "ps")) -> str:
+    """Every module of the project's packages with the first line of its docstring (read with ``ast``:
+    nothing is imported).
+
+    Raises:
+        DocsDriftError: a module without a docstring.
+    """
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    rows = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+                continue
+            module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+            if not doc:
+                if path.name == "__init__.py" and path.stat().st_size == 0:
+                    continue
+                raise DocsDriftError(f"{path.relative_to(root)} has no module docstring (the module table is made from it)")
+            rows.append((f"`{module}`", _rst_to_md(doc.strip().split("\n\n")[0])))
+    return table(["module", "what it is"], rows) + "\n"
