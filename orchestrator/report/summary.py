@@ -61,7 +61,8 @@ that it names exactly the keys :func:`build_summary` writes."""
 
 TASK_FIELDS: dict[str, str] = {
     "task": "`worker:1`",
-    "state": "the task's final state: `Succeeded`, `Failed`, `Stopped` (by the orchestrator), or `Pending` / `Starting` / `Running`",
+    "state": "the task's final state: `Succeeded`, `Failed`, `Stopped` (by the orchestrator), or `Pending` / "
+             "`Starting` / `Running`",
     "address": "`host:port` of its `tf.distribute` server",
     "attempts": "attempts started (1 + restarts)",
     "restarts": "restarts of this task",

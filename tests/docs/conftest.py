@@ -19,8 +19,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("material", reason="the docs extra is not installed: pip install -e '.[docs]'")
     out = tmp_path_factory.mktemp("site")
     env = test_env() | {"NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], check=False, cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300)
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
+    done = subprocess.run(command, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     return out
 

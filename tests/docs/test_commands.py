@@ -23,8 +23,8 @@ def expand_snippets(text: str) -> str:
     def include(match: re.Match[str]) -> str:
         body = (REPO / match.group(1)).read_text(encoding="utf-8")
         if match.group(2):
-            section = re.search(rf"--8<-- \[start:{match.group(2)}\][^\n]*\n(.*?)\n[^\n]*--8<-- \[end:{match.group(2)}\]",
-                                body, re.DOTALL)
+            name = match.group(2)
+            section = re.search(rf"--8<-- \[start:{name}\][^\n]*\n(.*?)\n[^\n]*--8<-- \[end:{name}\]", body, re.DOTALL)
             assert section, f"{match.group(1)} has no snippet section {match.group(2)}"
             body = section.group(1)
         return body

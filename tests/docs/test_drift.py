@@ -72,13 +72,18 @@ def test_every_summary_field_is_in_the_summary_reference(site):
         assert not missing, f"summary.json fields missing from the reference: {missing}"
 
 
-def test_every_optional_backend_hook_is_in_the_backend_table(site):
-    rows = {r[0]: r for r in _rows(page(site, "reference/backends"))}
-    hooks = reference.optional_hooks()
-    assert {"dump_stacks", "prepare_restart", "register_address"} <= set(hooks)
-    for hook in hooks:
-        assert hook in rows, f"backend hook {hook} is not in the backend table"
-    assert rows["register_address"][1:4] == ["-", "-", "yes"]  # only Slurm's tasks register their address
+def test_every_backend_capability_and_option_is_in_the_backend_page(site):
+    all_rows = _rows(page(site, "reference/backends"))
+    rows = {r[0]: r for r in all_rows}
+    capabilities = reference.backend_capabilities()
+    assert {"lifecycle", "remote", "host-files"} <= set(capabilities)
+    for capability in capabilities:
+        assert capability in rows, f"backend capability {capability} is not in the backend table"
+    assert rows["remote"][1:4] == ["-", "-", "yes (register_address, prepare_restart)"]  # Slurm's tasks register
+    options = [(info.name, option.name) for info in reference.backend_infos() for option in info.options]
+    assert ("docker", "image") in options
+    for backend, option in options:
+        assert any(r[:2] == [backend, option] for r in all_rows), f"{backend} option {option} missing from the page"
 
 
 def test_every_module_is_in_the_architecture_page(site):

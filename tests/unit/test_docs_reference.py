@@ -60,10 +60,12 @@ def test_spec_rules_are_read_off_the_validation():
     assert reference.field_rules("supervision.heartbeat_timeout_s") == ["must be a number of seconds > 0"]
 
 
-def test_backend_table_sees_the_hooks_each_backend_overrides():
+def test_backend_table_comes_from_the_backends_declarations():
     text = reference.backends_markdown()
-    row = next(line for line in text.splitlines() if line.startswith("| `prepare_restart` |"))
-    assert row.split(" | ")[1:4] == ["-", "-", "yes"]
+    row = next(line for line in text.splitlines() if line.startswith("| `remote` |"))
+    assert row.split(" | ")[1:4] == ["-", "-", "yes (register_address, prepare_restart)"]
+    assert set(reference.capability_docs()) == set(reference.backend_capabilities())
+    assert "| `docker` | `base_image` | `--base-image` |" in text
 
 
 def test_benchmark_tables_carry_the_date_and_machine_of_their_run():

@@ -160,7 +160,8 @@ def timeline_svg(results: Path = RESULTS) -> str:
             parts.append(f'<text x="{x(cold) - 4:.1f}" y="{y + 44}" text-anchor="end" fill="{COLORS["axis"]}">'
                          f'cold launch -> first step {cold:.1f} s</text>')
     axis_y = height - 8
-    parts.append(f'<line x1="{left}" x2="{width - 20}" y1="{axis_y - 10}" y2="{axis_y - 10}" stroke="{COLORS["axis"]}"/>')
+    parts.append(f'<line x1="{left}" x2="{width - 20}" y1="{axis_y - 10}" y2="{axis_y - 10}" '
+                 f'stroke="{COLORS["axis"]}"/>')
     step = 1 if span < 12 else 2 if span < 25 else 5
     t = 0
     while t <= span:

@@ -17,9 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # mkdocs loads this file by path; the generators import the project
     sys.path.insert(0, str(REPO))
 
-from mkdocs.exceptions import PluginError
+from mkdocs.exceptions import PluginError  # noqa: E402
 
-from tools.docsite import bench, reference
+from tools.docsite import bench, reference  # noqa: E402
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "cli": reference.cli_markdown,

@@ -13,11 +13,10 @@ import argparse
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from orchestrator import env as envvars
-from orchestrator.backends.base import Backend
 from orchestrator.cli import build_parser
 from orchestrator.errors import SpecError
 from orchestrator.report import summary as summary_module
@@ -102,8 +101,9 @@ def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
     """
     parser = parser or build_parser()
     out = ["Global options, before the subcommand:", ""]
-    out.append(table(["option", "meaning"], [(f"`{'`, `'.join(a.option_strings)}`", _help_text(parser, a, "python -m orchestrator"))
-                                            for a in documented_actions(parser) if a.option_strings]))
+    globals_ = [(f"`{'`, `'.join(a.option_strings)}`", _help_text(parser, a, "python -m orchestrator"))
+                for a in documented_actions(parser) if a.option_strings]
+    out.append(table(["option", "meaning"], globals_))
     for name, (summary, sub) in subcommands(parser).items():
         if not summary:
             raise DocsDriftError(f"subcommand {name} has no help=... in add_parser")
@@ -299,47 +299,78 @@ def env_markdown() -> str:
 def summary_markdown() -> str:
     """The fields of ``summary.json`` and of each task entry, from :mod:`orchestrator.report.summary`."""
     out = []
-    for title, fields in (("Top level", summary_module.SUMMARY_FIELDS), ("Each entry of `tasks`", summary_module.TASK_FIELDS),
-                          ("`last_heartbeat` of a task", summary_module.HEARTBEAT_FIELDS)):
+    sections = (("Top level", summary_module.SUMMARY_FIELDS), ("Each entry of `tasks`", summary_module.TASK_FIELDS),
+                ("`last_heartbeat` of a task", summary_module.HEARTBEAT_FIELDS))
+    for title, fields in sections:
         out += [f"### {title}", "", table(["field", "meaning"], [(f"`{k}`", v) for k, v in fields.items()]), ""]
     return "\n".join(out)
 
 
 # -- backends ---------------------------------------------------------------------------------------
 
-def backend_classes() -> dict[str, type[Backend[Any]]]:
-    """``--backend`` name -> its class. Re-point this one function when backends declare themselves."""
-    from orchestrator.backends.docker import DockerBackend
-    from orchestrator.backends.local import LocalBackend
-    from orchestrator.backends.slurm import SlurmBackend
+def backend_infos() -> list[Any]:
+    """What each backend declares (:func:`orchestrator.backends.capability_table`): the one source of
+    the backend tables. Re-point this one function if the declarations move."""
+    from orchestrator.backends import capability_table
 
-    return {"local": LocalBackend, "docker": DockerBackend, "slurm": SlurmBackend}
-
-
-def optional_hooks() -> list[str]:
-    """The optional hooks of the backend contract: the methods of :class:`Backend` with a default."""
-    return [name for name, member in vars(Backend).items()
-            if callable(member) and not name.startswith("_") and not getattr(member, "__isabstractmethod__", False)]
+    return capability_table()
 
 
-def _first_sentence(func: Callable[..., Any]) -> str:
-    doc = " ".join((inspect.getdoc(func) or "").split())
-    return _rst_to_md(doc.split(". ")[0].rstrip(".") + ".")
+def capability_docs() -> dict[str, str]:
+    """:class:`~orchestrator.backends.base.Capability` value -> its member's docstring (read from the
+    source with ``ast``: enum members keep no docstring of their own at runtime)."""
+    import ast
+    from pathlib import Path
+
+    from orchestrator.backends import base
+
+    tree = ast.parse(Path(base.__file__).read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Capability")
+    out: dict[str, str] = {}
+    for node, after in zip(cls.body, cls.body[1:]):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            out[node.value.value] = _rst_to_md(" ".join(after.value.value.split()))
+    return out
+
+
+def backend_capabilities() -> list[str]:
+    """Every capability value (``lifecycle``, ``remote``, ...), in declaration order."""
+    from orchestrator.backends.base import Capability
+
+    return [c.value for c in Capability]
 
 
 def backends_markdown() -> str:
-    """Which optional hook each backend implements (overrides), and its class attributes."""
-    classes = backend_classes()
+    """Each backend's summary, what it supports (capability x backend, with the hooks that implement
+    it) and its options, from the backends' own declarations.
+
+    Raises:
+        DocsDriftError: a capability without a docstring.
+    """
+    from orchestrator.backends.base import Capability
+
+    infos = backend_infos()
+    docs = capability_docs()
+    out = [table(["backend", "where its tasks run"], [(f"`{b.name}`", b.summary) for b in infos]), ""]
     rows = []
-    for hook in optional_hooks():
-        marks = ["yes" if hook in vars(cls) or any(hook in vars(b) for b in cls.__mro__[1:] if b is not Backend
-                                                   and issubclass(b, Backend)) else "-" for cls in classes.values()]
-        rows.append([f"`{hook}`", *marks, _first_sentence(getattr(Backend, hook))])
-    for attr in ("parent_death_signal", "addresses_from_tasks", "health_host"):
-        rows.append([f"`{attr}`", *[f"`{getattr(cls, attr, '')}`" for cls in classes.values()],
-                     "class attribute (see `orchestrator/backends/base.py`)"])
-    header = ["hook", *[f"`{n}`" for n in classes], "what it does when implemented"]
-    return table(header, rows) + "\n"
+    for capability in Capability:
+        if capability.value not in docs:
+            raise DocsDriftError(f"Capability.{capability.name} has no docstring (the backend table is made from it)")
+        cells = []
+        for b in infos:
+            hooks = b.capabilities.get(capability)
+            cells.append("-" if hooks is None else "yes" + (f" ({', '.join(hooks)})" if hooks else ""))
+        rows.append([f"`{capability.value}`", *cells, docs[capability.value]])
+    out += ["### Capabilities", "", table(["capability", *[f"`{b.name}`" for b in infos], "what it means"], rows), ""]
+    out += ["### Options", "", "Each backend's options: its flags of `launch` / `sbatch`, and the "
+            "`backend_options` of the [Python API](api.md).", ""]
+    option_rows = [(f"`{b.name}`", f"`{o.name}`", f"`{o.flag}`" if o.flag else "", getattr(o.type, "__name__", o.type),
+                    "" if o.default is None else f"`{o.default}`", plain(o.help or "Python API only (no flag)"))
+                   for b in infos for o in b.options]
+    out.append(table(["backend", "option", "flag", "type", "default", "meaning"], option_rows) if option_rows
+               else "No backend takes options.")
+    return "\n".join(out) + "\n"
 
 
 # -- modules ----------------------------------------------------------------------------------------
@@ -365,6 +396,7 @@ def modules_markdown(packages: tuple[str, ...] = ("orchestrator", "worker", "ps"
             if not doc:
                 if path.name == "__init__.py" and path.stat().st_size == 0:
                     continue
-                raise DocsDriftError(f"{path.relative_to(root)} has no module docstring (the module table is made from it)")
+                raise DocsDriftError(f"{path.relative_to(root)} has no module docstring "
+                                     "(the module table is made from it)")
             rows.append((f"`{module}`", _rst_to_md(doc.strip().split("\n\n")[0])))
     return table(["module", "what it is"], rows) + "\n"
