@@ -72,12 +72,14 @@ class Suite:
         self.errors: list[str] = []
         self.n = 0
         self._runs: dict = {}
+        self.section = ""  # the section running: each figure file records it (the docs' tables group by it)
 
     def run_section(self, section: str) -> bool:
         """Run one section; False (and the reason in ``errors``) when it raised or added a
         figure without any value."""
         log(f"section {section}")
         started, rows_before = time.monotonic(), len(self.rows)
+        self.section = section
         try:
             getattr(self, section)()
         except Exception:  # noqa: BLE001 - reported, and the suite's exit status says so
@@ -110,7 +112,8 @@ class Suite:
     def add(self, ident: str, name: str, measure: str, unit: str, values, target: str | None = None,
             details: dict | None = None) -> dict:
         stat = summarize(values)
-        row = {"id": ident, "name": name, "measure": measure, "unit": unit, "stat": stat, "target": target,
+        row = {"id": ident, "name": name, "section": self.section, "measure": measure, "unit": unit, "stat": stat,
+               "target": target,
                "met": meets(stat, target) if target else None, "details": details or {}}
         self.rows.append(row)
         (self.results / f"{name}.json").write_text(json.dumps({**{k: v for k, v in row.items() if k != "stat"}, **stat},

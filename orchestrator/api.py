@@ -440,14 +440,16 @@ def launch(
     Args:
         spec: a spec file path (YAML or JSON), a dict of spec-file fields, a :class:`JobSpec`,
             or None for the defaults.
-        runs_dir, run_id: where the run directory goes and its name.
+        runs_dir: where the run directory goes.
+        run_id: the run directory's name; None for a new one (``20261130-031225-bd44``).
         program: your own program's argv for every task (as after ``--`` on the command line);
             None for the built-in one.
         faults: faults to inject, as ``--inject-fault`` text (``"worker:1:kill@step=20"``).
         web: ``[HOST:]PORT`` for the job's page and ``/metrics`` (``handle.web_url``).
         web_public: allow a non-loopback ``web`` host.
         web_linger_s: after the end, serve open pages until they have the final state, at most this long.
-        backend, backend_options: ``local``, ``docker`` or ``slurm`` and its options (as for :func:`prepare`).
+        backend: ``local``, ``docker`` or ``slurm``.
+        backend_options: the backend's options (as for :func:`prepare`).
         view: live output in this process (a :mod:`orchestrator.report.live` view); default none.
         stop_timeout_s: seconds between SIGTERM and SIGKILL when stopping tasks.
         **fields: spec fields on top of ``spec`` (see :func:`spec_from`): ``workers=2, epochs=3``.

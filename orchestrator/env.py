@@ -27,6 +27,8 @@ Variable                       Meaning
 ``TF_CPP_MIN_LOG_LEVEL``       ``1``: TensorFlow's INFO lines are dropped from the logs
 ``GRPC_FAIL_FAST``             ``use_caller`` for ParameterServerStrategy tasks (TF PSS tutorial)
 ``PYTHONUNBUFFERED``           ``1``: log lines reach the files at once
+``BENCH_TIMING``               not set by the orchestrator: ``python -m bench`` sets it so the task programs
+                               print ``bench: mark LABEL (unix T)`` lines (where a start's time goes)
 ``ORCH_FAULTS``                faults to inject into this task (``--inject-fault``), JSON
 ``ORCH_TASK_HEALTH_PORT``      containers: serve grpc.health.v1 on this port (the healthcheck probes it)
 ``ORCH_ORPHAN_TIMEOUT_S``      containers: kill the task once its orchestrator is unreachable this long

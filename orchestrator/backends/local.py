@@ -247,7 +247,7 @@ class LocalBackend(Backend[LocalProcess]):
                 most = min(MAX_LOCAL_TASKS, (high - low) // 2)
                 raise SpecError("workers", spec.workers, f"{len(tasks)} tasks on this one machine is more than it can "
                                 f"run (at most {most}: ports and processes)",
-                                "use fewer --workers, or run the job on Slurm or Kubernetes (see README)")
+                                "use fewer --workers, or run the job on Slurm or Kubernetes (docs/slurm.md)")
             return {}
         fixed = {task: parse_address(spec.addresses[task], _field(task)) for task in spec.tasks()}
         for task, address in fixed.items():  # check everything before holding anything

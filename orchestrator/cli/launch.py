@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--inject-fault", action="append", default=[], metavar="TASK:KIND@TRIGGER",
                      help="inject a fault, e.g. worker:1:kill@step=20 or worker:1:exit=3@step=5 "
                      "(kinds: kill, exit=N, raise, hang, stop, term; triggers: step=N, time=S; repeatable)")
-    sup = p.add_argument_group("supervision (see README: failure handling)")
+    sup = p.add_argument_group("supervision (see docs/failure-handling.md)")
     sup.add_argument("--restart-policy", action="append", default=[], metavar="[ROLE=]POLICY",
                      help="never | on-failure | exit-code, for every role or one (e.g. worker=on-failure); repeatable. "
                      "Default exit-code (evaluator: on-failure)")
@@ -117,7 +117,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--quiet", action="store_true", help="print only the final report")
     out.add_argument("--json", action="store_true", help="print only summary.json on stdout")
     out.add_argument("--dry-run", action="store_true", help="print the plan (TF_CONFIG, command, env of every task) and exit")
-    web = p.add_argument_group("web page and metrics (see README: watch and steer a job)")
+    web = p.add_argument_group("web page and metrics (see docs/watching.md)")
     web.add_argument("--web", default=None, metavar="[HOST:]PORT",
                      help="serve a live page of the job and Prometheus /metrics there (host 127.0.0.1 unless given; "
                      "port 0: any free port); the URL with its token is printed at the start")

@@ -18,6 +18,80 @@ _INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "
                     "resumed_from_step", "evaluated_step")
 _COORDINATOR_METRICS = ("test_accuracy", "test_loss", "final_loss", "global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs", "resumed_from_step")
 
+SUMMARY_FIELDS: dict[str, str] = {
+    "run_id": "the run id, also the name of the run directory",
+    "run_dir": "absolute path of the run directory",
+    "status": "`Succeeded`, `Failed`, `Preempted` (saved and left; `launch --resume` continues it) or `Interrupted`",
+    "exit_code": "the orchestrator's exit code: 0 succeeded, 1 failed, 75 preempted, 130 interrupted",
+    "reason": "one line: why the job ended (`chief-0 exited 0`, the failure that ended it)",
+    "wall_time_s": "seconds from the start to the end of the job",
+    "started_at": "local start time, ISO 8601 with the UTC offset",
+    "strategy": "`multi_worker_mirrored`, `parameter_server`, `mirrored` or `hogwild`",
+    "topology": "task type -> task count (`chief`, `worker`, `ps`, `evaluator`)",
+    "cluster": "the training cluster of TF_CONFIG: task type -> list of `host:port`",
+    "threads_per_task": "TF intra-op threads each task was given",
+    "program": "`built-in`, or your program's argv (the command after `--`)",
+    "training": "the built-in program's options (loop, threads, checkpoint_every, data, epochs, batch sizes, "
+                "replicas, steps_per_epoch); `null` for your own program",
+    "metrics": "the coordinator's last report: `steps`, `final_loss`, `test_accuracy`, `test_loss`, batch sizes, "
+               "`resumed_from_step`; every metric your program reported",
+    "evaluation": "the evaluator's last `eval_*` metrics and `evaluated_step`, or `null`",
+    "model_dir": "the SavedModel the chief exported, or `null`",
+    "tensorboard_dir": "the chief's TensorBoard logs, or `null`",
+    "root_cause": "the failure that ended a failed job (task, attempt, exit code or signal, message, log path, "
+                  "stderr tail, likely culprit, peak RSS, likely OOM), or `null`",
+    "restarts": "restarts used (each group or task restart counts one)",
+    "max_restarts": "restarts allowed (`--max-restarts`)",
+    "restart_policy": "role -> restart policy in force",
+    "recoveries": "each recovery: cause, scope, tasks, `detected_at_s`, `restarted_at_s`, `resumed_at_s`, "
+                  "`detection_to_resumed_training_s`, `resumed_from_step` (seconds since the start)",
+    "failures": "every failure seen, recovered or not, in order (the fields of `root_cause`)",
+    "lives": "each orchestrator lifetime of the run (`launch --resume` adds one): `life`, `started_at`, `ended_at`, "
+             "`started_at_unix`, `ended_at_unix`, "
+             "`ended` (its final state), `cause`, `resumed_from_step`, `last_step`, `steps_lost`, `pid`",
+    "late_failures": "failures after the job had succeeded (a warning, not a failure of the job)",
+    "faults": "each injected fault (`--inject-fault`) and whether it fired",
+    "spares": "each warm spare: pid, state (`used`, `stopped`, `died`, ...), the task it became",
+    "tasks": "one entry per task (below)",
+    "orchestrator": "the orchestrator process: `pid`, `peak_rss_bytes`",
+}
+"""Every top-level field of ``summary.json`` (what :func:`build_summary` returns) -> what it holds.
+The docs site's summary reference is made from it; ``tests/unit/test_docs_reference.py`` checks
+that it names exactly the keys :func:`build_summary` writes."""
+
+TASK_FIELDS: dict[str, str] = {
+    "task": "`worker:1`",
+    "state": "the task's final state: `Succeeded`, `Failed`, `Stopped` (by the orchestrator), or `Pending` / "
+             "`Starting` / `Running`",
+    "address": "`host:port` of its `tf.distribute` server",
+    "attempts": "attempts started (1 + restarts)",
+    "restarts": "restarts of this task",
+    "pid": "pid of its last attempt (a container's host pid, a Slurm task's local `srun`)",
+    "exit_code": "exit code of its last attempt, or `null` when it died of a signal",
+    "signal": "the signal it died of (`SIGKILL`), or `null`",
+    "exit": "the exit in words (`exit code 0`, `signal SIGTERM`)",
+    "reason": "why it ended (`stopped after chief-0 succeeded (it serves until stopped)`)",
+    "stdout": "path of its last attempt's stdout log",
+    "stderr": "path of its last attempt's stderr log",
+    "last_heartbeat": "its last heartbeat (below), or `null` for a program that never reported",
+    "process_sample": "the last CPU / RSS sample of a task that does not report (`cpu_percent`, `rss_bytes`)",
+    "earlier_attempts": "each earlier attempt: `attempt`, `pid`, `state`, `exit`, `reason`",
+}
+"""Every field of an entry of ``summary.json``'s ``tasks`` (what :func:`task_dict` returns)."""
+
+HEARTBEAT_FIELDS: dict[str, str] = {
+    "phase": "`initializing`, `serving`, `training`, `finishing`, `evaluating`, `saving` or `done`",
+    "cpu_percent": "CPU of the task's process, % of one core",
+    "rss_bytes": "resident memory of the task's process",
+    "heartbeats": "heartbeats received from the task",
+    "step": "global step (absent when never reported)",
+    "epoch": "epoch (absent when never reported)",
+    "loss": "last loss (absent when never reported)",
+    "examples_per_second": "throughput (absent when never reported)",
+    "metrics": "every other metric the task reported (`accuracy`, `eval_accuracy`, ...)",
+}
+"""Every field of a task's ``last_heartbeat`` in ``summary.json`` (what :func:`heartbeat_dict` returns)."""
+
 
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process in bytes (``ru_maxrss`` is KiB on Linux)."""

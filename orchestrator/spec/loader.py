@@ -1,6 +1,6 @@
 """Cluster spec files (YAML or JSON) -> :class:`JobSpec`, with flags overriding file fields.
 
-The format (README "Cluster spec files") mirrors :class:`JobSpec` field by field::
+The format (docs/reference/spec.md) mirrors :class:`JobSpec` field by field::
 
     description: two MWMS workers on fixed loopback ports   # free text, ignored
     strategy: multi_worker_mirrored
@@ -190,7 +190,7 @@ def check_spec_mapping(raw: object, source: str = "") -> dict:
         raw = {}
     if not isinstance(raw, Mapping):
         raise SpecError("spec", source, f"the file holds a {type(raw).__name__}, not a mapping of spec fields",
-                        "see README: cluster spec files, or cluster_specs/ for examples")
+                        "see docs/reference/spec.md, or cluster_specs/ for examples")
     if "cluster" in raw and "task" in raw:
         raise SpecError("spec", source, "this is a TF_CONFIG, not a cluster spec file",
                         f"check it with: python -m orchestrator validate {source}")
@@ -202,7 +202,7 @@ def check_spec_mapping(raw: object, source: str = "") -> dict:
             continue
         if not isinstance(value, Mapping):
             raise SpecError(section, value, f"must be a mapping of {section} options",
-                            f"write {section}: {{{keys[0]}: ...}}; see README: cluster spec files")
+                            f"write {section}: {{{keys[0]}: ...}}; see docs/reference/spec.md")
         check_keys(value, keys, f"{section}.", source)
     if "description" in raw and not isinstance(raw["description"], str):
         raise SpecError("description", raw["description"], "must be text", "quote it")

@@ -283,11 +283,13 @@ class JobSpec:
         if self.threads_per_task is not None:
             _positive_int("threads_per_task", self.threads_per_task, "omit it to divide the cores among the tasks")
         if not isinstance(self.training, TrainingSpec):
-            raise SpecError("training", self.training, "must be a mapping of training options", "see README: spec format")
+            raise SpecError("training", self.training, "must be a mapping of training options",
+                            "see docs/reference/spec.md")
         self.training.validate()
         self._validate_training_for_strategy()
         if not isinstance(self.supervision, SupervisionSpec):
-            raise SpecError("supervision", self.supervision, "must be a mapping of supervision options", "see README: spec format")
+            raise SpecError("supervision", self.supervision, "must be a mapping of supervision options",
+                            "see docs/reference/spec.md")
         self.supervision.validate()
         if self.strategy is Strategy.PARAMETER_SERVER and self.supervision.success_policy is SuccessPolicy.ALL_WORKERS:
             raise SpecError("supervision.success_policy", "all-workers",
@@ -321,7 +323,8 @@ class JobSpec:
     def _validate_addresses(self) -> None:
         """One address per task, none for a task the job does not have, all distinct."""
         if not isinstance(self.addresses, Mapping):
-            raise SpecError("addresses", self.addresses, "must map task types to lists of host:port", "see README: cluster spec files")
+            raise SpecError("addresses", self.addresses, "must map task types to lists of host:port",
+                            "see docs/reference/spec.md")
         for task_type in TASK_TYPES:
             listed = sorted(t.task_index for t in self.addresses if t.task_type == task_type)
             wanted = self.count(task_type)
