@@ -35,6 +35,12 @@ Kubernetes ``batch/v1`` Job):
   generations never share a hostname), at most ``failurePolicy.maxRestarts`` =
   ``max_restarts`` times. That is MWMS's rule (the whole group restarts and resumes from
   the last ``BackupAndRestore`` checkpoint) and PSS's rule for the chief and ps.
+* Preemptions are free: every Job's ``podFailurePolicy`` first ``Ignore`` s a pod disrupted by
+  Kubernetes (condition ``DisruptionTarget``) and a trainer's preemption exit (143, 42 or the
+  spec's ``preemption_exit_codes``): the Job recreates the pod at its index without counting it
+  against ``backoffLimit``, and JobSet does not restart the set (under MWMS every worker saves
+  and leaves together, so the recreated pods resume from the checkpoint together). Not for a
+  role whose policy is ``never``.
 * Restart policies per role: ``never`` is a failure-policy rule ``FailJobSet`` targeting the
   role's replicated job; ``exit-code`` is a Job ``podFailurePolicy`` that fails the Job at
   once on exit codes 1-127 (reason ``PodFailurePolicy``) plus a rule ``FailJobSet`` on that
@@ -98,11 +104,9 @@ def _job_spec(spec: JobSpec, task_type: str, count: int, pod: dict) -> dict:
         "parallelism": count,
         "backoffLimit": spec.supervision.max_restarts if alone and policy is not RestartPolicy.NEVER else 0,
     }
-    if policy is RestartPolicy.EXIT_CODE:
-        job["podFailurePolicy"] = {"rules": [{
-            "action": "FailJob",
-            "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": list(PERMANENT_EXIT_CODES)},
-        }]}
+    rules = _pod_failure_rules(spec, policy)
+    if rules:
+        job["podFailurePolicy"] = {"rules": rules}
     if spec.supervision.deadline_s is not None:
         job["activeDeadlineSeconds"] = max(1, int(spec.supervision.deadline_s))
     if (task_type == "worker" and not spec.chief and spec.success_policy is SuccessPolicy.CHIEF
@@ -111,6 +115,27 @@ def _job_spec(spec: JobSpec, task_type: str, count: int, pod: dict) -> dict:
     pod["restartPolicy"] = "Never"
     job["template"] = {"metadata": {"labels": _labels()}, "spec": pod}
     return job
+
+
+def _pod_failure_rules(spec: JobSpec, policy: RestartPolicy) -> list[dict]:
+    """A Job's ``podFailurePolicy`` rules, first match wins (Kubernetes' pod failure policy):
+    unless the role's policy is ``never``, a pod disrupted by Kubernetes (condition
+    ``DisruptionTarget``: preemption, eviction, a node drain) and a trainer that saved and left on
+    a preemption notice (the spec's ``preemption_exit_codes``) are ``Ignore``: the Job makes a new
+    pod at the same index (same hostname, same TF_CONFIG) without counting it against
+    ``backoffLimit``, and the set is not restarted: a preemption never uses up the budget. Then,
+    under ``exit-code``, exit codes 1-127 (but the preemption codes) fail the Job at once."""
+    rules: list[dict] = []
+    preemption = sorted(set(spec.supervision.preemption_exit_codes))
+    if policy is not RestartPolicy.NEVER:
+        rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
+        rules.append({"action": "Ignore",
+                      "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": preemption}})
+    if policy is RestartPolicy.EXIT_CODE:
+        permanent = [c for c in PERMANENT_EXIT_CODES if c not in preemption]
+        rules.append({"action": "FailJob",
+                      "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": permanent}})
+    return rules
 
 
 def _labels() -> dict[str, str]:

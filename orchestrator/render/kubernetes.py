@@ -10,6 +10,14 @@ PSS workers: ``cleanPodPolicy: Running``). Checkpoints and the exported model go
 ``PersistentVolumeClaim`` mounted at ``/runs`` in every pod.
 
 Apply it with ``kubectl apply -f tfjob.yaml`` on a cluster with the training operator.
+
+Preemption: TFJob's API (``kubeflow.org/v1`` ``RunPolicy`` and ``ReplicaSpec``) has no rule
+that keeps a disruption out of ``backoffLimit``: a preempted pod's restart is counted like a
+failure, and under ``ExitCode`` only 128-255 are retried, so TF's own handler's default exit 42
+is permanent there. The built-in trainers exit 143 (retried); a user's program under TFJob should
+exit 143 after its preemption save too (``TerminationConfig(exit_fn=lambda: sys.exit(143))``) and
+leave room in ``--max-restarts`` for preemptions. The JobSet rendering
+(:mod:`orchestrator.render.jobset`) has the rules: prefer it on a preemptible cluster.
 """
 
 from __future__ import annotations

@@ -148,9 +148,28 @@ def test_jobset_maps_success_restarts_and_deadline_to_its_own_fields():
     # chief and ps: any failure ends the Job and reaches JobSet (whole-set restart); PSS workers
     # (on-failure) and the evaluator are restarted alone, by their own Job
     assert (chief["backoffLimit"], ps["backoffLimit"], worker["backoffLimit"], evaluator["backoffLimit"]) == (0, 0, 5, 5)
-    codes = chief["podFailurePolicy"]["rules"][0]["onExitCodes"]
-    assert codes["operator"] == "In" and codes["values"] == list(range(1, 128))  # 128-255 and signals: retried
-    assert "podFailurePolicy" not in worker and "podFailurePolicy" not in ps
+    codes = chief["podFailurePolicy"]["rules"][-1]["onExitCodes"]
+    # 128-255 and signals: retried; 42 (TF's handler off Google Cloud) is a preemption, not permanent
+    assert codes["operator"] == "In" and codes["values"] == [c for c in range(1, 128) if c != 42]
+    assert chief["podFailurePolicy"]["rules"][-1]["action"] == "FailJob"
+    assert all(r["action"] != "FailJob" for r in worker["podFailurePolicy"]["rules"])  # on-failure
+    assert "podFailurePolicy" not in ps  # never: a preemption of a ps ends the set like any failure
+
+
+def test_jobset_keeps_preemptions_out_of_the_restart_budget():
+    doc = jobset_manifest(_spec(workers=2), name="p", image="reg/tfo:1")
+    rules = _rjob(doc, "worker")["podFailurePolicy"]["rules"]
+    # first match wins: a disruption (preemption, eviction, drain) and a preemption exit are Ignore
+    # (the pod comes back at its index, not counted), before the permanent exit codes
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1] == {"action": "Ignore",
+                        "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": [42, 143]}}
+    assert rules[2]["action"] == "FailJob" and 42 not in rules[2]["onExitCodes"]["values"]
+    custom = jobset_manifest(_spec(workers=2, supervision=SupervisionSpec.create(preemption_exit_codes=[143, 7])),
+                             name="p", image="reg/tfo:1")
+    custom_rules = _rjob(custom, "worker")["podFailurePolicy"]["rules"]
+    assert custom_rules[1]["onExitCodes"]["values"] == [7, 143] and 7 not in custom_rules[2]["onExitCodes"]["values"]
+    validate_jobset(custom)
 
 
 def test_mwms_restarts_the_whole_set_and_success_follows_the_policy():
@@ -284,7 +303,7 @@ JOBSET_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
         lambda d: _js_env(d, env.JOBSET_REPLICATED_JOB).__setitem__("valueFrom", {"fieldRef": {
             "fieldPath": "metadata.labels['jobset.sigs.k8s.io/replicated-job-name']"}}), {"semantics"}),
     "podFailurePolicy exit code as a string": (
-        lambda d: _js_job(d, "chief")["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"].__setitem__(0, "1"),
+        lambda d: _js_job(d, "chief")["podFailurePolicy"]["rules"][-1]["onExitCodes"]["values"].__setitem__(0, "1"),
         {"schema", "crd", "model"}),
     "backoffLimit not an integer (1.5)": (
         lambda d: _js_job(d).__setitem__("backoffLimit", 1.5), {"schema", "crd", "model"}),
