@@ -1,7 +1,17 @@
 """Supervision: decisions (pure), the loop that acts on them, task states, failures, snapshots."""
 
-from orchestrator.supervisor.job import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_SUCCEEDED, Supervisor
-from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState, describe_exit
+from orchestrator.supervisor.job import Supervisor
+from orchestrator.supervisor.states import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_PREEMPTED,
+    EXIT_SUCCEEDED,
+    Failure,
+    JobState,
+    TaskRuntime,
+    TaskState,
+    describe_exit,
+)
 
 __all__ = [
     "EXIT_FAILED",

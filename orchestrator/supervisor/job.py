@@ -31,30 +31,36 @@ from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
 from orchestrator.plan import Plan, attempt_env
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.rundir import RunDir
-from orchestrator.spec.model import Strategy, TaskId
+from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import decisions, forensics
 from orchestrator.supervisor.decisions import RestartScope
+from orchestrator.supervisor.failures import FailureHandling
 from orchestrator.supervisor.hangs import HangChecks, watch
 from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.preemption import Preemption
-from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation, rejoined_workers
-from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, phase_name, task_snapshot
+from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
+from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, task_snapshot
 from orchestrator.supervisor.spares import spare_request
-from orchestrator.supervisor.states import Attempt, Failure, FailureLog, JobState, TaskRuntime, TaskState, describe_exit
+from orchestrator.supervisor.states import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_PREEMPTED,
+    EXIT_SUCCEEDED,
+    Attempt,
+    Failure,
+    FailureLog,
+    JobState,
+    TaskRuntime,
+    TaskState,
+    describe_exit,
+)
 
 log = logging.getLogger(__name__)
 
-EXIT_SUCCEEDED = 0
-EXIT_FAILED = 1
-EXIT_PREEMPTED = 75
-"""The CLI's exit code for a job that ended ``Preempted``: ``EX_TEMPFAIL`` of BSD's ``sysexits.h``
-("a temporary failure: the user is invited to retry"), distinct from a failure (1), bad input (2)
-and Ctrl-C (130). Its state is saved; ``launch --resume RUN_ID`` continues it."""
-EXIT_INTERRUPTED = 130
 
 
-class Supervisor:
+class Supervisor(FailureHandling):
     """Starts the planned tasks, watches them, restarts what the strategy can recover, ends the job.
 
     Args:
@@ -419,96 +425,6 @@ class Supervisor:
         rt.current.reason = failure.headline()
         self.log.add(failure)
         self._event(failure.headline())
-
-    def _decide(self, now: float) -> None:
-        failures = self.log.take_new()
-        if self.state is JobState.SUCCEEDED and failures:
-            self.log.mark(failures, after_success=True)
-            for f in failures:
-                self._event(f"{f.task.name} failed after the job succeeded: {f.headline()}")
-            return
-        if self.state.terminal or not failures:
-            return
-        self._persist()
-        # a failure seen while a group restart is pending is part of that restart
-        failures = [f for f in failures if f.task.name not in self._restart_at]
-        for f in failures:
-            if f.task.task_type == "evaluator":
-                self._maybe_restart(f, (f.task,), RestartScope.TASK, now, job_restart=False)
-        training = [f for f in failures if f.task.task_type != "evaluator"]
-        training = [training[i] for i in decisions.cause_first([f.preemption_notice for f in training])]
-        if not training or self.preemption.requested:
-            return
-        coordinator, spec = self._by_task[self.plan.spec.coordinator], self.plan.spec
-        phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
-                  for r in (coordinator, self._by_task[training[0].task]) if r.task.task_type != "evaluator"]
-        action = decisions.failure_action(
-            [f.task for f in training], job_preempted=training[0].preemption_notice and bool(
-                forensics.all_got_sigterm(self.tasks) or self.backend.job_preempted()),
-            ended=decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
-                                           phases),
-            strategy=spec.strategy, training_tasks=[rt.task for rt in self.tasks if rt.task.task_type != "evaluator"],
-            trainers=spec.trainers(), coordinator=spec.coordinator, success_policy=spec.success_policy)
-        if action.kind == "preempt":
-            self.request_preemption("every task of the job received SIGTERM from outside (the job is preempted)")
-            self._preemption(now)
-        elif action.kind in ("fail", "goes-on"):
-            self.log.mark(training, after_training=True)
-            training = [self.log.current(f) for f in training]
-            if action.kind == "fail":
-                self._fail(training[action.cause], action.why)
-            for f in training if action.kind == "goes-on" else ():
-                self._event(f"{f.task.name} is not restarted: {action.why}")
-        else:
-            assert action.scope is not None
-            self._maybe_restart(training[0], action.tasks, action.scope, now, job_restart=True)
-
-    def _fail(self, cause: Failure, why_not: str) -> None:
-        """End the job as Failed because of ``cause``, the failure that ended it (the root cause)."""
-        self.fatal = self.log.current(cause)
-        self._set_state(JobState.FAILED, EXIT_FAILED, f"{cause.headline()}; {why_not}")
-        self._stop(self._live(), f"stopped: {cause.task.name} failed")
-
-    def _maybe_restart(self, cause: Failure, tasks: tuple[TaskId, ...], scope: RestartScope, now: float,
-                       job_restart: bool) -> None:
-        """Restart ``tasks`` after ``cause`` if the policy allows; otherwise fail the job (or,
-        for the evaluator, which never fails the job, leave it ended). A preemption is never
-        counted against ``max_restarts`` and never waits a backoff."""
-        failed = self._by_task[cause.task]
-        plan = decisions.restart_plan(self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
-                                      restarts_used=self.restarts_used if job_restart else failed.restarts,
-                                      attempt=failed.current.number, peer=cause.peer_error)
-        placeable, note = (plan.retry, plan.why_not)
-        if plan.retry:
-            placeable, note = self.backend.prepare_restart(tasks)  # e.g. Slurm: move tasks off a lost node
-        if not placeable:
-            if job_restart:
-                self._fail(cause, note)
-            else:
-                self._event(f"{cause.task.name} is not restarted: {note}; the job goes on")
-            return
-        if note:
-            self._event(note)
-        if job_restart and plan.counted:  # the evaluator's restarts are its own; they never use up the job's
-            self.restarts_used += 1
-        names = [t.name for t in tasks]
-        self._trained = False
-        coordinator = self._by_task.get(self.plan.spec.coordinator)
-        await_rotation = self._rotation_reported and awaits_rotation(tasks, coordinator)
-        self.book.open(Recovery(cause=cause, scope=scope, tasks=names, detected_at=now, await_rotation=await_rotation))
-        if scope is RestartScope.GROUP:
-            self._set_state(JobState.RESTARTING)
-            # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace
-            self._stop(self._live(), f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)
-        self._event(f"{plan.label}: {', '.join(names)} in {plan.delay_s:.1f} s "
-                    f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)})")
-        for task in tasks:
-            rt = self._by_task[task]
-            if rt.current.process is not None:  # not already waiting for its next attempt
-                rt.next_attempt()
-                self.backend.reserve_again(rt.task)
-            self._restart_at[rt.task.name] = now + plan.delay_s
-        self._persist()
 
     # -- preemption ------------------------------------------------------------------------
     def _preemption(self, now: float) -> None:

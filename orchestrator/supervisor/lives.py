@@ -212,4 +212,7 @@ class LifeBook:
         self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=self.last_step)
 
     def lives(self) -> tuple[Life, ...]:
-        return every_life(self.carried, self.life)
+        """Every life so far, this one last, with the last step seen so far (what ``run.json``
+        keeps, so that the resume of an orchestrator killed outright can count the steps lost)."""
+        last = self.last_step if self.last_step is not None else self.life.last_step
+        return every_life(self.carried, replace(self.life, last_step=last))

@@ -20,6 +20,15 @@ from orchestrator.health.server import HeartbeatRecord
 from orchestrator.plan import TaskPlan
 from orchestrator.spec.model import TaskId
 
+EXIT_SUCCEEDED = 0
+"""The CLI's exit codes by how the job ended (bad input is 2, before any job)."""
+EXIT_FAILED = 1
+EXIT_PREEMPTED = 75
+"""The CLI's exit code for a job that ended ``Preempted``: ``EX_TEMPFAIL`` of BSD's ``sysexits.h``
+("a temporary failure: the user is invited to retry"), distinct from a failure (1), bad input (2)
+and Ctrl-C (130). Its state is saved; ``launch --resume RUN_ID`` continues it."""
+EXIT_INTERRUPTED = 130
+
 
 class JobState(str, enum.Enum):
     PENDING = "Pending"

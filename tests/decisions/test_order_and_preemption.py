@@ -227,6 +227,14 @@ def test_a_resumed_life_counts_attempts_on_and_keeps_the_budget(tmp_path):
     assert [life.ended for life in again.lives] == ["Preempted", "Failed"]
 
 
+def test_the_record_written_while_running_knows_the_last_step(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=12)
+    h.tick()
+    (life,) = Carried.from_record(run_record(h.sup)).lives  # read back as if the orchestrator had died now
+    assert (life.last_step, life.ended) == (12, "Lost")
+
+
 def test_a_life_killed_without_a_word_reads_lost_and_counts_its_lost_steps():
     record = {"lives": [{"life": 1, "started_at_unix": 1.0, "last_step": 67}], "restarts_used": 0}
     carried = Carried.from_record(record)
