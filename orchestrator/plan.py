@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 
 from orchestrator import env
 from orchestrator.errors import SpecError
+from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.faults import encode as encode_faults
@@ -233,7 +234,7 @@ def plan_warnings(spec: JobSpec, commands: Mapping[str, Sequence[str]] | None = 
 
 def task_dir(run_dir: Path, attempt: int, task: TaskId) -> Path:
     """``runs/<run-id>/attempt-<n>/<task>``: logs, error file and scratch of one attempt."""
-    return run_dir / f"attempt-{attempt}" / task.name
+    return RunDir(run_dir).task(attempt, task)
 
 
 def make_plan(
@@ -288,8 +289,8 @@ def make_plan(
         env.HEARTBEAT_INTERVAL_S: repr(float(spec.heartbeat_interval_s)),
         env.STRATEGY: spec.strategy.value,
         **({} if commands else {env.TRAINING: training}),  # the built-in program's options only
-        env.BACKUP_DIR: str(run_dir / "backup"),
-        env.MODEL_DIR: str(run_dir / "model"),
+        env.BACKUP_DIR: str(RunDir(run_dir).backup),
+        env.MODEL_DIR: str(RunDir(run_dir).model),
         "TF_NUM_INTRAOP_THREADS": str(threads),
         "TF_NUM_INTEROP_THREADS": str(max(2, threads)),
         "OMP_NUM_THREADS": str(threads),
@@ -346,5 +347,5 @@ def attempt_env(plan: Plan, task: TaskId, attempt: int) -> dict[str, str]:
         **plan.task_plan(task).env,
         env.ATTEMPT: str(attempt),
         env.TASK_DIR: str(directory),
-        env.ERROR_FILE: str(directory / "error.json"),
+        env.ERROR_FILE: str(directory / ERROR_FILE),
     }

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.report.runs import PLAN_FILE, SUMMARY_FILE, read_json, resolve_run
+from orchestrator.rundir import RunDir
 
 FOLLOW_INTERVAL_S = 0.2
 """Seconds between two looks at the log files with ``-f``."""
@@ -154,7 +155,7 @@ def run_logs(args: argparse.Namespace) -> int:
         for attempt in attempts:
             for name in tasks:
                 for stream in streams:
-                    path = run_dir / f"attempt-{attempt}" / name / f"{stream}.log"
+                    path = RunDir(run_dir).attempt(attempt) / name / f"{stream}.log"
                     if path not in sources and path.is_file():
                         sources[path] = _Source(name, attempt, stream, path)
         return sorted(sources.values(), key=lambda s: (s.attempt, tasks.index(s.task), streams.index(s.stream)))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.report.status import status_dict
+from orchestrator.rundir import RunDir
 from orchestrator.supervisor.snapshot import JobSnapshot
 
 
@@ -139,7 +140,7 @@ class Recorder:
     def write(self, run_dir: Path) -> Path:
         """Write the whole history to ``run_dir/history.json`` (atomically); returns its path.
         ``status --web`` of a finished run charts it."""
-        path = run_dir / "history.json"
+        path = RunDir(run_dir).history
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.history(0)) + "\n", encoding="utf-8")
         tmp.replace(path)

@@ -18,10 +18,7 @@ from typing import Any
 
 from orchestrator.errors import SpecError
 from orchestrator.health.client import EndpointClient, EndpointError
-
-ENDPOINT_FILE = "endpoint.json"
-SUMMARY_FILE = "summary.json"
-PLAN_FILE = "plan.json"
+from orchestrator.rundir import ENDPOINT_FILE, PLAN_FILE, SUMMARY_FILE, RunDir
 
 
 def is_run_dir(path: Path) -> bool:
@@ -157,7 +154,7 @@ def run_status(run_dir: Path, history: bool = False, timeout_s: float = 3.0) -> 
     if summary is not None:
         summary["live"] = False
         if history:
-            summary["history"] = read_json(run_dir / "history.json") or {"seq": 0, "samples": [], "events": []}
+            summary["history"] = read_json(RunDir(run_dir).history) or {"seq": 0, "samples": [], "events": []}
         return summary
     if endpoint is not None and _alive(endpoint.pid):
         return lost_status(run_dir, f"the orchestrator (pid {endpoint.pid}) runs but does not answer at {endpoint.address}")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from orchestrator.report.summary import build_summary, task_dict as summary_task_dict
+from orchestrator.report.summary import build_summary
+from orchestrator.report.summary import task_dict as summary_task_dict
 from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
 from orchestrator.supervisor.states import TaskState
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from orchestrator.plan import Plan, task_dir
+from orchestrator.rundir import RunDir, write_json_atomic
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
 from orchestrator.supervisor.states import describe_exit, exit_fields
@@ -143,6 +144,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
     """Everything the user needs after the job, as JSON-ready data, from the job's final snapshot."""
     plan = snapshot.plan
     spec = plan.spec
+    layout = RunDir(plan.run_dir)
     coordinator = snapshot.task(spec.coordinator)
     metrics: dict = {}
     if coordinator.heartbeat is not None:
@@ -188,8 +190,8 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         },
         "metrics": metrics,
         "evaluation": evaluation,
-        "model_dir": str(plan.run_dir / "model") if (plan.run_dir / "model").is_dir() else None,
-        "tensorboard_dir": str(plan.run_dir / "tensorboard") if (plan.run_dir / "tensorboard").is_dir() else None,
+        "model_dir": str(layout.model) if layout.model.is_dir() else None,
+        "tensorboard_dir": str(layout.tensorboard) if layout.tensorboard.is_dir() else None,
         "root_cause": root_cause.to_dict() if root_cause and snapshot.exit_code != 0 else None,
         "restarts": snapshot.restarts_used,
         "max_restarts": spec.supervision.max_restarts,
@@ -232,11 +234,7 @@ def fault_report(plan: Plan) -> list[dict]:
 
 def write_summary(run_dir: Path, summary: dict) -> Path:
     """Write ``summary.json`` atomically; returns its path."""
-    path = run_dir / "summary.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(RunDir(run_dir).summary, summary)
 
 
 def _wrap(label: str, text: str, width: int) -> list[str]:

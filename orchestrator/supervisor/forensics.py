@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from orchestrator.backends.base import Backend
 from orchestrator.env import SIGTERM_RECEIVED_FILE
+from orchestrator.rundir import STACKS_FILE
 from orchestrator.supervisor import decisions
 from orchestrator.supervisor.states import Failure, TaskRuntime
 
@@ -179,7 +180,7 @@ def keep_stacks(rt: TaskRuntime, dump: str) -> str:
     ("" when there is no dump or it cannot be written)."""
     if not dump or rt.current.stderr_path is None:
         return ""
-    target = rt.current.stderr_path.parent / "stacks.txt"
+    target = rt.current.stderr_path.parent / STACKS_FILE
     try:
         target.write_text(dump, encoding="utf-8")
     except OSError:

@@ -30,7 +30,7 @@ from orchestrator.backends.base import Backend, LaunchRequest
 from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
 from orchestrator.plan import Plan, attempt_env
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.rundir import RunDir
+from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import decisions, forensics
 from orchestrator.supervisor.decisions import RestartScope
@@ -275,7 +275,7 @@ class Supervisor(FailureHandling):
                                                   runtime=rt.plan.reports_heartbeats))
         a.process, a.pid = handle, handle.pid
         a.stdout_path, a.stderr_path = handle.stdout_path, handle.stderr_path
-        a.error_file = directory / "error.json"
+        a.error_file = directory / ERROR_FILE
         a.started_at = a.progress_at = self.clock()
         a.state = TaskState.STARTING
         self._checks.reschedule(rt, self.policy)
