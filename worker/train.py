@@ -40,7 +40,9 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 import socket
+import threading
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
@@ -396,8 +398,14 @@ class Job:
 
     def _custom_pss(self, model) -> float | None:
         """PSS: the coordinator schedules steps on workers with per-worker datasets; every
-        ``checkpoint_every`` steps it waits for them (``join``) and saves."""
+        ``checkpoint_every`` steps it waits for them (``join``) and saves. TF has no preemption
+        handler under PSS, so the coordinator is its own: a SIGTERM from outside makes it wait for
+        the steps in flight, save, and exit preempted (the variables live on the ps, which the
+        orchestrator stops only after the coordinator has left)."""
         tf, strategy = self.tf, self.strategy
+        preempted = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: preempted.set())
+        route_sigterm()  # chains the handler above: the orchestrator's own stop still ends the task at once
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)
         manager = tf.train.CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
@@ -418,6 +426,11 @@ class Job:
                 results.append(coordinator.schedule(train_step, args=(iterator,)))
                 step = epoch * spe + i + 1
                 self.progress.step(step)
+                if preempted.is_set():
+                    coordinator.join()
+                    step_var.assign(step)
+                    manager.save()
+                    exit_preempted(f"checkpoint saved after step {step}")
                 if self.checkpoint_every and step % self.checkpoint_every == 0 and i + 1 < spe:
                     coordinator.join()
                     step_var.assign(step)
@@ -442,7 +455,6 @@ class Job:
         Raises:
             Whatever a thread raised (the first one), after every thread has stopped.
         """
-        import threading
 
         tf = self.tf
         optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)

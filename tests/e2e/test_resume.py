@@ -105,3 +105,22 @@ def test_a_users_program_with_tfs_default_handler_exit_42_resumes_for_free(tmp_p
                             (launch.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text())[1])
     assert resumed >= 3 and recovery["resumed_from_step"] == resumed
     assert "done at step 30" in (launch.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text()
+
+
+def test_pss_sigterm_to_the_orchestrator_the_coordinator_saves_and_a_resume_loses_no_step(tmp_path, launches):  # noqa: F811
+    # TF has no preemption handler under PSS: the built-in coordinator is its own (custom loop);
+    # the orchestrator notices it alone, so that its workers and ps serve until it has saved
+    first = start(launches, tmp_path, "pss", "--strategy", "parameter_server", "--loop", "custom", "--epochs", "3",
+                  "--spares", "0")
+    log = first.run_dir / "attempt-0" / "chief-0" / "stdout.log"
+    wait_until(lambda: log.exists() and "epoch 1/3: mean loss" in log.read_text(), 300, what="epoch 1 done")
+    first.proc.send_signal(signal.SIGTERM)
+    code, summary = first.finish()
+    assert code == 75, "".join(first.lines[-30:])
+    saved = int(re.search(r"checkpoint saved after step (\d+); exiting with code 143", log.read_text())[1])
+    second = start(launches, tmp_path, "pss", "--resume", "pss")
+    code, summary = second.finish()
+    assert code == 0, "".join(second.lines[-30:])
+    one, two = summary["lives"]
+    assert (one["ended"], one["steps_lost"], two["resumed_from_step"]) == ("Preempted", 0, saved)
+    assert summary["metrics"]["steps"] == STEPS_3_EPOCHS and summary["restarts"] == 0
