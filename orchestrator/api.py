@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from orchestrator import rundir
 from orchestrator.backends import get_backend
-from orchestrator.backends.base import Backend
+from orchestrator.backends.base import Backend, Capability
 from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of a job
     SPARE_PROBE,
     check_job,
@@ -29,7 +29,9 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
     check_spare_program,
 )
 from orchestrator.errors import SpecError
+from orchestrator.gpus import discover
 from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.placement import Placement, place
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
@@ -84,7 +86,7 @@ class Job:
 
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,
               health_address: str, token: str, faults: Sequence[Fault], commands: Mapping[str, Sequence[str]] | None,
-              dry_run: bool) -> Plan:
+              dry_run: bool, placement: Placement) -> Plan:
     """The one path from spec, backend and addresses to a plan, for a launch and for a dry run."""
     return make_plan(
         spec,
@@ -97,7 +99,18 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
         python=engine.python,
         faults=faults,
         commands=commands,
+        placement=placement,
     )
+
+
+def place_gpus(spec: JobSpec, engine: Backend[Any]) -> Placement:
+    """Every task's GPUs on the backend's node (:func:`orchestrator.placement.place`): checked
+    before anything is opened or started.
+
+    Raises:
+        SpecError: GPUs asked that the node does not have (``--gpus-per-task``).
+    """
+    return place(spec, discover() if engine.supports(Capability.HOST_GPUS) else None)
 
 
 def dry_run(
@@ -120,9 +133,11 @@ def dry_run(
     check_job(spec, backend=backend, faults=faults, commands=commands, run_id=run_id)
     engine = get_backend(backend, backend_options)
     run_id = run_id or new_run_id()
+    placement = place_gpus(spec, engine)
     addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
     return _assemble(spec, engine, addresses, run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
-                     health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True)
+                     health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True,
+                     placement=placement)
 
 
 def prepare(
@@ -182,6 +197,7 @@ def prepare(
         raise SpecError("run-id", run_id, f"{run_dir} already exists",
                         f"pick another --run-id, continue it with --resume {run_id}, or remove it")
     engine = get_backend(backend, backend_options)
+    placement = place_gpus(spec, engine)  # before the engine opens anything
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
     recorder = Recorder(view)
@@ -206,7 +222,7 @@ def prepare(
                               register=engine.register_address, status=recorder.status_json,
                               stop=stop_job).start()
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address, token=token,
-                         faults=faults, commands=commands, dry_run=False)
+                         faults=faults, commands=commands, dry_run=False, placement=placement)
     except BaseException:
         if server is not None:
             server.stop()

@@ -38,6 +38,14 @@ Variable                       Meaning
                                environment only names the task until the reply replaces it
 ``ORCH_CLIENT_PID``            set by :mod:`orchestrator.client` itself: pid of the program's process
                                that announced the task (its children do not announce it again)
+``ORCH_GPUS``                  GPUs this task holds (a count; set when any task of the job holds one):
+                               the built-in program checks TensorFlow sees them; Slurm asks
+                               ``srun --gpus-per-task`` for them (docs/gpus.md)
+``CUDA_VISIBLE_DEVICES``       CUDA's own: this task's devices by UUID, disjoint between tasks
+                               (:mod:`orchestrator.placement`); empty: none. Not set on a node
+                               without GPUs, nor where the scheduler sets it (Slurm, Kubernetes)
+``TF_FORCE_GPU_ALLOW_GROWTH``  ``true`` with ``--share-gpus``: TensorFlow allocates GPU memory as
+                               needed instead of mapping the whole device at start
 ``ORCH_SPARE_MODULE``          warm spares only: the built-in task program it becomes (``worker``)
 ``ORCH_SPARE_PRELOAD``         warm spares only: modules it imports while it waits (``tensorflow,...``;
                                ``tf_keras?``: when installed); never in a user's program's environment
@@ -65,6 +73,10 @@ Variable                           Meaning
 ``ORCH_JOBSET_CLUSTER``            JSON task type -> task count, e.g. ``{"chief": 1, "worker": 2, "ps": 1}``
 ``ORCH_JOBSET_PORT``               the port every task's ``tf.distribute`` server binds
 =================================  ==========================================================
+
+Read, never set, by the orchestrator and its tasks: ``ORCH_FAKE_GPUS``, the path of a JSON list
+of fake GPUs that :mod:`orchestrator.gpus` reads instead of NVML (tests, demos); tasks inherit it
+on the local backend, so their heartbeats sample the same fake devices.
 
 Files the orchestrator writes into a task's directory (``ORCH_TASK_DIR``):
 
@@ -104,6 +116,8 @@ TASK_HEALTH_PORT = "ORCH_TASK_HEALTH_PORT"
 ORPHAN_TIMEOUT_S = "ORCH_ORPHAN_TIMEOUT_S"
 STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
 CLIENT_PID = "ORCH_CLIENT_PID"
+GPUS = "ORCH_GPUS"
+FAKE_GPUS = "ORCH_FAKE_GPUS"
 SPARE_MODULE = "ORCH_SPARE_MODULE"
 SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
 

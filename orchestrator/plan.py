@@ -21,14 +21,16 @@ from typing import Mapping, Sequence
 
 from orchestrator import env
 from orchestrator.errors import SpecError
+from orchestrator.placement import NO_GPUS, Placement, TaskGpus
 from orchestrator.rundir import ERROR_FILE, RunDir
-from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.fields import spec_fields
-from orchestrator.spec.model import JobSpec, Strategy, TaskId
+from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.program import python_program
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
+from orchestrator.taskenv import common_env
+from orchestrator.taskenv import task_env as build_task_env
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class TaskPlan:
             ``orchestrator.client.report``; its health comes from the process itself.
         module: the built-in program's module (``worker``, ``ps``), "" for a user's program:
             what a warm spare preloads (:data:`SPARE_PRELOAD`).
+        gpus: its GPUs (the devices when this orchestrator assigns them; a count when the
+            backend's scheduler does); ``env`` holds their ``CUDA_VISIBLE_DEVICES``.
     """
 
     task: TaskId
@@ -58,6 +62,7 @@ class TaskPlan:
     serves_forever: bool = False
     reports_heartbeats: bool = True
     module: str = ""
+    gpus: TaskGpus = field(default_factory=TaskGpus)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class Plan:
         health_address: where tasks send heartbeats.
         warnings: what looks wrong but is allowed (:func:`plan_warnings`), one line each;
             ``launch`` prints them on stderr, ``plan.json`` and the dry run list them.
+        placement: every task's GPUs.
     """
 
     run_id: str
@@ -85,6 +91,7 @@ class Plan:
     health_address: str
     token: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
+    placement: Placement = NO_GPUS
 
     @functools.cached_property
     def _by_task(self) -> dict[TaskId, TaskPlan]:
@@ -125,6 +132,9 @@ class Plan:
             "warnings": list(self.warnings),
             "spec": spec_fields(self.spec),
             "program": list(self.user_program) if self.user_program else None,
+            **({"gpus": {"node_gpus": self.placement.node_gpus, "share": self.placement.share,
+                         "assigned_by": "scheduler" if self.placement.by_scheduler else "orchestrator"}}
+               if self.placement.any or self.placement.node_gpus else {}),
             "tasks": [
                 {
                     "task": str(tp.task),
@@ -132,6 +142,7 @@ class Plan:
                     "argv": list(tp.argv),
                     "tf_config": tp.tf_config,
                     "env": {k: ("***" if k == env.JOB_TOKEN else v) for k, v in sorted(tp.env.items())},
+                    **({"gpus": tp.gpus.to_dict()} if self.placement.any or self.placement.node_gpus else {}),
                 }
                 for tp in self.tasks
             ],
@@ -250,6 +261,7 @@ def make_plan(
     python: str = sys.executable,
     faults: Sequence[Fault] = (),
     commands: Mapping[str, Sequence[str]] | None = None,
+    placement: Placement = NO_GPUS,
 ) -> Plan:
     """Build the plan of a job.
 
@@ -269,6 +281,8 @@ def make_plan(
         commands: a user's program (argv) per task type replacing the built-in ones
             (``python -m worker`` for chief / worker / evaluator, ``python -m ps`` for ps);
             it runs through ``python -m orchestrator.task.execwrap --``.
+        placement: every task's GPUs (:func:`orchestrator.placement.place`); their
+            ``CUDA_VISIBLE_DEVICES`` lands in each task's env.
 
     Returns:
         The plan.
@@ -281,27 +295,9 @@ def make_plan(
     if training_options.get("data"):  # tasks may run in another directory
         training_options["data"] = os.path.abspath(training_options["data"])
     training = json.dumps(training_options, sort_keys=True)
-    common = {
-        env.RUN_ID: run_id,
-        env.RUN_DIR: str(run_dir),
-        env.HEALTH_ADDRESS: health_address,
-        env.JOB_TOKEN: token,
-        env.HEARTBEAT_INTERVAL_S: repr(float(spec.heartbeat_interval_s)),
-        env.STRATEGY: spec.strategy.value,
-        **({} if commands else {env.TRAINING: training}),  # the built-in program's options only
-        env.BACKUP_DIR: str(RunDir(run_dir).backup),
-        env.MODEL_DIR: str(RunDir(run_dir).model),
-        "TF_NUM_INTRAOP_THREADS": str(threads),
-        "TF_NUM_INTEROP_THREADS": str(max(2, threads)),
-        "OMP_NUM_THREADS": str(threads),
-        "TF_USE_LEGACY_KERAS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    if orchestrator_pid:
-        common[env.ORCHESTRATOR_PID] = str(orchestrator_pid)
-    if spec.strategy is Strategy.PARAMETER_SERVER:
-        common["GRPC_FAIL_FAST"] = "use_caller"
+    common = common_env(spec, run_id=run_id, run_dir=str(run_dir), health_address=health_address, token=token,
+                        training_json=None if commands else training,  # the built-in program's options only
+                        threads=threads, orchestrator_pid=orchestrator_pid)
     tasks = []
     for task in spec.tasks():
         module = "ps" if task.task_type == "ps" else "worker"
@@ -311,10 +307,9 @@ def make_plan(
             argv = (python, "-m", EXECWRAP, "--", *user_program)
         else:
             argv = (python, "-m", module)
-        task_env = {**common, "TF_CONFIG": tf_config_json(addresses, task)}
         mine = [f for f in faults if f.task == task]
-        if mine:
-            task_env[FAULTS_ENV] = encode_faults(mine)
+        task_env = build_task_env(common, tf_config=tf_config_json(addresses, task), gpus=placement.env(task),
+                                  faults=encode_faults(mine) if mine else None)
         tasks.append(
             TaskPlan(
                 task=task,
@@ -325,6 +320,7 @@ def make_plan(
                 serves_forever=spec.serves_forever(task),
                 reports_heartbeats=not user_program,
                 module="" if user_program else module,
+                gpus=placement.of(task),
             )
         )
     return Plan(
@@ -336,7 +332,8 @@ def make_plan(
         threads_per_task=threads,
         health_address=health_address,
         token=token,
-        warnings=tuple(plan_warnings(spec, commands)),
+        warnings=tuple(plan_warnings(spec, commands)) + placement.warnings,
+        placement=placement,
     )
 
 

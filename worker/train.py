@@ -11,6 +11,11 @@ Strategies (``ORCH_STRATEGY``):
 * ``hogwild``: one task, ``threads`` Python threads each run a compiled train step on one
   shared model and optimizer without locks (Hogwild!), each with its own shuffled stream.
 
+GPUs (the devices of ``CUDA_VISIBLE_DEVICES``, which the orchestrator assigns per task): the
+mirrored strategy mirrors over every visible GPU instead of logical CPUs; MWMS all-reduces with
+NCCL on GPUs and ring on CPUs; hogwild runs one thread per GPU, each step traced under its
+device (the tower pattern). A task given GPUs that TensorFlow cannot see says so on stderr.
+
 Loops (``training.loop``): ``fit`` (tf-keras ``Model.fit`` with ``BackupAndRestore``) or
 ``custom`` (``strategy.run`` + ``strategy.reduce``; ``ClusterCoordinator.schedule`` with
 per-worker datasets under PSS; a ``tf.train.CheckpointManager`` per epoch). Both resume
@@ -42,6 +47,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -136,11 +142,28 @@ class Job:
         self.tensorboard_dir = os.path.join(run_dir, "tensorboard")
         self.progress = Progress(reporter, self.global_batch, context.heartbeat_interval_s)
 
+    def _gpus(self) -> list:
+        """The GPUs TensorFlow sees (those of ``CUDA_VISIBLE_DEVICES``: the orchestrator's
+        placement); a warning when the orchestrator gave the task GPUs TensorFlow cannot see."""
+        gpus = self.tf.config.list_physical_devices("GPU")
+        given = self.context.gpus
+        if given and len(gpus) < given:
+            print(f"warning: {self.context.name} holds {given} GPU(s) but TensorFlow sees {len(gpus)}; "
+                  "install TensorFlow with CUDA: pip install 'tensorflow[and-cuda]' (docs/gpus.md)",
+                  file=sys.stderr, flush=True)
+        return gpus
+
     def _strategy(self, replicas: int):
         tf, strategy_name = self.tf, self.context.strategy
+        self.gpus = self._gpus()
         if strategy_name == "hogwild":
             route_sigterm()
+            if self.gpus:  # one thread per GPU, each pinned to its device (the towers of the seed)
+                self.threads = len(self.gpus)
             return tf.distribute.get_strategy()  # the default strategy: the threads share one model
+        if strategy_name == "mirrored" and self.gpus:
+            route_sigterm()
+            return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(len(self.gpus))])  # every visible GPU
         if strategy_name == "mirrored":
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
@@ -156,7 +179,12 @@ class Job:
             rotation.watch(tf, self.reporter)  # the coordinator's word on when a restarted worker trains again
             strategy = tf.distribute.ParameterServerStrategy(resolver)
         else:
-            strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+            # all-reduce over NCCL between GPUs, ring (gRPC) between CPUs (TF's CollectiveCommunication)
+            implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL if self.gpus
+                              else tf.distribute.experimental.CommunicationImplementation.RING)
+            options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                                                 communication_options=options)
         route_sigterm()  # TF's preemption notifier caught SIGTERM: ours stay prompt, preemptions exit 143
         return strategy
 
@@ -465,12 +493,19 @@ class Job:
         step_fn = self._step_fn(model, optimizer, loss_fn, self.per_replica)
         spec_x = tf.TensorSpec([self.per_replica, self.data.num_features], tf.float32)
         spec_y = tf.TensorSpec([self.per_replica], tf.int64)
-        train_step = tf.function(step_fn).get_concrete_function(spec_x, spec_y)  # traced once, shared
+        if self.gpus:  # one step function per GPU, traced under its device: each thread computes there
+            steps = []
+            for k in range(self.threads):
+                with tf.device(f"/GPU:{k}"):
+                    steps.append(tf.function(step_fn).get_concrete_function(spec_x, spec_y))
+        else:
+            steps = [tf.function(step_fn).get_concrete_function(spec_x, spec_y)] * self.threads  # traced once, shared
         streams = []
         for k in range(self.threads):
             ds, _ = datasets.train_dataset(tf, self.data, self.per_replica, self.seed * 1000 + k + 1)
             streams.append(iter(ds))
-        print(f"{self.context.name}: hogwild, {self.threads} threads on one model, no locks", flush=True)
+        where = f", thread k on GPU:k of {len(self.gpus)}" if self.gpus else ""
+        print(f"{self.context.name}: hogwild, {self.threads} threads on one model, no locks{where}", flush=True)
 
         start_step = int(step_var.numpy())
         spe = self.steps_per_epoch
@@ -480,10 +515,10 @@ class Job:
         errors: list[BaseException] = []
         mean = None
 
-        def work(k: int, steps: int) -> None:
+        def work(k: int, count: int) -> None:
             try:
-                it = streams[k]
-                for _ in range(steps):
+                it, train_step = streams[k], steps[k]
+                for _ in range(count):
                     x, y = next(it)
                     losses[k] += float(train_step(tf.cast(x, tf.float32), tf.cast(y, tf.int64)))
                     done[k] += 1

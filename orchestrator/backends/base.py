@@ -19,7 +19,8 @@ against the backend's declaration when its class is created):
 * spares (:class:`SpareHooks`): ``keep_spares``, ``spares``;
 * placement on other machines (:class:`PlacementHooks`): ``register_address``, ``prepare_restart``;
 
-and two facts without hooks (:attr:`Capability.HOST_PROCESSES`, :attr:`Capability.HOST_FILES`).
+and three facts without hooks (:attr:`Capability.HOST_PROCESSES`, :attr:`Capability.HOST_FILES`,
+:attr:`Capability.HOST_GPUS`).
 Each backend also declares its options (:attr:`Backend.options_type`, a frozen dataclass the CLI
 builds its flags from: :mod:`orchestrator.backends.options`), and the class attributes
 :attr:`Backend.python`, :attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from orchestrator.backends.options import NoOptions
+from orchestrator.gpus import GpuUsage
 from orchestrator.spec.model import JobSpec, TaskId
 
 
@@ -140,10 +142,12 @@ class ProcessSample:
     Attributes:
         cpu_percent: percent of one core, summed over the task's processes.
         rss_bytes: resident memory, bytes, summed over the task's processes.
+        gpus: the task's GPUs (its ``CUDA_VISIBLE_DEVICES``), sampled on this machine.
     """
 
     cpu_percent: float
     rss_bytes: int
+    gpus: tuple[GpuUsage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,7 @@ class Capability(enum.Enum):
 
     The first five group optional hooks (:data:`HOOKS`): a backend declares such a capability
     exactly when it overrides at least one of its hooks (checked when the class is created).
-    The last two are facts about where the tasks run, with no hooks.
+    The last three are facts about where the tasks run, with no hooks.
     """
 
     LIFECYCLE = "lifecycle"
@@ -195,6 +199,10 @@ class Capability(enum.Enum):
     """Tasks are processes of this machine: its memory, its interpreters (checked before a launch)."""
     HOST_FILES = "host-files"
     """Tasks see this machine's files at the same paths (a program after ``--`` is checked here)."""
+    HOST_GPUS = "host-gpus"
+    """Tasks run on this machine's GPUs: the orchestrator places each on its own devices by UUID
+    (:func:`orchestrator.placement.place` over :func:`orchestrator.gpus.discover`). Without it the
+    backend's scheduler assigns the devices from the counts asked (Slurm: ``srun --gpus-per-task``)."""
 
 
 class LifecycleHooks:

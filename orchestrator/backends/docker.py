@@ -43,6 +43,7 @@ from orchestrator.backends.engine import connect
 from orchestrator.backends.image import ensure_image
 from orchestrator.backends.options import option
 from orchestrator.errors import LaunchError
+from orchestrator.gpus import VISIBLE_ENV, uuids_in
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,19 @@ class DockerOptions:
     progress: Callable[[str], None] | None = field(default=None, metadata=option(None))
 
 
+def device_requests(env: Mapping[str, str]) -> list[Any]:
+    """The container's GPU request: exactly the devices of the task's ``CUDA_VISIBLE_DEVICES``
+    (their UUIDs, :mod:`orchestrator.placement`), through the NVIDIA runtime (``docker run
+    --gpus device=UUID,...``); none for a task without a device. The UUIDs stay valid inside
+    the container, so the variable is passed on unchanged."""
+    import docker.types
+
+    uuids = uuids_in(env.get(VISIBLE_ENV))
+    if not uuids:
+        return []
+    return [docker.types.DeviceRequest(driver="nvidia", device_ids=list(uuids), capabilities=[["gpu"]])]
+
+
 class DockerBackend(Backend[Container]):
     """Runs each task in its own container; see the module docstring.
 
@@ -166,7 +180,7 @@ class DockerBackend(Backend[Container]):
     summary = ("one container per task on a private network (needs a Docker engine and "
                "pip install -e '.[docker]')")
     options_type = DockerOptions
-    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS})
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS})
     python = "python"
     """The interpreter in the image: task commands are run inside the containers."""
     parent_death_signal = False
@@ -284,6 +298,7 @@ class DockerBackend(Backend[Container]):
                 working_dir="/tmp",
                 volumes={str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
                 network=self.network.name,
+                device_requests=device_requests(env),
                 networking_config={
                     self.network.name: self.client.api.create_endpoint_config(aliases=[task.name])
                 },

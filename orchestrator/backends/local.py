@@ -36,6 +36,8 @@ from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_m
 from orchestrator.backends.options import NoOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
+from orchestrator.gpus import VISIBLE_ENV, uuids_in
+from orchestrator.gpus import sample as sample_gpus
 from orchestrator.net import can_listen
 from orchestrator.spec.address import LOOPBACK_IPV4, Address, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
@@ -64,12 +66,14 @@ class LocalProcess(TaskHandle):
         group_reaped: its process group was killed after it exited.
         sampled: psutil handles of the task's processes, kept between samples (CPU percent
             is measured between two calls).
+        gpu_uuids: the devices of its ``CUDA_VISIBLE_DEVICES`` (sampled with its processes).
     """
 
     popen: subprocess.Popen[bytes] | None = None
     oom_kills_at_start: int | None = None
     group_reaped: bool = False
     sampled: dict[int, psutil.Process] = field(default_factory=dict)
+    gpu_uuids: tuple[str, ...] = ()
 
     @property
     def process(self) -> subprocess.Popen[bytes]:
@@ -101,7 +105,7 @@ class LocalBackend(Backend[LocalProcess]):
     name = "local"
     summary = "one process per task on this machine (default)"
     capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.SPARES,
-                              Capability.HOST_PROCESSES, Capability.HOST_FILES})
+                              Capability.HOST_PROCESSES, Capability.HOST_FILES, Capability.HOST_GPUS})
 
     def __init__(self, options: NoOptions | None = None) -> None:
         self.ports = PortReservations()
@@ -214,7 +218,8 @@ class LocalBackend(Backend[LocalProcess]):
                 spare.state, spare.task = "used", request.task.name
                 log.info("spare pid %d becomes %s (attempt %d)", spare.popen.pid, request.task.name, request.attempt)
                 return LocalProcess(request.task, request.attempt, spare.popen.pid, stdout_path, stderr_path,
-                                    request.runtime, spare.popen, oom_kills_at_start=cgroup_oom_kills())
+                                    request.runtime, spare.popen, oom_kills_at_start=cgroup_oom_kills(),
+                                    gpu_uuids=uuids_in(env.get(VISIBLE_ENV)))
         full_env = {**os.environ, **env}
         with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
             try:
@@ -230,7 +235,7 @@ class LocalBackend(Backend[LocalProcess]):
             except OSError as exc:
                 raise LaunchError(f"cannot start {' '.join(argv)}: {exc}") from exc
         return LocalProcess(request.task, request.attempt, popen.pid, stdout_path, stderr_path, request.runtime, popen,
-                            oom_kills_at_start=cgroup_oom_kills())
+                            oom_kills_at_start=cgroup_oom_kills(), gpu_uuids=uuids_in(env.get(VISIBLE_ENV)))
 
     def poll(self, process: LocalProcess) -> int | None:
         """Exit code (negative: killed by that signal), or None while running.
@@ -311,7 +316,8 @@ class LocalBackend(Backend[LocalProcess]):
 
     def sample(self, process: LocalProcess) -> ProcessSample | None:
         """CPU (percent of a core) and RSS (bytes) of the task's process and every process it
-        started, summed; None once it is gone. CPU counts from the second sample of a process."""
+        started, summed, and its GPUs (NVML, :func:`orchestrator.gpus.sample`); None once it is
+        gone. CPU counts from the second sample of a process."""
         try:
             root = process.sampled.get(process.pid) or psutil.Process(process.pid)
             current = {p.pid: process.sampled.get(p.pid, p) for p in [root, *root.children(recursive=True)]}
@@ -326,7 +332,7 @@ class LocalBackend(Backend[LocalProcess]):
             except psutil.Error:
                 continue
         process.sampled = current
-        return ProcessSample(cpu_percent=cpu, rss_bytes=rss)
+        return ProcessSample(cpu_percent=cpu, rss_bytes=rss, gpus=sample_gpus(process.gpu_uuids))
 
     def dump_stacks(self, process: LocalProcess, timeout_s: float) -> str:
         """The Python stacks of every thread of the task, without stopping it.

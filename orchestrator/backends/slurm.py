@@ -81,6 +81,18 @@ def exit_code_of(status: int) -> int:
     return status
 
 
+def step_gpu_options(task_env: Mapping[str, str]) -> list[str]:
+    """``srun`` options for the task's GPUs (``ORCH_GPUS``, set when a task of the job holds one):
+    ``--gpus-per-task=N``, Slurm then picks the devices on the node and sets the step's
+    ``CUDA_VISIBLE_DEVICES`` (and confines it to them with ``ConstrainDevices``); a task with none
+    gets ``--gres=none``, since a step without a request is otherwise given every GRES of the
+    allocation (``srun --gres``). A job without GPUs gets no option at all."""
+    count = task_env.get(envvars.GPUS)
+    if count is None:
+        return []
+    return [f"--gpus-per-task={int(count)}"] if int(count) else ["--gres=none"]
+
+
 @dataclass(eq=False)
 class SlurmStep(TaskHandle):
     """A task attempt running as a job step (``pid``: the local ``srun``).
@@ -295,10 +307,12 @@ class SlurmBackend(Backend[SlurmStep]):
         step_name = f"{self.run_id}:{task.name}:{request.attempt}"
         argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={step_name}",
                 "--unbuffered", "--kill-on-bad-exit=0", "--quiet", "--export=ALL", f"--chdir={os.getcwd()}",
-                *request.argv]
+                *step_gpu_options(request.env), *request.argv]
         full_env = {**self.environ, **request.env, envvars.ADDRESS_FROM_TASK: "1",
                     envvars.ORPHAN_TIMEOUT_S: repr(ORPHAN_TIMEOUT_S)}
         full_env.pop(envvars.ORCHESTRATOR_PID, None)
+        if envvars.GPUS in request.env:  # Slurm sets the step's own CUDA_VISIBLE_DEVICES
+            full_env.pop("CUDA_VISIBLE_DEVICES", None)
         with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
             try:
                 popen = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,

@@ -16,7 +16,8 @@ from orchestrator.render.compose import (
 from orchestrator.backends.image import default_base_image
 from orchestrator.cli.backend import add_backend_arguments
 from orchestrator.errors import SpecError
-from orchestrator.cli.specflags import spec_from_flags
+from orchestrator.cli.specflags import add_gpu_flags, spec_from_flags
+from orchestrator.gpus import discover
 from orchestrator.spec.model import JobSpec
 
 
@@ -41,6 +42,7 @@ def add_parser(subparsers) -> None:
     train.add_argument("--learning-rate", type=float, default=None, help="Adam learning rate (default 0.005)")
     train.add_argument("--seed", type=int, default=None, help="seed of the split and initial weights (default 0)")
     run = p.add_argument_group("run")
+    add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
     run.add_argument("--threads-per-task", type=int, default=None, help="TF intra-op threads per task (default cores / tasks)")
     run.add_argument("--heartbeat-interval", type=float, default=None, help="seconds between heartbeats (default 1)")
     run.add_argument("--health-address", default=DEFAULT_HEALTH_ADDRESS,
@@ -72,8 +74,14 @@ def run_compose(args: argparse.Namespace) -> int:
         print("note: the spec's addresses are replaced by service names (worker-0:2222) in containers", file=sys.stderr)
     to_stdout = args.output == "-"
     context = None if args.image or to_stdout else relative_context(args.output)
+    inventory = discover()
     document = render_compose(spec, image=args.image, base_image=args.base_image or default_base_image(),
-                              build_context=context, health_address=args.health_address, stop_grace_s=args.stop_timeout)
+                              build_context=context, health_address=args.health_address, stop_grace_s=args.stop_timeout,
+                              inventory=inventory)
+    if any(count for count in spec.gpus_per_task.values()) and not inventory.gpus:
+        print(f"note: {inventory.describe()} here, so each service reserves a count of GPUs: the engine gives "
+              "every service the first devices it finds; on the GPU machine, render the file there for disjoint "
+              "devices by UUID", file=sys.stderr)
     text = dump_compose(document, spec, "docker-compose.yml" if to_stdout else args.output)
     if to_stdout:
         sys.stdout.write(text)

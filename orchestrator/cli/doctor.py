@@ -3,7 +3,9 @@
 TensorFlow and tf-keras are checked without importing them in the orchestrator process:
 versions through ``importlib.metadata``, and one real import in a subprocess configured
 like a task (``TF_USE_LEGACY_KERAS=1``), which also confirms ``tf.keras`` is tf-keras.
-Memory and cores come from psutil and the process's CPU affinity.
+Memory and cores come from psutil and the process's CPU affinity; GPUs and the driver from NVML
+(:mod:`orchestrator.gpus`), and whether a task's TensorFlow sees them from
+``tf.config.list_physical_devices("GPU")`` in a subprocess given one device as a task is.
 """
 
 from __future__ import annotations
@@ -143,6 +145,61 @@ def check_tf_import(python: str = sys.executable) -> Check:
                  f"{info['tf_keras']}; {info['cpus']} CPU device(s)")
 
 
+_GPU_PROBE = """
+import json, os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf  # in the probe subprocess, never in the orchestrator
+print(json.dumps({"gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+                  "cuda": bool(tf.test.is_built_with_cuda())}))
+"""
+AND_CUDA = "python -m pip install 'tensorflow[and-cuda]'"
+"""TensorFlow's own install step for GPUs on Linux (tensorflow.org/install/pip): the CUDA and
+cuDNN libraries as wheels, so no system CUDA is needed, only the NVIDIA driver."""
+
+
+def check_gpus(spec: JobSpec, quick: bool = False, python: str = sys.executable) -> list[Check]:
+    """The node's GPUs and driver (NVML, :mod:`orchestrator.gpus`), whether the job's
+    ``--gpus-per-task`` fits them (:func:`orchestrator.placement.place`), and (not ``quick``)
+    whether TensorFlow in a task-like subprocess sees a device given to it the way a task gets
+    one (``CUDA_VISIBLE_DEVICES=<uuid>``); it names ``tensorflow[and-cuda]`` when it does not."""
+    from orchestrator.errors import SpecError
+    from orchestrator.gpus import discover
+    from orchestrator.placement import place
+
+    inventory = discover()
+    asked = any(spec.gpus_per_task.values())
+    if not inventory.gpus:
+        status = "FAIL" if asked else "ok"
+        return [Check(status, "gpus", inventory.describe() + ("" if asked else ": tasks run on the CPU"),
+                      "drop --gpus-per-task, or run on a node with NVIDIA GPUs and their driver "
+                      "(pip install 'tf-cluster-orchestrator[gpu]' for NVML)" if asked else "")]
+    checks = [Check("ok", "gpus", inventory.describe())]
+    try:
+        placement = place(spec, inventory)
+        checks.append(Check("ok", "placement", placement.describe()))
+    except SpecError as exc:
+        checks.append(Check("FAIL", "placement", str(exc)))
+    if quick:
+        return checks
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": inventory.gpus[0].uuid}
+    try:
+        proc = subprocess.run([python, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S,
+                              env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return [*checks, Check("FAIL", "tf gpu", f"TensorFlow took over {IMPORT_TIMEOUT_S:.0f} s to list its GPUs")]
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return [*checks, Check("warn", "tf gpu", f"a task's TensorFlow could not be asked: {last}",
+                               f"{AND_CUDA} (a user's program may bring its own GPU library)")]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if info["gpus"]:
+        return [*checks, Check("ok", "tf gpu", f"a task's TensorFlow sees {inventory.gpus[0].uuid} as "
+                               f"{info['gpus'][0]}")]
+    why = "built without CUDA" if not info["cuda"] else "built with CUDA, but its CUDA libraries or the driver do not load"
+    return [*checks, Check("FAIL" if asked else "warn", "tf gpu", f"a task's TensorFlow sees no GPU ({why})",
+                           f"{AND_CUDA} in the tasks' environment")]
+
+
 def check_resources(spec: JobSpec, runs_dir: Path) -> list[Check]:
     """Cores, memory and disk for the job's TensorFlow processes."""
     tasks = spec.tf_process_count()
@@ -223,6 +280,7 @@ def run_checks(spec: JobSpec, runs_dir: Path, quick: bool = False) -> list[Check
     checks += check_packages()
     if not quick and all(c.status == "ok" for c in checks if c.name in ("tensorflow", "tf-keras")):
         checks.append(check_tf_import())
+    checks += check_gpus(spec, quick=quick or not any(c.name == "tensorflow" and c.status == "ok" for c in checks))
     checks += check_resources(spec, runs_dir)
     checks += check_network(spec)
     return checks

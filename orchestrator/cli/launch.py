@@ -10,6 +10,7 @@ import sys
 from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
+from orchestrator.cli.specflags import add_gpu_flags
 from orchestrator.errors import SpecError
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
@@ -51,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="replicas (logical CPU devices) of the one task under --strategy mirrored (default 2)")
     topo.add_argument("--threads", type=int, default=None,
                       help="threads of the one task under --strategy hogwild (default 2)")
+    add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
     train = p.add_argument_group("training (built-in program)")
     train.add_argument("--loop", choices=("fit", "custom"), default=None,
                        help="tf-keras Model.fit (default) or a custom loop (strategy.run / ClusterCoordinator.schedule)")
@@ -197,6 +199,8 @@ def run_launch(args: argparse.Namespace) -> int:
                       web=args.web, web_public=args.web_public, resume=args.resume is not None,
                       preemption_grace_s=args.preemption_grace)
     print_warnings(job.plan.warnings)
+    if job.plan.placement.any and not args.json:
+        print(job.plan.placement.describe(), flush=True)
     if job.web_url is not None:
         print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)
     if view is None:

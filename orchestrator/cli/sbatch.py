@@ -21,6 +21,7 @@ from pathlib import Path
 
 from orchestrator.cli import launch
 from orchestrator.errors import SpecError
+from orchestrator.placement import place
 from orchestrator.spec.model import JobSpec
 
 _OWN_OPTIONS = {"-o": True, "--output": True, "--nodes": True, "--partition": True, "--time-limit": True,
@@ -69,9 +70,19 @@ def nodes_needed(spec: JobSpec, tasks_per_node: int | None) -> int:
     return math.ceil(len(spec.tasks()) / (tasks_per_node or 1))
 
 
+def gpus_per_node(spec: JobSpec, tasks_per_node: int | None) -> int:
+    """GPUs each node of the allocation needs: the most any node's tasks ask for together, tasks
+    placed in order, ``tasks_per_node`` (default 1) per node (``gpus_per_task``; ps and evaluator
+    none unless named: :func:`orchestrator.placement.place` without an inventory)."""
+    counts = [place(spec, None).of(t).count for t in spec.tasks()]
+    per = tasks_per_node or 1
+    return max((sum(counts[i:i + per]) for i in range(0, len(counts), per)), default=0)
+
+
 def render_script(spec: JobSpec, launch_args: list[str], program: list[str], *, nodes: int, partition: str | None,
-                  time_limit: str | None, workdir: str, python: str, runs_dir: str) -> str:
-    """The batch script's text (see the module docstring)."""
+                  time_limit: str | None, workdir: str, python: str, runs_dir: str, gpus: int = 0) -> str:
+    """The batch script's text (see the module docstring); ``gpus``: ``--gpus-per-node``
+    (:func:`gpus_per_node`), 0 for none."""
     tasks = ", ".join(t.name for t in spec.tasks())
     lines = [
         "#!/bin/bash",
@@ -90,6 +101,8 @@ def render_script(spec: JobSpec, launch_args: list[str], program: list[str], *, 
         lines.append(f"#SBATCH --partition={partition}")
     if time_limit:
         lines.append(f"#SBATCH --time={time_limit}")
+    if gpus:  # each step then asks srun --gpus-per-task for its own (orchestrator/backends/slurm.py)
+        lines.append(f"#SBATCH --gpus-per-node={gpus}")
     command = [python, "-m", "orchestrator", "launch", "--backend", "slurm", "--plain", *launch_args]
     if program:
         command += ["--", *program]
@@ -131,7 +144,8 @@ def run_sbatch(args: argparse.Namespace) -> int:
     raw = list(getattr(args, "raw_argv", []) or [])
     text = render_script(spec, launch_argv(raw), program, nodes=nodes, partition=args.partition,
                          time_limit=args.time_limit or _time_limit(spec.supervision.deadline_s),
-                         workdir=os.getcwd(), python=sys.executable, runs_dir=str(Path(args.runs_dir).resolve()))
+                         workdir=os.getcwd(), python=sys.executable, runs_dir=str(Path(args.runs_dir).resolve()),
+                         gpus=gpus_per_node(spec, args.tasks_per_node))
     if args.output == "-":
         sys.stdout.write(text)
         return 0
@@ -141,5 +155,7 @@ def run_sbatch(args: argparse.Namespace) -> int:
         raise SpecError("output", args.output, f"{target.parent} is not a directory", "write the script into an existing directory")
     target.write_text(text, encoding="utf-8")
     target.chmod(0o755)
-    print(f"wrote {target}: {nodes} node(s), {len(spec.tasks())} task(s); submit it with: sbatch {target}")
+    gpus = gpus_per_node(spec, args.tasks_per_node)
+    print(f"wrote {target}: {nodes} node(s), {len(spec.tasks())} task(s)" + (f", {gpus} GPU(s) per node" if gpus else "")
+          + f"; submit it with: sbatch {target}")
     return 0

@@ -18,6 +18,16 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None, help="add a chief task")
     topo.add_argument("--evaluator", action="store_const", const=1, default=None, help="add an evaluator task")
+    add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
+
+
+def add_gpu_flags(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
+    """``--gpus-per-task N`` and ``--share-gpus`` (docs/gpus.md)."""
+    group.add_argument("--gpus-per-task", type=int, default=None, metavar="N",
+                       help="GPUs of each chief and worker task (disjoint devices by UUID; default: the node's GPUs "
+                            "split evenly; ps and evaluator get none unless the spec file's gpus_per_task names them)")
+    group.add_argument("--share-gpus", action="store_true", default=None,
+                       help="let tasks share devices, with memory growth on (TF_FORCE_GPU_ALLOW_GROWTH=true)")
 
 
 def spec_from_flags(args: argparse.Namespace) -> JobSpec:

@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -37,7 +37,7 @@ class TaskKey(_message.Message):
     def __init__(self, task_type: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message", "exiting")
+    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message", "exiting", "gpus")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class Heartbeat(_message.Message):
     METRICS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EXITING_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     task: TaskKey
     sequence: int
     pid: int
@@ -71,7 +72,22 @@ class Heartbeat(_message.Message):
     metrics: _containers.ScalarMap[str, float]
     message: str
     exiting: bool
-    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., exiting: _Optional[bool] = ...) -> None: ...
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
+    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., exiting: _Optional[bool] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ...) -> None: ...
+
+class GpuSample(_message.Message):
+    __slots__ = ("uuid", "index", "utilization_percent", "memory_used_bytes", "memory_total_bytes")
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    uuid: str
+    index: int
+    utilization_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    def __init__(self, uuid: _Optional[str] = ..., index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ...) -> None: ...
 
 class StreamSummary(_message.Message):
     __slots__ = ("received",)

@@ -35,6 +35,8 @@ import yaml
 from orchestrator import env
 from orchestrator.backends.docker import LABEL, TASK_HEALTH_PORT, addresses
 from orchestrator.backends.image import DOCKERFILE, image_tag, source_root
+from orchestrator.gpus import Inventory
+from orchestrator.placement import TaskGpus, place
 from orchestrator.plan import attempt_env, make_plan, new_run_id
 from orchestrator.spec.model import JobSpec
 
@@ -68,6 +70,7 @@ def render_compose(
     run_id: str | None = None,
     stop_grace_s: float = 10.0,
     cores: int | None = None,
+    inventory: Inventory | None = None,
 ) -> dict:
     """The Compose file of ``spec`` as a dict (dump it with :func:`dump_compose`).
 
@@ -83,13 +86,22 @@ def render_compose(
         run_id: the run id the tasks report (default: a new one).
         stop_grace_s: seconds between SIGTERM and SIGKILL when Compose stops a task.
         cores: cores to divide among the tasks (default: this machine's).
+        inventory: the GPUs of the machine the file will run on (``compose`` passes this
+            machine's). With GPUs, each service reserves exactly its devices by UUID
+            (``device_ids``, disjoint: :func:`orchestrator.placement.place`); without, a
+            ``count`` per service (``gpus_per_task``), which the engine fills with the first
+            devices it finds (the same ones for every service: the file says so).
+
+    Raises:
+        SpecError: more GPUs asked than ``inventory`` has.
 
     Fixed addresses of a spec file are not used: services are addressed by name.
     """
     token = token or secrets.token_urlsafe(24)
     run_id = run_id or new_run_id()
+    placement = place(spec, inventory if inventory is not None and inventory.gpus else None)
     plan = make_plan(spec, addresses(spec), run_id=run_id, run_dir=Path(JOB_DIR), health_address=health_address,
-                     token=token, orchestrator_pid=0, cores=cores, python="python")
+                     token=token, orchestrator_pid=0, cores=cores, python="python", placement=placement)
     build = None
     if image is None:
         root = source_root()
@@ -124,12 +136,29 @@ def render_compose(
                 "labels": {f"{LABEL}.run-id": run_id, f"{LABEL}.task": tp.task.name},
             }
         )
+        devices = gpu_reservation(tp.gpus)
+        if devices:
+            service["deploy"] = {"resources": {"reservations": {"devices": devices}}}
         services[tp.task.name] = service
     return {
         "services": services,
         "networks": {NETWORK: {"driver": "bridge", "labels": {f"{LABEL}.run-id": run_id}}},
         "volumes": {VOLUME: {"labels": {f"{LABEL}.run-id": run_id}}},
     }
+
+
+def gpu_reservation(gpus: TaskGpus) -> list[dict]:
+    """A service's ``deploy.resources.reservations.devices`` (the Compose spec's GPU request,
+    what ``docker run --gpus`` is for one container): its devices by UUID when they are known,
+    else their count; ``[]`` for none."""
+    if not gpus.count:
+        return []
+    request: dict = {"driver": "nvidia", "capabilities": ["gpu"]}
+    if gpus.devices:
+        request["device_ids"] = [g.uuid for g in gpus.devices]
+    else:
+        request["count"] = gpus.count
+    return [request]
 
 
 def dump_compose(document: dict, spec: JobSpec, compose_file: str = "docker-compose.yml") -> str:

@@ -78,7 +78,7 @@ import json
 from orchestrator import env
 from orchestrator.errors import SpecError
 from orchestrator.render.kubernetes import (
-    MANAGED_BY, TFJOB_PORT, check_common, pod_env, pod_spec, resources,
+    MANAGED_BY, TFJOB_PORT, check_common, gpu_resources, pod_env, pod_spec, resources, role_gpus,
 )
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy
@@ -197,7 +197,8 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
                     for var, label in env.JOBSET_LABELS.items()]
     replicated_jobs = []
     for task_type in types:
-        pod = pod_spec(task_type, image, environment, volume_claim, container_resources)
+        pod = pod_spec(task_type, image, environment, volume_claim,
+                       gpu_resources(container_resources, role_gpus(spec, task_type)))
         replicated_jobs.append({
             "name": task_type,
             "replicas": 1,

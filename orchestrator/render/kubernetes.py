@@ -27,10 +27,11 @@ import dataclasses
 import json
 import re
 
-from orchestrator import env
 from orchestrator.errors import SpecError
-from orchestrator.spec.model import JobSpec, Strategy
+from orchestrator.placement import GROWTH_ENV
+from orchestrator.spec.model import JobSpec
 from orchestrator.spec.supervision import RestartPolicy
+from orchestrator.taskenv import common_env
 
 REPLICA_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 """Our task types -> TFJob replica types."""
@@ -103,26 +104,37 @@ def resources(cpu: str | None, memory: str | None) -> dict:
 
 def pod_env(spec: JobSpec, name: str) -> dict[str, str]:
     """The environment every pod of the job gets (no TF_CONFIG, no health endpoint: there is no
-    orchestrator process on Kubernetes; tasks report nowhere and run as they would by hand)."""
-    run_dir = f"{RUNS_MOUNT}/{name}"
-    common_env = {
-        env.RUN_ID: name,
-        env.RUN_DIR: run_dir,
-        env.STRATEGY: spec.strategy.value,
-        env.TRAINING: json.dumps(dataclasses.asdict(spec.training), sort_keys=True),
-        env.BACKUP_DIR: f"{run_dir}/backup",
-        env.MODEL_DIR: f"{run_dir}/model",
-        env.HEARTBEAT_INTERVAL_S: repr(float(spec.heartbeat_interval_s)),
-        "TF_USE_LEGACY_KERAS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    if spec.threads_per_task:
-        common_env["TF_NUM_INTRAOP_THREADS"] = str(spec.threads_per_task)
-        common_env["OMP_NUM_THREADS"] = str(spec.threads_per_task)
-    if spec.strategy is Strategy.PARAMETER_SERVER:
-        common_env["GRPC_FAIL_FAST"] = "use_caller"
-    return common_env
+    orchestrator process on Kubernetes; tasks report nowhere and run as they would by hand).
+    Built by the one builder of task environments (:func:`orchestrator.taskenv.common_env`);
+    devices come from the ``nvidia.com/gpu`` limit (the device plugin sets what the container
+    sees), so no ``CUDA_VISIBLE_DEVICES``; ``--share-gpus`` adds ``TF_FORCE_GPU_ALLOW_GROWTH``."""
+    out = common_env(spec, run_id=name, run_dir=f"{RUNS_MOUNT}/{name}", threads=spec.threads_per_task,
+                     training_json=json.dumps(dataclasses.asdict(spec.training), sort_keys=True))
+    if spec.share_gpus:
+        out[GROWTH_ENV] = "true"
+    return out
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource NVIDIA's device plugin advertises (k8s-device-plugin); Kubernetes takes
+extended resources in whole units with requests equal to limits."""
+
+
+def gpu_resources(container_resources: dict, gpus: int) -> dict:
+    """``container_resources`` with ``nvidia.com/gpu: gpus`` in its requests and limits (a copy;
+    unchanged for 0)."""
+    if not gpus:
+        return container_resources
+    out = copy.deepcopy(container_resources) or {"requests": {}, "limits": {}}
+    for part in ("requests", "limits"):
+        out.setdefault(part, {})[GPU_RESOURCE] = str(gpus)
+    return out
+
+
+def role_gpus(spec: JobSpec, task_type: str) -> int:
+    """GPUs per pod of ``task_type``: what ``gpus_per_task`` asks for the role (0 when not asked:
+    a rendering knows no node to split)."""
+    return int(spec.gpus_per_task.get(task_type, 0))
 
 
 def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: str | None,
@@ -193,7 +205,8 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         replicas[replica_type] = {
             "replicas": count,
             "restartPolicy": RESTART_POLICIES[spec.supervision.policy(task_type)],
-            "template": {"spec": pod_spec(task_type, image, environment, volume_claim, container_resources)},
+            "template": {"spec": pod_spec(task_type, image, environment, volume_claim,
+                                          gpu_resources(container_resources, role_gpus(spec, task_type)))},
         }
     run_policy: dict = {"backoffLimit": spec.supervision.max_restarts, "cleanPodPolicy": "Running"}
     if spec.supervision.deadline_s is not None:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
-from orchestrator.report.status import COLUMNS, row, task_dict, title
+from orchestrator.report.status import COLUMNS, columns, row, task_dict, title
 from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
 
 
@@ -63,6 +63,8 @@ class LinesView:
             bit = f"{row['task']} {row['state']}"
             if row["phase"]:
                 bit += f"/{row['phase']}"
+            if row["gpu%"] != "-":
+                bit += f" gpu {row['gpu%']}% {row['gpu MB']} MB"
             if row["step"] != "-":
                 bit += f" step {row['step']} loss {row['loss']}"
                 if row["ex/s"] != "-":
@@ -131,12 +133,13 @@ def render_status(status: Mapping[str, Any], events: Sequence[str] = ()):
     from rich.text import Text
 
     table = Table(title=title(status), title_justify="left", expand=False)
-    for col in COLUMNS:
+    cols = columns(status)
+    for col in cols:
         table.add_column(col, justify="right" if col not in ("task", "state", "phase") else "left")
     styles = {"Running": "green", "Succeeded": "bold green", "Failed": "bold red", "Stopped": "yellow"}
     for task in status.get("tasks", []):
         cells = row(task)
-        table.add_row(*(cells[c] for c in COLUMNS), style=styles.get(str(task["state"]), ""))
+        table.add_row(*(cells[c] for c in cols), style=styles.get(str(task["state"]), ""))
     ready = [str(s["pid"]) for s in status.get("spares") or [] if s.get("state") == "ready"]
     spares = Text(f"warm spares: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")
     return Group(table, spares, Text("\n".join(events), style="dim"))

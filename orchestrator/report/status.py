@@ -19,6 +19,17 @@ from orchestrator.supervisor.states import TaskState
 
 COLUMNS = ("task", "state", "phase", "pid", "step", "epoch", "loss", "ex/s", "cpu%", "rss MB", "restarts", "beat")
 """The columns of the task table: the terminal's live view, ``status`` and the web page."""
+GPU_COLUMNS = ("gpus", "gpu%", "gpu MB")
+"""Added after ``rss MB`` when a task of the job holds a GPU: devices held, utilisation (the mean
+over its devices), memory used / total (MB, its devices together)."""
+
+
+def columns(status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The table's columns for ``status``: :data:`COLUMNS`, with :data:`GPU_COLUMNS` when a task has GPUs."""
+    if not any(t.get("gpus") for t in status.get("tasks") or ()):
+        return COLUMNS
+    at = COLUMNS.index("rss MB") + 1
+    return COLUMNS[:at] + GPU_COLUMNS + COLUMNS[at:]
 
 
 def status_dict(snapshot: JobSnapshot) -> dict[str, Any]:
@@ -75,6 +86,18 @@ def row(task: Mapping[str, Any]) -> dict[str, str]:
         "rss MB": f"{rss / 1e6:.0f}" if rss is not None else "-",
         "restarts": str(task.get("restarts", 0)),
         "beat": f"{age:.1f}s" if age is not None and beat and not terminal else "-",
+        **gpu_cells(task.get("gpus")),
+    }
+
+
+def gpu_cells(gpus: Mapping[str, Any] | None) -> dict[str, str]:
+    """The :data:`GPU_COLUMNS` cells of a task's ``gpus`` (:func:`orchestrator.report.summary.gpus_dict`)."""
+    gpus = gpus or {}
+    util, used, total = gpus.get("utilization_percent"), gpus.get("memory_used_bytes"), gpus.get("memory_total_bytes")
+    return {
+        "gpus": str(gpus.get("count") or "-"),
+        "gpu%": f"{util:.0f}" if util is not None else "-",
+        "gpu MB": f"{used / 1e6:.0f}/{total / 1e6:.0f}" if used is not None and total else "-",
     }
 
 
@@ -90,12 +113,13 @@ def title(status: Mapping[str, Any]) -> str:
 
 def format_table(status: Mapping[str, Any]) -> str:
     """The task table as plain text (``status`` when stdout is not a terminal, and tests)."""
-    rows = [dict(zip(COLUMNS, COLUMNS))] + [row(t) for t in status.get("tasks", [])]
-    widths = {c: max(len(r[c]) for r in rows) for c in COLUMNS}
+    cols = columns(status)
+    rows = [dict(zip(cols, cols))] + [row(t) for t in status.get("tasks", [])]
+    widths = {c: max(len(r[c]) for r in rows) for c in cols}
     left = ("task", "state", "phase")
     lines = [title(status)]
     for r in rows:
-        lines.append("  ".join(r[c].ljust(widths[c]) if c in left else r[c].rjust(widths[c]) for c in COLUMNS).rstrip())
+        lines.append("  ".join(r[c].ljust(widths[c]) if c in left else r[c].rjust(widths[c]) for c in cols).rstrip())
     if status.get("reason") and not status.get("live", False):
         lines.append(f"{status['status']}: {status['reason']}")
     rc = status.get("root_cause")

@@ -137,6 +137,23 @@ def task_dict(t: TaskSnapshot) -> dict:
         "last_heartbeat": heartbeat_dict(t.heartbeat),
         "process_sample": sample,
         "earlier_attempts": [dict(h) for h in t.history],
+        **({"gpus": gpus_dict(t)} if t.gpu_count or t.gpus else {}),
+    }
+
+
+def gpus_dict(t: TaskSnapshot) -> dict:
+    """A task's GPUs: how many it holds, which (UUIDs, when this orchestrator assigned them),
+    the latest sample per device and summed (utilisation: the mean), and the peak memory its
+    devices held together during the job (bytes)."""
+    usage = t.gpus
+    return {
+        "count": t.gpu_count,
+        "devices": list(t.gpu_devices),
+        "utilization_percent": round(sum(u.utilization_percent for u in usage) / len(usage), 1) if usage else None,
+        "memory_used_bytes": sum(u.memory_used_bytes for u in usage) if usage else None,
+        "memory_total_bytes": sum(u.memory_total_bytes for u in usage) if usage else None,
+        "peak_memory_bytes": t.peak_gpu_memory_bytes,
+        "samples": [u.to_dict() for u in usage],
     }
 
 
@@ -203,6 +220,8 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "faults": fault_report(plan),
         "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
         "tasks": [task_dict(t) for t in snapshot.tasks],
+        **({"peak_gpu_memory_bytes": max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)}
+           if any(t.peak_gpu_memory_bytes is not None for t in snapshot.tasks) else {}),
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
     }
 

@@ -34,6 +34,10 @@ def spec_fields(spec: JobSpec) -> dict[str, Any]:
         "training": _plain(dataclasses.asdict(spec.training)),
         "supervision": _plain({f.name: getattr(spec.supervision, f.name) for f in dataclasses.fields(spec.supervision)}),
     }
+    if spec.gpus_per_task:
+        out["gpus_per_task"] = dict(spec.gpus_per_task)
+    if spec.share_gpus:
+        out["share_gpus"] = True
     if spec.addresses is not None:
         grouped: dict[str, list[str]] = {}
         for task in sorted(spec.addresses, key=lambda t: (t.task_type, t.task_index)):

@@ -10,6 +10,8 @@ The format (docs/reference/spec.md) mirrors :class:`JobSpec` field by field::
     evaluator: 0
     heartbeat_interval_s: 1.0
     threads_per_task: null
+    gpus_per_task: {worker: 1, evaluator: 0}     # or one count for chief and worker: gpus_per_task: 1
+    share_gpus: false
     training: {epochs: 5, batch_size_per_replica: 16, steps_per_epoch: null, learning_rate: 0.005, seed: 0}
     supervision: {restart_policy: {worker: on-failure}, max_restarts: 3, ...}
     addresses: {worker: ["127.0.0.1:62221", "127.0.0.1:62222"]}
@@ -39,6 +41,7 @@ from orchestrator.spec.supervision import SupervisionSpec
 TOP_KEYS = (
     "description", "strategy", "chief", "workers", "ps", "evaluator",
     "heartbeat_interval_s", "threads_per_task", "training", "supervision", "addresses",
+    "gpus_per_task", "share_gpus",
 )
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingSpec))
 SUPERVISION_KEYS = tuple(f.name for f in dataclasses.fields(SupervisionSpec))
@@ -280,7 +283,25 @@ def overrides_from_flags(args: object) -> dict:
         policies[role or "all"] = policy
     if policies:
         out.setdefault("supervision", {})["restart_policy"] = policies
+    if getattr(args, "share_gpus", None):
+        out["share_gpus"] = True
+    gpus = getattr(args, "gpus_per_task", None)
+    if gpus is not None:
+        out["gpus_per_task"] = gpus
     return out
+
+
+def gpu_counts(raw: object, strategy: Strategy) -> object:
+    """``gpus_per_task`` as a mapping role -> count: one count is that of every task that
+    computes (:func:`orchestrator.placement.training_roles`: chief and worker; workers alone
+    under ParameterServerStrategy, whose chief only dispatches); a mapping is kept (checked by
+    :class:`JobSpec`)."""
+    if raw is None:
+        return {}
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        roles = ("worker",) if strategy is Strategy.PARAMETER_SERVER else ("chief", "worker")
+        return {role: raw for role in roles}
+    return raw
 
 
 def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
@@ -330,7 +351,12 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         if exc.field.startswith("supervision."):
             raise
         raise SpecError("supervision." + exc.field, exc.value, exc.problem, exc.fix) from None
-    extra = {k: fields[k] for k in ("heartbeat_interval_s", "threads_per_task") if fields.get(k) is not None}
+    extra = {k: fields[k] for k in ("heartbeat_interval_s", "threads_per_task", "share_gpus") if fields.get(k) is not None}
+    if "gpus_per_task" in fields:  # the flag's count over the file's roles
+        gpus = gpu_counts(raw.get("gpus_per_task"), strategy)
+        flag = gpu_counts((overrides or {}).get("gpus_per_task"), strategy)
+        extra["gpus_per_task"] = merge(gpus, flag) if isinstance(gpus, Mapping) and isinstance(flag, Mapping) \
+            else flag or gpus
     return JobSpec.create(strategy=strategy, training=training, supervision=supervision, addresses=addresses,
                           **counts, **extra)
 

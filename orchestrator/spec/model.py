@@ -185,6 +185,11 @@ class JobSpec:
         addresses: fixed ``host:port`` of every task (a spec file's ``addresses``), or
             ``None`` to let the backend choose. The local backend runs loopback addresses
             only and reserves exactly those ports; ``render`` takes any.
+        gpus_per_task: GPUs per task of a role, for the roles given (``--gpus-per-task N``
+            gives chief and worker N; a spec file may give any role). A training role left
+            out gets the node's GPUs split evenly (:mod:`orchestrator.placement`); ps and
+            evaluator left out get none.
+        share_gpus: tasks may share a device (``--share-gpus``), then with memory growth on.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -197,6 +202,8 @@ class JobSpec:
     threads_per_task: int | None = None
     supervision: SupervisionSpec = field(default_factory=SupervisionSpec)
     addresses: Mapping[TaskId, str] | None = None
+    gpus_per_task: Mapping[str, int] = field(default_factory=dict)
+    share_gpus: bool = False
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -297,6 +304,20 @@ class JobSpec:
                             "use --success-policy chief (the default under parameter_server)")
         if self.addresses is not None:
             self._validate_addresses()
+        self._validate_gpus()
+
+    def _validate_gpus(self) -> None:
+        if not isinstance(self.gpus_per_task, Mapping):
+            raise SpecError("gpus_per_task", self.gpus_per_task, "must be a count or a mapping role -> count",
+                            "e.g. --gpus-per-task 1, or gpus_per_task: {worker: 1, evaluator: 1}")
+        for role, count in self.gpus_per_task.items():
+            if role not in TASK_TYPES:
+                raise SpecError("gpus_per_task", role, "not a task type", "use one of: " + ", ".join(TASK_TYPES))
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise SpecError("gpus-per-task", count, "must be a whole number >= 0",
+                                "e.g. --gpus-per-task 1 (0: no GPU)")
+        if not isinstance(self.share_gpus, bool):
+            raise SpecError("share_gpus", self.share_gpus, "must be true or false", "e.g. share_gpus: true")
 
     def _validate_training_for_strategy(self) -> None:
         """Training options that only some strategies take.

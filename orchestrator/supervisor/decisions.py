@@ -55,12 +55,15 @@ POST_TRAINING_PHASES = frozenset({"finishing", "evaluating", "saving", "done"})
 PEER_ERRORS = re.compile(
     r"Collective has timed out|DeadlineExceededError|UnavailableError|AbortedError|CancelledError"
     r"|tasks? (?:are|is) unhealthy|unhealthy tasks?|coordination service|Connection reset by peer|Socket closed"
-    r"|failed to connect to all addresses|Stopped receiving heartbeats",
+    r"|failed to connect to all addresses|Stopped receiving heartbeats"
+    r"|NCCL (?:error|communicator was aborted)|nccl(?:Remote|System|Internal|Unhandled(?:Cuda)?)Error|NCCL_ERROR",
     re.IGNORECASE,
 )
 """Errors a task dies of because of a peer, not of its own bug: collective timeouts, a peer
 gone (``UnavailableError``), an aborted collective, TF's coordination service reporting
-unhealthy tasks. They are retryable under ``exit-code`` whatever the exit code."""
+unhealthy tasks, and the same on GPUs: an NCCL collective failing (``NCCL error``,
+``ncclRemoteError``: a peer's rank went away). They are retryable under ``exit-code`` whatever
+the exit code."""
 
 
 def peer_error(text: str) -> str:
@@ -123,6 +126,7 @@ def retry_verdict(
     attempt: int,
     peer: str = "",
     preempted: bool | None = None,
+    gpu_oom: bool = False,
 ) -> RetryVerdict:
     """Decide whether a failure may be restarted.
 
@@ -138,6 +142,9 @@ def retry_verdict(
             under ``exit-code`` whatever the code.
         preempted: the exit is a preemption (the spec's ``preemption_exit_codes``); None:
             ``exit_code`` == :data:`~orchestrator.env.PREEMPTED_EXIT_CODE`.
+        gpu_oom: it ran out of GPU memory (:func:`orchestrator.supervisor.gpu.gpu_oom`):
+            permanent under ``exit-code`` whatever the code (a CUDA abort is a signal), since a
+            retry with the same batch would run out again.
 
     A preemption is retried under every policy except ``never``, whatever the exit-code
     ranges say, and never runs out of restarts: it is not counted against ``max_restarts``
@@ -145,6 +152,9 @@ def retry_verdict(
     """
     if preempted is None:
         preempted = exit_code == PREEMPTED_EXIT_CODE
+    if policy is RestartPolicy.EXIT_CODE and gpu_oom:
+        return RetryVerdict(False, f"the {policy.value} restart policy of {role} does not retry a GPU out-of-memory "
+                                   "(the same batch would run out again)")
     if policy is not RestartPolicy.NEVER and preempted:
         return RetryVerdict(True)  # preempted: it saved its state and asks to be restarted
     elif policy is RestartPolicy.EXIT_CODE and peer:
@@ -450,14 +460,14 @@ class RestartPlan:
 
 
 def restart_plan(supervision: SupervisionSpec, role: str, exit_code: int | None, *, restarts_used: int,
-                 task_name: str, attempt: int, peer: str = "") -> RestartPlan:
+                 task_name: str, attempt: int, peer: str = "", gpu_oom: bool = False) -> RestartPlan:
     """:func:`retry_verdict` with the job's policy, then the backoff (:func:`backoff_s`) of the
     restart it would be; a preemption (the spec's ``preemption_exit_codes``) is free: not
     counted, no backoff."""
     preempted = supervision.preemption_code(exit_code)
     verdict = retry_verdict(supervision.policy(role), role, exit_code, restarts_used=restarts_used,
                             max_restarts=supervision.max_restarts, task_name=task_name, attempt=attempt,
-                            peer=peer, preempted=preempted)
+                            peer=peer, preempted=preempted, gpu_oom=gpu_oom)
     if not verdict.retry:
         return RestartPlan(False, verdict.why_not)
     if preempted:

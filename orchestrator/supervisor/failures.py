@@ -118,7 +118,8 @@ class FailureHandling:
         failed = self._by_task[cause.task]
         plan = decisions.restart_plan(self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
                                       restarts_used=self.restarts_used if job_restart else failed.restarts,
-                                      attempt=failed.current.number, peer=cause.peer_error)
+                                      attempt=failed.current.number, peer=cause.peer_error,
+                                      gpu_oom=cause.gpu_oom is not None)
         placeable, note = (plan.retry, plan.why_not)
         if plan.retry:
             placeable, note = self.backend.prepare_restart(tasks)  # e.g. Slurm: move tasks off a lost node

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.backends.base import Backend
-from orchestrator.env import SIGTERM_RECEIVED_FILE
+from orchestrator.env import SIGTERM_RECEIVED_FILE, TRAINING
 from orchestrator.rundir import STACKS_FILE
-from orchestrator.supervisor import decisions
+from orchestrator.supervisor import decisions, gpu
 from orchestrator.supervisor.states import Failure, TaskRuntime
 
 _TF_NOISE = re.compile(
@@ -131,11 +131,29 @@ def _memory_note(backend: Backend[Any], rt: TaskRuntime) -> tuple[str, bool]:
     return "; ".join(parts), likely_oom
 
 
+def gpu_oom_of(rt: TaskRuntime, text: str) -> tuple[str, dict[str, object]] | None:
+    """The words and the record of a GPU out-of-memory that ``text`` (the error and stderr tail
+    of ``rt``'s current attempt) reports (:mod:`orchestrator.supervisor.gpu`), or None: the
+    device is the task's (its plan's devices, in ``CUDA_VISIBLE_DEVICES`` order), its memory the
+    attempt's last sample, the hint the built-in program's ``--batch-size`` or the program's own."""
+    oom = gpu.gpu_oom(text)
+    if oom is None:
+        return None
+    attempt = rt.current
+    usages = gpu.usages_of(attempt.heartbeat.heartbeat) if attempt.heartbeat is not None else ()
+    usages = usages or (attempt.sample.gpus if attempt.sample is not None else ())
+    usage = gpu.device_usage(oom, [g.uuid for g in rt.plan.gpus.devices], usages)
+    training = json.loads(rt.plan.env.get(TRAINING, "{}") or "{}")
+    hint = gpu.batch_hint(rt.plan.reports_heartbeats, int(training.get("batch_size_per_replica", 0)))
+    return gpu.describe(oom, usage, hint), gpu.gpu_oom_dict(oom, usage, hint)
+
+
 def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Backend[Any], *, code: int | None,
                     now: float, message: str, killed: bool = False, preemption_notice: bool = False) -> Failure:
     """The failure record of ``rt``'s current attempt with what explains it: the exception line
-    (the error file's, else the stderr tail's), a peer error and the likely culprit, the peak
-    RSS and whether it was likely killed for memory.
+    (the error file's, else the stderr tail's), a GPU out-of-memory (:func:`gpu_oom_of`: then no
+    peer error), a peer error and the likely culprit, the peak RSS and whether it was likely
+    killed for memory.
 
     Args:
         rt: the failed task (its current attempt ended with ``code``).
@@ -151,7 +169,10 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
     tail = tail_lines(attempt.stderr_path)
     if not message:
         message = exception_line(tail)
-    peer = decisions.peer_error(message + "\n" + tail)
+    oom = gpu_oom_of(rt, message + "\n" + tail)
+    if oom is not None:  # its own root cause: a retry would run out the same way
+        message = f"{message}; {oom[0]}" if message else oom[0]
+    peer = "" if oom is not None else decisions.peer_error(message + "\n" + tail)
     culprit = _culprit(rt, tasks, now) if peer else ""
     likely_oom = False
     if code == -signal.SIGKILL and not killed and attempt.process is not None:
@@ -172,6 +193,7 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
         peak_rss_bytes=attempt.peak_rss_bytes,
         likely_oom=likely_oom,
         preemption_notice=preemption_notice,
+        gpu_oom=oom[1] if oom is not None else None,
     )
 
 

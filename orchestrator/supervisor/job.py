@@ -35,6 +35,7 @@ from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import decisions, forensics
 from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.failures import FailureHandling
+from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.hangs import HangChecks, watch
 from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.options import LoopOptions
@@ -318,6 +319,7 @@ class Supervisor(FailureHandling):
             if a.process is not None and a.heartbeat is None and not a.state.terminal and (
                     a.sampled_at is None or now - a.sampled_at >= 1.0):
                 a.took_sample(self.backend.sample(a.process), now)
+                rt.saw_gpus(a.sample.gpus if a.sample else ())
         if self.state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING for rt in self.tasks):
             self._set_state(JobState.RUNNING)
 
@@ -326,6 +328,7 @@ class Supervisor(FailureHandling):
         previous = a.heartbeat.heartbeat if a.heartbeat else None
         a.heartbeat = record
         a.peak_rss_bytes = max(a.peak_rss_bytes or 0, hb.rss_bytes)
+        rt.saw_gpus(usages_of(hb))
         if previous is None or previous.phase != hb.phase:
             a.progress_at = record.received_at
         resumed = hb.metrics.get("resumed_from_step")

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from orchestrator.backends.base import SpareInfo
+from orchestrator.gpus import GpuUsage
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.lives import Life
+from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
 
 
@@ -38,6 +40,7 @@ class LastHeartbeat:
         count: heartbeats received from this attempt.
         age_s: seconds since it arrived (orchestrator clock), at snapshot time.
         message: free text from the task.
+        gpus: its GPUs as the task sampled them (NVML on its node).
     """
 
     phase: str
@@ -51,6 +54,7 @@ class LastHeartbeat:
     examples_per_second: float | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     message: str = ""
+    gpus: tuple[GpuUsage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,11 @@ class TaskSnapshot:
         history: earlier attempts: ``{"attempt", "pid", "state", "exit", "reason"}``.
         reports_heartbeats: the built-in program (always reports).
         serves_forever: a ps or PSS worker.
+        gpu_count: GPUs it holds (or asked its scheduler for).
+        gpu_devices: their UUIDs, when this orchestrator assigned them.
+        gpu_sample: its GPUs sampled by the backend, for a task that sends no heartbeats.
+        peak_gpu_memory_bytes: the most GPU memory its devices held together in any sample
+            of the job, bytes (None: never sampled).
     """
 
     task: TaskId
@@ -90,11 +99,20 @@ class TaskSnapshot:
     history: tuple[Mapping[str, object], ...]
     reports_heartbeats: bool
     serves_forever: bool
+    gpu_count: int = 0
+    gpu_devices: tuple[str, ...] = ()
+    gpu_sample: tuple[GpuUsage, ...] = ()
+    peak_gpu_memory_bytes: int | None = None
 
     @property
     def name(self) -> str:
         """``worker-1``."""
         return self.task.name
+
+    @property
+    def gpus(self) -> tuple[GpuUsage, ...]:
+        """Its GPUs now: from its heartbeat, else from the backend's sample."""
+        return self.heartbeat.gpus if self.heartbeat is not None and self.heartbeat.gpus else self.gpu_sample
 
 
 @dataclass(frozen=True)
@@ -215,6 +233,7 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
         examples_per_second=hb.examples_per_second if hb.HasField("examples_per_second") else None,
         metrics=dict(hb.metrics),
         message=hb.message,
+        gpus=usages_of(hb),
     )
 
 
@@ -238,6 +257,10 @@ def task_snapshot(rt: TaskRuntime, now: float) -> TaskSnapshot:
         history=tuple(dict(h) for h in rt.history),
         reports_heartbeats=rt.plan.reports_heartbeats,
         serves_forever=rt.plan.serves_forever,
+        gpu_count=rt.plan.gpus.count,
+        gpu_devices=tuple(g.uuid for g in rt.plan.gpus.devices),
+        gpu_sample=a.sample.gpus if a.sample else (),
+        peak_gpu_memory_bytes=rt.peak_gpu_memory_bytes,
     )
 
 

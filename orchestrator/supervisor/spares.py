@@ -9,6 +9,7 @@ the built-in program, the health client) and waits to be handed a task's attempt
 from __future__ import annotations
 
 from orchestrator.backends.base import SpareRequest
+from orchestrator.gpus import VISIBLE_ENV
 from orchestrator.plan import SPARE_PRELOAD, Plan, user_spare
 from orchestrator.rundir import RunDir
 from orchestrator.supervisor import decisions
@@ -32,6 +33,8 @@ def spare_request(plan: Plan) -> SpareRequest | None:
     if count <= 0:
         return None
     common = {k: v for k, v in first.env.items() if k not in _PER_TASK_ENV}
+    if VISIBLE_ENV in common:  # a waiting spare holds no device; it takes the task's own when assigned
+        common[VISIBLE_ENV] = ""
     log_dir = RunDir(plan.run_dir).spares
     if not builtin:  # a user's Python program (opt-in, --spares N): execwrap's spare mode
         spare = user_spare(first.argv, common)

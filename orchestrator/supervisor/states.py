@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.backends.base import ProcessSample, TaskHandle
 from orchestrator.env import PREEMPTED_EXIT_CODE
+from orchestrator.gpus import GpuUsage
 from orchestrator.health.server import HeartbeatRecord
 from orchestrator.plan import TaskPlan
 from orchestrator.spec.model import TaskId
@@ -153,6 +154,8 @@ class TaskRuntime:
     current: Attempt = field(default_factory=Attempt)
     restarts: int = 0
     history: list[dict[str, object]] = field(default_factory=list)
+    peak_gpu_memory_bytes: int | None = None
+    """The most GPU memory its devices held together in any sample of the job (every attempt)."""
 
     @property
     def task(self) -> TaskId:
@@ -162,6 +165,11 @@ class TaskRuntime:
     def live(self) -> bool:
         """Started and not ended."""
         return self.current.process is not None and not self.current.state.terminal
+
+    def saw_gpus(self, usages: Sequence[GpuUsage]) -> None:
+        """A sample of its GPUs (a heartbeat's, or the backend's): keeps the job's peak."""
+        if usages:
+            self.peak_gpu_memory_bytes = max(self.peak_gpu_memory_bytes or 0, sum(u.memory_used_bytes for u in usages))
 
     def next_attempt(self) -> None:
         """Close the current attempt into the history and begin a fresh one (not started)."""
@@ -191,6 +199,8 @@ class Failure:
             (not because a peer did).
         after_training: it happened after training had ended (never restarted).
         after_success: it happened after the job had succeeded (``chief`` success policy).
+        gpu_oom: it ran out of GPU memory: the error, the device and its memory used / total,
+            the hint (:func:`orchestrator.supervisor.gpu.gpu_oom_dict`); None otherwise.
     """
 
     task: TaskId
@@ -208,6 +218,7 @@ class Failure:
     preemption_notice: bool = False
     after_training: bool = False
     after_success: bool = False
+    gpu_oom: Mapping[str, object] | None = None
 
     def headline(self) -> str:
         """``worker-1 (attempt 0) failed: exit code 3: ValueError: boom``."""
@@ -229,6 +240,7 @@ class Failure:
             "likely_oom": self.likely_oom,
             "after_training": self.after_training,
             "after_success": self.after_success,
+            **({"gpu_oom": dict(self.gpu_oom)} if self.gpu_oom is not None else {}),
         }
 
 

@@ -2,7 +2,10 @@
 
 Every task (ps included) runs one :class:`HeartbeatReporter`. It sends a heartbeat every
 ``interval_s`` seconds and at once when the task's phase changes, carrying task type and
-index, attempt, pid, phase, step, epoch, loss, examples/s, CPU % and RSS (psutil).
+index, attempt, pid, phase, step, epoch, loss, examples/s, CPU % and RSS (psutil), and the
+utilisation and memory of the GPUs in its ``CUDA_VISIBLE_DEVICES`` (NVML, :mod:`orchestrator.gpus`:
+sampled here, on the task's own node, so the figures exist wherever the task runs: a Slurm node,
+a container, a pod).
 Training code feeds it through :meth:`HeartbeatReporter.update`.
 
 When the stream breaks, the reporter reconnects with a growing backoff (0.2 s to 5 s);
@@ -26,6 +29,7 @@ import grpc
 import psutil
 
 from orchestrator import env
+from orchestrator.gpus import sample_visible
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 
@@ -197,6 +201,9 @@ class HeartbeatReporter:
             rss = self._process.memory_info().rss
         hb = pb.Heartbeat(task=self._key, sequence=self._sequence, pid=os.getpid(), cpu_percent=cpu, rss_bytes=rss,
                           exiting=self._exiting)
+        for usage in sample_visible():  # the task's own devices; none without NVML
+            hb.gpus.add(uuid=usage.uuid, index=usage.index, utilization_percent=usage.utilization_percent,
+                        memory_used_bytes=usage.memory_used_bytes, memory_total_bytes=usage.memory_total_bytes)
         for name, value in self._fields.items():
             setattr(hb, name, value)
         for name, value in self._metrics.items():

@@ -51,6 +51,7 @@ class TaskContext:
         run_dir, task_dir, error_file, backup_dir, model_dir: paths (``""`` when unset).
         strategy: ``multi_worker_mirrored`` or ``parameter_server``.
         training: the training options as a dict.
+        gpus: GPUs the orchestrator gave the task (``ORCH_GPUS``; 0 when none or not said).
     """
 
     task_type: str
@@ -69,6 +70,7 @@ class TaskContext:
     model_dir: str = ""
     strategy: str = "multi_worker_mirrored"
     training: Mapping = None  # type: ignore[assignment]
+    gpus: int = 0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "TaskContext":
@@ -102,6 +104,7 @@ class TaskContext:
             model_dir=environ.get(env.MODEL_DIR, ""),
             strategy=environ.get(env.STRATEGY, "multi_worker_mirrored"),
             training=json.loads(environ.get(env.TRAINING, "{}")),
+            gpus=int(environ.get(env.GPUS, "0") or 0),
         )
 
     @property

@@ -27,6 +27,11 @@ counters, an enum as one series per state with value 1 for the current one. Labe
 | ``tfjob_task_resident_memory_bytes`` | gauge | resident set size |
 | ``tfjob_task_heartbeat_age_seconds`` | gauge | seconds since the last heartbeat (orchestrator clock) |
 | ``tfjob_task_heartbeats_total`` | counter | heartbeats received from the current attempt |
+| ``tfjob_task_gpus`` | gauge | GPUs the task holds (jobs with GPUs only) |
+| ``tfjob_task_gpu_utilization_ratio`` | gauge | GPU utilisation (NVML), the mean over its devices, 0-1 |
+| ``tfjob_task_gpu_memory_used_bytes`` | gauge | device memory in use on its GPUs together |
+| ``tfjob_task_gpu_memory_total_bytes`` | gauge | device memory of its GPUs together |
+| ``tfjob_task_gpu_memory_peak_bytes`` | gauge | the most its GPUs held together during the job |
 
 A value the task has not reported (no heartbeat yet, a user's program without steps) has no
 sample, rather than a made-up 0.
@@ -118,6 +123,11 @@ def job_metrics(status: Mapping[str, Any]) -> list[Metric]:
     rss = gauge("tfjob_task_resident_memory_bytes", "Resident set size, bytes.")
     age = gauge("tfjob_task_heartbeat_age_seconds", "Seconds since the task's last heartbeat (orchestrator clock).")
     beats = counter("tfjob_task_heartbeats", "Heartbeats received from the task's current attempt.")
+    gpu_count = gauge("tfjob_task_gpus", "GPUs the task holds.")
+    gpu_util = gauge("tfjob_task_gpu_utilization_ratio", "GPU utilisation (NVML), the mean over the task's devices.")
+    gpu_used = gauge("tfjob_task_gpu_memory_used_bytes", "Device memory in use on the task's GPUs together, bytes.")
+    gpu_total = gauge("tfjob_task_gpu_memory_total_bytes", "Device memory of the task's GPUs together, bytes.")
+    gpu_peak = gauge("tfjob_task_gpu_memory_peak_bytes", "The most device memory the task's GPUs held during the job.")
     for task in status.get("tasks") or ():
         values = [run, *_task_labels(task)]
         for name in TASK_STATES:
@@ -140,6 +150,13 @@ def job_metrics(status: Mapping[str, Any]) -> list[Metric]:
             age.add_metric(values, float(task["heartbeat_age_s"]))
         if beat.get("heartbeats") is not None:
             beats.add_metric(values, float(beat["heartbeats"]))
+        gpus = task.get("gpus") or {}
+        util = gpus.get("utilization_percent")
+        for family, value in ((gpu_count, gpus.get("count")), (gpu_util, None if util is None else util / 100.0),
+                              (gpu_used, gpus.get("memory_used_bytes")), (gpu_total, gpus.get("memory_total_bytes")),
+                              (gpu_peak, gpus.get("peak_memory_bytes"))):
+            if value is not None and gpus:
+                family.add_metric(values, float(value))
     return out
 
 

@@ -4,7 +4,10 @@
 "use strict";
 (function () {
   const token = new URLSearchParams(location.search).get("token") || "";
-  const COLUMNS = ["task", "state", "phase", "pid", "step", "epoch", "loss", "ex/s", "cpu%", "rss MB", "restarts", "beat"];
+  const BASE_COLUMNS = ["task", "state", "phase", "pid", "step", "epoch", "loss", "ex/s", "cpu%", "rss MB", "restarts", "beat"];
+  // after "rss MB" once a task holds a GPU (orchestrator/report/status.py: GPU_COLUMNS)
+  const GPU_COLUMNS = ["gpus", "gpu%", "gpu MB"];
+  let COLUMNS = BASE_COLUMNS;
   const LEFT = new Set(["task", "state", "phase"]);
   const COLORS = ["#3558c4", "#c62828", "#1f8a3d", "#e08b00", "#7b3fb5", "#00838f", "#6d4c41", "#ad1457"];
   const $ = (id) => document.getElementById(id);
@@ -14,18 +17,31 @@
   const charts = {};
 
   const head = $("tasks").querySelector("thead tr");
-  for (const c of COLUMNS) {
-    const th = document.createElement("th");
-    th.textContent = c;
-    if (LEFT.has(c)) th.className = "l";
-    head.appendChild(th);
+  function renderHead() {
+    while (head.cells.length) head.deleteCell(-1);
+    for (const c of COLUMNS) {
+      const th = document.createElement("th");
+      th.textContent = c;
+      if (LEFT.has(c)) th.className = "l";
+      head.appendChild(th);
+    }
+  }
+  renderHead();
+  function useColumns(st) {
+    const gpus = (st.tasks || []).some((t) => t.gpus);
+    const wanted = gpus ? BASE_COLUMNS.slice(0, 10).concat(GPU_COLUMNS, BASE_COLUMNS.slice(10)) : BASE_COLUMNS;
+    if (wanted.length === COLUMNS.length) return;
+    COLUMNS = wanted;
+    renderHead();
+    const body = $("tasks").querySelector("tbody");
+    while (body.rows.length) body.deleteRow(-1);
   }
 
   function fmt(v, digits) { return v === null || v === undefined ? "-" : Number(v).toFixed(digits); }
 
   // the same cells as the terminal's table (orchestrator/report/status.py: row)
   function row(t, live) {
-    const b = t.last_heartbeat, s = t.process_sample || {};
+    const b = t.last_heartbeat, s = t.process_sample || {}, g = t.gpus || {};
     const terminal = ["Succeeded", "Failed", "Stopped"].includes(t.state);
     let state = t.state;
     if (terminal && t.exit) state += " (" + t.exit.replace("exit code ", "exit ") + ")";
@@ -37,6 +53,9 @@
       "ex/s": fmt(b && b.examples_per_second, 0), "cpu%": fmt(cpu, 0), "rss MB": rss == null ? "-" : (rss / 1e6).toFixed(0),
       "restarts": String(t.restarts || 0),
       "beat": live && b && !terminal && t.heartbeat_age_s != null ? t.heartbeat_age_s.toFixed(1) + "s" : "-",
+      "gpus": g.count ? String(g.count) : "-", "gpu%": fmt(g.utilization_percent, 0),
+      "gpu MB": g.memory_used_bytes != null && g.memory_total_bytes
+        ? (g.memory_used_bytes / 1e6).toFixed(0) + "/" + (g.memory_total_bytes / 1e6).toFixed(0) : "-",
     };
   }
 
@@ -57,6 +76,7 @@
   }
 
   function renderTasks(st) {
+    useColumns(st);
     const body = $("tasks").querySelector("tbody");
     const rows = (st.tasks || []).map((t) => [t, row(t, st.live)]);
     while (body.rows.length > rows.length) body.deleteRow(-1);

@@ -1,0 +1,91 @@
+"""The one builder of a task's environment: what every process the orchestrator plans gets
+(:mod:`orchestrator.env` names and documents each variable).
+
+Two callers, one function: :func:`orchestrator.plan.make_plan` (local, docker, Slurm: tasks that
+report to this orchestrator) and :func:`orchestrator.render.kubernetes.pod_env` (TFJob and
+JobSet pods: no orchestrator to report to, so no health address and no token). What differs
+between them is a parameter here, never a second copy of the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from orchestrator import env
+from orchestrator.rundir import RunDir
+from orchestrator.spec.model import JobSpec, Strategy
+
+
+def common_env(
+    spec: JobSpec,
+    *,
+    run_id: str,
+    run_dir: str,
+    training_json: str | None,
+    threads: int | None,
+    health_address: str | None = None,
+    token: str | None = None,
+    orchestrator_pid: int = 0,
+) -> dict[str, str]:
+    """The variables every task of the job gets (TF_CONFIG, faults and devices are per task).
+
+    Args:
+        spec: the validated spec.
+        run_id: the run id (a Kubernetes rendering: the object's name).
+        run_dir: the run directory as the tasks see it.
+        training_json: the built-in program's options (``ORCH_TRAINING``); None for a user's
+            program, whose own options they are not.
+        threads: intra-op threads per task (``TF_NUM_INTRAOP_THREADS``, ``OMP_NUM_THREADS``;
+            inter-op: at least 2); None leaves TensorFlow's own default.
+        health_address: ``host:port`` of the health endpoint; None: tasks report nowhere.
+        token: the job token (with ``health_address``).
+        orchestrator_pid: the pid tasks must not outlive (local backend); 0: none.
+
+    Returns:
+        Variable -> value.
+    """
+    out: dict[str, str] = {env.RUN_ID: run_id, env.RUN_DIR: run_dir}
+    if health_address is not None:
+        out[env.HEALTH_ADDRESS] = health_address
+        out[env.JOB_TOKEN] = token or ""
+    out[env.HEARTBEAT_INTERVAL_S] = repr(float(spec.heartbeat_interval_s))
+    out[env.STRATEGY] = spec.strategy.value
+    if training_json is not None:
+        out[env.TRAINING] = training_json
+    out[env.BACKUP_DIR] = str(RunDir(Path(run_dir)).backup)
+    out[env.MODEL_DIR] = str(RunDir(Path(run_dir)).model)
+    if threads is not None:
+        out["TF_NUM_INTRAOP_THREADS"] = str(threads)
+        out["TF_NUM_INTEROP_THREADS"] = str(max(2, threads))
+        out["OMP_NUM_THREADS"] = str(threads)
+    out["TF_USE_LEGACY_KERAS"] = "1"
+    out["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    out["PYTHONUNBUFFERED"] = "1"
+    if orchestrator_pid:
+        out[env.ORCHESTRATOR_PID] = str(orchestrator_pid)
+    if spec.strategy is Strategy.PARAMETER_SERVER:
+        out["GRPC_FAIL_FAST"] = "use_caller"
+    return out
+
+
+def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: Mapping[str, str] | None = None,
+             faults: str | None = None) -> dict[str, str]:
+    """One task's variables: the job's ``common`` ones plus its own.
+
+    Args:
+        common: :func:`common_env`.
+        tf_config: its TF_CONFIG (JSON); None where the task computes its own (JobSet pods).
+        gpus: its device variables (:meth:`orchestrator.placement.Placement.env`:
+            ``CUDA_VISIBLE_DEVICES``, ``TF_FORCE_GPU_ALLOW_GROWTH``).
+        faults: its injected faults (``ORCH_FAULTS``, JSON), if any.
+    """
+    from orchestrator.spec.faults import ENV as FAULTS_ENV
+
+    out = dict(common)
+    if tf_config is not None:
+        out["TF_CONFIG"] = tf_config
+    out.update(gpus or {})
+    if faults:
+        out[FAULTS_ENV] = faults
+    return out
