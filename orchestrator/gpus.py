@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
