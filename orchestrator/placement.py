@@ -194,3 +194,15 @@ def place(spec: JobSpec, inventory: Inventory | None) -> Placement:
         cursor += n
         placed[task] = TaskGpus(n, devices)
     return Placement(placed, len(gpus), spec.share_gpus, warnings=tuple(warnings))
+
+
+def srun_gpu_options(task_env: Mapping[str, str]) -> list[str]:
+    """``srun`` options for the task's GPUs (``ORCH_GPUS``, set when a task of the job holds one):
+    ``--gpus-per-task=N``, Slurm then picks the devices on the node and sets the step's
+    ``CUDA_VISIBLE_DEVICES`` (and confines it to them with ``ConstrainDevices``); a task with none
+    gets ``--gres=none``, since a step without a request is otherwise given every GRES of the
+    allocation (``srun --gres``). A job without GPUs gets no option at all."""
+    count = task_env.get(env.GPUS)
+    if count is None:
+        return []
+    return [f"--gpus-per-task={int(count)}"] if int(count) else ["--gres=none"]

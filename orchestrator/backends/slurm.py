@@ -59,6 +59,7 @@ from orchestrator.backends.base import Backend, Capability, LaunchRequest, Regis
 from orchestrator.backends.options import option
 from orchestrator.backends.placement import move_off, parse_node_list, place
 from orchestrator.errors import LaunchError, SpecError
+from orchestrator.placement import srun_gpu_options
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
@@ -79,18 +80,6 @@ def exit_code_of(status: int) -> int:
     if 128 < status < 128 + 65:
         return -(status - 128)
     return status
-
-
-def step_gpu_options(task_env: Mapping[str, str]) -> list[str]:
-    """``srun`` options for the task's GPUs (``ORCH_GPUS``, set when a task of the job holds one):
-    ``--gpus-per-task=N``, Slurm then picks the devices on the node and sets the step's
-    ``CUDA_VISIBLE_DEVICES`` (and confines it to them with ``ConstrainDevices``); a task with none
-    gets ``--gres=none``, since a step without a request is otherwise given every GRES of the
-    allocation (``srun --gres``). A job without GPUs gets no option at all."""
-    count = task_env.get(envvars.GPUS)
-    if count is None:
-        return []
-    return [f"--gpus-per-task={int(count)}"] if int(count) else ["--gres=none"]
 
 
 @dataclass(eq=False)
@@ -307,7 +296,7 @@ class SlurmBackend(Backend[SlurmStep]):
         step_name = f"{self.run_id}:{task.name}:{request.attempt}"
         argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={step_name}",
                 "--unbuffered", "--kill-on-bad-exit=0", "--quiet", "--export=ALL", f"--chdir={os.getcwd()}",
-                *step_gpu_options(request.env), *request.argv]
+                *srun_gpu_options(request.env), *request.argv]
         full_env = {**self.environ, **request.env, envvars.ADDRESS_FROM_TASK: "1",
                     envvars.ORPHAN_TIMEOUT_S: repr(ORPHAN_TIMEOUT_S)}
         full_env.pop(envvars.ORCHESTRATOR_PID, None)

@@ -195,7 +195,8 @@ def check_gpus(spec: JobSpec, quick: bool = False, python: str = sys.executable)
     if info["gpus"]:
         return [*checks, Check("ok", "tf gpu", f"a task's TensorFlow sees {inventory.gpus[0].uuid} as "
                                f"{info['gpus'][0]}")]
-    why = "built without CUDA" if not info["cuda"] else "built with CUDA, but its CUDA libraries or the driver do not load"
+    why = ("built without CUDA" if not info["cuda"]
+           else "built with CUDA, but its CUDA libraries or the driver do not load")
     return [*checks, Check("FAIL" if asked else "warn", "tf gpu", f"a task's TensorFlow sees no GPU ({why})",
                            f"{AND_CUDA} in the tasks' environment")]
 

@@ -156,6 +156,6 @@ def run_sbatch(args: argparse.Namespace) -> int:
     target.write_text(text, encoding="utf-8")
     target.chmod(0o755)
     gpus = gpus_per_node(spec, args.tasks_per_node)
-    print(f"wrote {target}: {nodes} node(s), {len(spec.tasks())} task(s)" + (f", {gpus} GPU(s) per node" if gpus else "")
-          + f"; submit it with: sbatch {target}")
+    per_node = f", {gpus} GPU(s) per node" if gpus else ""
+    print(f"wrote {target}: {nodes} node(s), {len(spec.tasks())} task(s){per_node}; submit it with: sbatch {target}")
     return 0

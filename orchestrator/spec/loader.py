@@ -351,7 +351,8 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         if exc.field.startswith("supervision."):
             raise
         raise SpecError("supervision." + exc.field, exc.value, exc.problem, exc.fix) from None
-    extra = {k: fields[k] for k in ("heartbeat_interval_s", "threads_per_task", "share_gpus") if fields.get(k) is not None}
+    extra = {k: fields[k] for k in ("heartbeat_interval_s", "threads_per_task", "share_gpus")
+             if fields.get(k) is not None}
     if "gpus_per_task" in fields:  # the flag's count over the file's roles
         gpus = gpu_counts(raw.get("gpus_per_task"), strategy)
         flag = gpu_counts((overrides or {}).get("gpus_per_task"), strategy)

@@ -33,7 +33,8 @@ from orchestrator.gpus import GpuUsage
 _TF_OOM = re.compile(r"OOM when allocating tensor[^\n]*?(?:device:(?P<kind>GPU|CPU):(?P<index>\d+))?"
                      r"(?:[^\n]*?by allocator (?P<allocator>\S+))?", re.IGNORECASE)
 _OTHER_OOM = re.compile(
-    r"(?:CUDA out of memory|OutOfMemoryError|Out of memory allocating|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    r"(?:CUDA out of memory|OutOfMemoryError|Out of memory allocating|CUDA_ERROR_OUT_OF_MEMORY"
+    r"|cudaErrorMemoryAllocation"
     r"|CUDA error: out of memory|Out of memory while trying to allocate|failed to allocate [^\n]* from device"
     r"|CUBLAS_STATUS_ALLOC_FAILED)", re.IGNORECASE)
 _TORCH_GPU = re.compile(r"GPU (\d+) has a total capacity")
@@ -97,8 +98,9 @@ def describe(oom: GpuOom, usage: GpuUsage | None, batch_hint: str) -> str:
     at the last sample; lower the per-replica batch (--batch-size, now 512)``."""
     where = f"GPU {oom.device_index}" if oom.device_index is not None else "a GPU"
     if usage is not None:
-        where = f"GPU {oom.device_index if oom.device_index is not None else usage.index} ({usage.uuid}): " \
-                f"{usage.memory_used_bytes / 2**30:.1f} of {usage.memory_total_bytes / 2**30:.1f} GiB used at the last sample"
+        index = oom.device_index if oom.device_index is not None else usage.index
+        where = (f"GPU {index} ({usage.uuid}): {usage.memory_used_bytes / 2**30:.1f} of "
+                 f"{usage.memory_total_bytes / 2**30:.1f} GiB used at the last sample")
     return f"GPU out of memory on {where}; {batch_hint}"
 
 

@@ -17,8 +17,8 @@ from orchestrator.gpus import GpuUsage
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.lives import Life
 from orchestrator.supervisor.gpu import usages_of
+from orchestrator.supervisor.lives import Life
 from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
 
 

@@ -126,7 +126,8 @@ def check_launch(work: Path, library: str, inventory) -> None:
         _, stderr = launcher.communicate(timeout=WAIT_S)
     report("two-task launch", launcher.returncode == 0, f"exit {launcher.returncode}" + (
         f": {stderr.strip().splitlines()[-1]}" if launcher.returncode and stderr.strip() else ""))
-    seen = {i: json.loads((out / f"worker-{i}.json").read_text()) for i in range(2) if (out / f"worker-{i}.json").exists()}
+    seen = {i: json.loads((out / f"worker-{i}.json").read_text())
+            for i in range(2) if (out / f"worker-{i}.json").exists()}
     plan = json.loads((runs / "two" / "plan.json").read_text())
     assigned = {t["task"]: [d["uuid"] for d in t["gpus"]["devices"]] for t in plan["tasks"]}
     for i, record in seen.items():
@@ -151,7 +152,8 @@ def check_oom(work: Path, library: str) -> None:
     runs, out = work / "runs", work / "oom"
     out.mkdir()
     argv = orchestrator("launch", "--workers", "1", "--gpus-per-task", "1", "--restart-policy", "exit-code",
-                        "--max-restarts", "2", "--runs-dir", str(runs), "--run-id", "oom", "--json", "--deadline", "300",
+                        "--max-restarts", "2", "--runs-dir", str(runs), "--run-id", "oom", "--json",
+                        "--deadline", "300",
                         "--", sys.executable, str(ALLOC), str(out), library, "oom")
     print("$ " + " ".join(argv), flush=True)
     proc = subprocess.run(argv, env=environ(), capture_output=True, text=True, timeout=WAIT_S * 2, check=False)

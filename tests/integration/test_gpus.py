@@ -54,7 +54,8 @@ def test_each_task_gets_its_own_device_and_status_shows_it(tmp_path, fake_gpus, 
     out.mkdir()
     environ = _env(fake_gpus)
     args = ["launch", "--workers", "2", "--runs-dir", str(runs), "--run-id", "gpu", "--quiet", "--deadline", "60",
-            "--heartbeat-interval", "0.2", "--", sys.executable, PROGRAM, str(out), *(["report"] if mode == "report" else [])]
+            "--heartbeat-interval", "0.2", "--", sys.executable, PROGRAM, str(out),
+            *(["report"] if mode == "report" else [])]
     launcher = subprocess.Popen(orchestrator_cmd(*args), env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     try:

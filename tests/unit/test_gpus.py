@@ -220,8 +220,7 @@ def test_nvml_answers_with_gpus_or_says_why_not(monkeypatch):
 def test_tfjob_and_jobset_request_nvidia_gpus_and_validate():
     spec = JobSpec.create(strategy="parameter_server", workers=2, ps=1, evaluator=1,
                           gpus_per_task={"worker": 1, "evaluator": 1})
-    for build, validate, path in ((tfjob_manifest, validate_tfjob, lambda d, role: d["spec"]["tfReplicaSpecs"][role]),
-                                  (jobset_manifest, validate_jobset, None)):
+    for build, validate in ((tfjob_manifest, validate_tfjob), (jobset_manifest, validate_jobset)):
         doc = build(spec, name="digits-gpu", image="registry.example.com/tf:1", cpu="2", memory="4Gi")
         assert validate(doc) == []
         pods = _pod_specs(doc)
@@ -280,9 +279,9 @@ def test_docker_requests_exactly_the_tasks_devices():
     ({}, []),  # a job without GPUs: srun as before
 ])
 def test_slurm_steps_ask_srun_for_the_tasks_gpus(task_env, options):
-    from orchestrator.backends.slurm import step_gpu_options
+    from orchestrator.placement import srun_gpu_options
 
-    assert step_gpu_options(task_env) == options
+    assert srun_gpu_options(task_env) == options
 
 
 # -- the command line --------------------------------------------------------------------------------------
