@@ -46,6 +46,9 @@ Variable                       Meaning
                                without GPUs, nor where the scheduler sets it (Slurm, Kubernetes)
 ``TF_FORCE_GPU_ALLOW_GROWTH``  ``true`` with ``--share-gpus``: TensorFlow allocates GPU memory as
                                needed instead of mapping the whole device at start
+``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.gpus`
+                               reads instead of NVML (tests, demos; docs/gpus.md); tasks inherit
+                               it on the local backend, so their heartbeats sample the same devices
 ``ORCH_SPARE_MODULE``          warm spares only: the built-in task program it becomes (``worker``)
 ``ORCH_SPARE_PRELOAD``         warm spares only: modules it imports while it waits (``tensorflow,...``;
                                ``tf_keras?``: when installed); never in a user's program's environment
@@ -73,10 +76,6 @@ Variable                           Meaning
 ``ORCH_JOBSET_CLUSTER``            JSON task type -> task count, e.g. ``{"chief": 1, "worker": 2, "ps": 1}``
 ``ORCH_JOBSET_PORT``               the port every task's ``tf.distribute`` server binds
 =================================  ==========================================================
-
-Read, never set, by the orchestrator and its tasks: ``ORCH_FAKE_GPUS``, the path of a JSON list
-of fake GPUs that :mod:`orchestrator.gpus` reads instead of NVML (tests, demos); tasks inherit it
-on the local backend, so their heartbeats sample the same fake devices.
 
 Files the orchestrator writes into a task's directory (``ORCH_TASK_DIR``):
 

@@ -40,7 +40,8 @@ SUMMARY_FIELDS: dict[str, str] = {
     "model_dir": "the SavedModel the chief exported, or `null`",
     "tensorboard_dir": "the chief's TensorBoard logs, or `null`",
     "root_cause": "the failure that ended a failed job (task, attempt, exit code or signal, message, log path, "
-                  "stderr tail, likely culprit, peak RSS, likely OOM), or `null`",
+                  "stderr tail, likely culprit, peak RSS, likely OOM; `gpu_oom` for a GPU out-of-memory: "
+                  "error, device, memory used / total, hint), or `null`",
     "restarts": "restarts used (each group or task restart counts one)",
     "max_restarts": "restarts allowed (`--max-restarts`)",
     "restart_policy": "role -> restart policy in force",
@@ -54,6 +55,8 @@ SUMMARY_FIELDS: dict[str, str] = {
     "faults": "each injected fault (`--inject-fault`) and whether it fired",
     "spares": "each warm spare: pid, state (`used`, `stopped`, `died`, ...), the task it became",
     "tasks": "one entry per task (below)",
+    "peak_gpu_memory_bytes": "the most GPU memory any task's devices held together during the job, or `null` "
+                             "without GPU samples (docs/gpus.md)",
     "orchestrator": "the orchestrator process: `pid`, `peak_rss_bytes`",
 }
 """Every top-level field of ``summary.json`` (what :func:`build_summary` returns) -> what it holds.
@@ -77,6 +80,9 @@ TASK_FIELDS: dict[str, str] = {
     "last_heartbeat": "its last heartbeat (below), or `null` for a program that never reported",
     "process_sample": "the last CPU / RSS sample of a task that does not report (`cpu_percent`, `rss_bytes`)",
     "earlier_attempts": "each earlier attempt: `attempt`, `pid`, `state`, `exit`, `reason`",
+    "gpus": "its GPUs, or `null` for none: `count`, `devices` (UUIDs), the last sample's `utilization_percent` "
+            "(mean), `memory_used_bytes` and `memory_total_bytes` (its devices together), `peak_memory_bytes` "
+            "over the job, `samples` per device",
 }
 """Every field of an entry of ``summary.json``'s ``tasks`` (what :func:`task_dict` returns)."""
 
@@ -137,7 +143,7 @@ def task_dict(t: TaskSnapshot) -> dict:
         "last_heartbeat": heartbeat_dict(t.heartbeat),
         "process_sample": sample,
         "earlier_attempts": [dict(h) for h in t.history],
-        **({"gpus": gpus_dict(t)} if t.gpu_count or t.gpus else {}),
+        "gpus": gpus_dict(t) if t.gpu_count or t.gpus else None,
     }
 
 
@@ -220,8 +226,8 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "faults": fault_report(plan),
         "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
         "tasks": [task_dict(t) for t in snapshot.tasks],
-        **({"peak_gpu_memory_bytes": max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)}
-           if any(t.peak_gpu_memory_bytes is not None for t in snapshot.tasks) else {}),
+        "peak_gpu_memory_bytes": max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)
+        if any(t.peak_gpu_memory_bytes is not None for t in snapshot.tasks) else None,
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
     }
 
