@@ -20,7 +20,8 @@ def measure(window_s: float = 15.0, settle_s: float = 3.0) -> dict:
     server = HealthServer(token, store).start()
     env = base_env()
     env.update({"BENCH_SIM_SECONDS": str(settle_s + window_s + 5),
-                "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}),
+                "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
+                                         "task": {"type": "worker", "index": 0}}),
                 "ORCH_HEALTH_ADDRESS": server.address, "ORCH_JOB_TOKEN": token, "ORCH_HEARTBEAT_INTERVAL_S": "1.0"})
     kinds = {"bare": ["--bare"], "imports_only": ["--idle"], "reporter": []}
     procs = {k: subprocess.Popen([PY, "-m", "bench.simtask", *a], env=env, cwd=REPO) for k, a in kinds.items()}
@@ -33,7 +34,8 @@ def measure(window_s: float = 15.0, settle_s: float = 3.0) -> dict:
         span = time.monotonic() - t0
         out = {}
         for k, p in ps.items():
-            out[k] = {"cpu_percent": 100 * (sum(p.cpu_times()[:2]) - c0[k]) / span, "rss_mb": p.memory_info().rss / 2**20}
+            out[k] = {"cpu_percent": 100 * (sum(p.cpu_times()[:2]) - c0[k]) / span,
+                      "rss_mb": p.memory_info().rss / 2**20}
         out["heartbeats_received"] = store.total
         out["reporter_minus_bare_rss_mb"] = out["reporter"]["rss_mb"] - out["bare"]["rss_mb"]
         out["reporter_minus_bare_cpu_percent"] = out["reporter"]["cpu_percent"] - out["bare"]["cpu_percent"]

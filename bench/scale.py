@@ -32,13 +32,13 @@ from pathlib import Path
 
 import psutil
 
+from bench.tfjobs import PY, REPO, base_env
 from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import JobState, Supervisor, TaskState
-from bench.tfjobs import PY, REPO, base_env
 
 REAL = "worker-1"
 
@@ -180,13 +180,15 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             cpu0, beats0, w0, n0 = sum(me.cpu_times()[:2]), store.total, time.monotonic(), len(wake.work_s)
             for _ in range(kills):
                 rt = _runtime(sup, REAL)
-                if not _wait(lambda: rt.state is TaskState.RUNNING and rt.heartbeat is not None, 30):
+                # the lambda is called within this iteration, so the loop variable cannot go stale
+                if not _wait(lambda: rt.state is TaskState.RUNNING and rt.heartbeat is not None, 30):  # noqa: B023
                     out["errors"].append("victim not running")
                     return
                 before = len(sup.failures)
                 at = time.monotonic()
                 os.kill(rt.pid, signal.SIGKILL)
-                if _wait(lambda: len(sup.failures) > before, 30):
+                # the lambda is called within this iteration, so the loop variable cannot go stale
+                if _wait(lambda: len(sup.failures) > before, 30):  # noqa: B023
                     out["kill_detect_s"].append(sup.failures[before].at - at)
                 _wait(lambda: _runtime(sup, REAL).state is TaskState.RUNNING, 30)
             for i in range(hangs):
@@ -194,13 +196,15 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
                 before = len(sup.failures)
                 at = time.monotonic()
                 backend.freeze(rt.process)
-                if _wait(lambda: len(sup.failures) > before, heartbeat_timeout_s + 30):
+                # the lambda is called within this iteration, so the loop variable cannot go stale
+                if _wait(lambda: len(sup.failures) > before, heartbeat_timeout_s + 30):  # noqa: B023
                     out["hang_detect_s"].append(sup.failures[before].at - at)
             span = time.monotonic() - w0
             out["cpu_percent"] = 100 * (sum(me.cpu_times()[:2]) - cpu0) / span
             out["heartbeats_per_s"] = (store.total - beats0) / span
             ticks = wake.work_s[n0:]
-            out["tick_ms"] = {"median": 1000 * statistics.median(ticks), "p99": 1000 * sorted(ticks)[int(0.99 * (len(ticks) - 1))],
+            out["tick_ms"] = {"median": 1000 * statistics.median(ticks),
+                              "p99": 1000 * sorted(ticks)[int(0.99 * (len(ticks) - 1))],
                               "max": 1000 * max(ticks), "ticks": len(ticks)}
             out["rss_mb"] = me.memory_info().rss / 2**20
         except Exception as exc:  # noqa: BLE001

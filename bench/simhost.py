@@ -118,7 +118,8 @@ async def ingest_main(args) -> None:
 
     async def one(i: int) -> None:
         channel = grpc.aio.insecure_channel(args.address, options=[("grpc.use_local_subchannel_pool", 1)])
-        stream = channel.stream_unary(METHOD, request_serializer=None, response_deserializer=pb.StreamSummary.FromString)
+        stream = channel.stream_unary(METHOD, request_serializer=None,
+                                      response_deserializer=pb.StreamSummary.FromString)
         payload = payloads[i]
 
         async def beats():

@@ -14,8 +14,8 @@ import json
 import os
 import re
 import signal
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -76,7 +76,8 @@ class TaskLog:
         if self.global_batch is None or len(self.epochs) < skip_epochs + 1:
             return None
         rates = [(s1 - s0) * self.global_batch / (t1 - t0)
-                 for (_, s0, t0), (_, s1, t1) in zip(self.epochs[skip_epochs - 1:], self.epochs[skip_epochs:]) if t1 > t0]
+                 for (_, s0, t0), (_, s1, t1) in zip(self.epochs[skip_epochs - 1:], self.epochs[skip_epochs:])
+                 if t1 > t0]
         return statistics.median(rates) if rates else None
 
 
@@ -241,7 +242,8 @@ def run_hand(workdir: Path, run_id: str, topo: Topology, timeout_s: float = 600.
         "PYTHONUNBUFFERED": "1",
         # the built-in program's own inputs (the same values the orchestrator passes)
         "ORCH_STRATEGY": topo.strategy, "ORCH_TRAINING": json.dumps(training, sort_keys=True),
-        "ORCH_RUN_DIR": str(run_dir), "ORCH_BACKUP_DIR": str(run_dir / "backup"), "ORCH_MODEL_DIR": str(run_dir / "model"),
+        "ORCH_RUN_DIR": str(run_dir), "ORCH_BACKUP_DIR": str(run_dir / "backup"),
+        "ORCH_MODEL_DIR": str(run_dir / "model"),
     })
     if topo.strategy == "parameter_server":
         common["GRPC_FAIL_FAST"] = "use_caller"
@@ -274,4 +276,5 @@ def run_hand(workdir: Path, run_id: str, topo: Topology, timeout_s: float = 600.
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
     wall = time.time() - launch
-    return RunResult("hand", run_dir, launch, code, wall, TaskLog.read(run_dir / "attempt-0" / topo.coordinator / "stdout.log"))
+    return RunResult("hand", run_dir, launch, code, wall,
+                     TaskLog.read(run_dir / "attempt-0" / topo.coordinator / "stdout.log"))

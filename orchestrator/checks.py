@@ -31,11 +31,13 @@ def check_runs_dir(runs_dir: str | Path) -> None:
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise SpecError("runs-dir", str(runs_dir), f"{existing} is not a directory", "pick a directory, e.g. --runs-dir runs")
+        raise SpecError("runs-dir", str(runs_dir), f"{existing} is not a directory",
+                        "pick a directory, e.g. --runs-dir runs")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SpecError("runs-dir", str(runs_dir), f"cannot be created ({exc.strerror})", "pick a directory you can write to") from None
+        raise SpecError("runs-dir", str(runs_dir), f"cannot be created ({exc.strerror})",
+                        "pick a directory you can write to") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise SpecError("runs-dir", str(runs_dir), f"{path} is not writable", "pick a directory you can write to")
 

@@ -66,7 +66,8 @@ def check_resumable(run_dir: RunDir, runs_dir: str | Path) -> dict[str, Any]:
     if plan is None or "spec" not in plan:
         known = sorted(p.name for p in Path(runs_dir).glob("*/plan.json") for p in [p.parent])[-3:]
         hint = f"runs under {runs_dir}: {', '.join(known)}" if known else f"no run under {runs_dir}; check --runs-dir"
-        why = "is not a run that can be resumed (no plan.json with its spec)" if run_dir.path.is_dir() else "no such run"
+        why = ("is not a run that can be resumed (no plan.json with its spec)" if run_dir.path.is_dir()
+               else "no such run")
         raise SpecError("resume", run_dir.run_id, why, hint)
     endpoint = read_json(run_dir.endpoint) or {}
     pid = int(endpoint.get("pid") or 0)
@@ -109,7 +110,8 @@ def check_program(plan: Mapping[str, Any], commands: Mapping[str, Sequence[str]]
     original = {t: list(program) for t in ("chief", "worker", "ps", "evaluator")} if program else None
     if commands is not None and {t: list(v) for t, v in commands.items()} != original:
         shown = " ".join(program) if program else "the built-in program"
-        raise SpecError("--", " ".join(next(iter(commands.values()))), f"differs from the resumed run's program ({shown})",
+        raise SpecError("--", " ".join(next(iter(commands.values()))),
+                        f"differs from the resumed run's program ({shown})",
                         "resume without a program (the run's own is used), or launch a new run")
     return original
 

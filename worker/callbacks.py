@@ -116,4 +116,5 @@ class EvaluationCallback(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer is not None else None
         metrics = {f"eval_{k}": float(v) for k, v in logs.items()}
         self._reporter.update(step=step, message=f"evaluated checkpoint at step {step}", evaluated_step=step, **metrics)
-        print(f"evaluated checkpoint at step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+        print(f"evaluated checkpoint at step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
+              flush=True)

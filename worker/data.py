@@ -124,7 +124,8 @@ def _load_tfrecord_dir(path: str) -> Data:
         first = next(iter(tf.data.TFRecordDataset(train[:1])))
         example = tf.train.Example.FromString(first.numpy())
         num_features = len(example.features.feature["x"].float_list.value)
-        labels = [int(y) for _, y in _parse(tf, tf.data.TFRecordDataset(train + test), num_features).as_numpy_iterator()]
+        labels = [int(y) for _, y in
+                  _parse(tf, tf.data.TFRecordDataset(train + test), num_features).as_numpy_iterator()]
         meta = {"num_features": num_features, "num_classes": max(labels) + 1,
                 "num_train": sum(1 for _ in tf.data.TFRecordDataset(train))}
     return Data(path, int(meta["num_features"]), int(meta["num_classes"]), int(meta["num_train"]),

@@ -53,7 +53,8 @@ def resolve_run(run: str | None, runs_dir: str | Path = "runs") -> Path:
         if candidate.is_dir() and is_run_dir(candidate):
             return candidate.resolve()
     known = [p.name for p in run_dirs(runs_dir)][-3:]
-    hint = f"latest runs under {runs_dir}: {', '.join(known)}" if known else f"no run under {runs_dir}; pass --runs-dir DIR"
+    hint = (f"latest runs under {runs_dir}: {', '.join(known)}" if known
+            else f"no run under {runs_dir}; pass --runs-dir DIR")
     raise SpecError("RUN", run, "is neither a run directory nor a run id", hint)
 
 
@@ -157,7 +158,8 @@ def run_status(run_dir: Path, history: bool = False, timeout_s: float = 3.0) -> 
             summary["history"] = read_json(RunDir(run_dir).history) or {"seq": 0, "samples": [], "events": []}
         return summary
     if endpoint is not None and _alive(endpoint.pid):
-        return lost_status(run_dir, f"the orchestrator (pid {endpoint.pid}) runs but does not answer at {endpoint.address}")
+        return lost_status(run_dir, f"the orchestrator (pid {endpoint.pid}) runs but does not answer "
+                                    f"at {endpoint.address}")
     if endpoint is not None:
         return lost_status(run_dir, f"the orchestrator (pid {endpoint.pid}) is gone and wrote no summary (killed?)")
     return lost_status(run_dir, "no summary.json and no endpoint.json: the orchestrator is gone (killed?)")

@@ -27,7 +27,9 @@ from typing import Iterable
 
 from orchestrator.errors import SpecError
 
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62}))*\.?$")
+_HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_\-]{0,62}))*\.?$"
+)
 _EXAMPLE = "e.g. 10.0.0.5:2222, worker-1.example:2222 or [fe80::1]:2222"
 
 
@@ -106,7 +108,8 @@ def parse_address(value: object, field: str) -> Address:
     if text != text.strip() or not text:
         raise SpecError(field, value, "an address must be 'host:port' with no spaces", _EXAMPLE)
     if "://" in text:
-        raise SpecError(field, value, "an address has no scheme (rpc_layer says grpc)", "drop the '" + text.split("://")[0] + "://'")
+        raise SpecError(field, value, "an address has no scheme (rpc_layer says grpc)",
+                        "drop the '" + text.split("://")[0] + "://'")
     if "/" in text:
         raise SpecError(field, value, "an address has no path", "write just host:port, " + _EXAMPLE)
     if text.startswith("["):

@@ -38,7 +38,8 @@ _RE = re.compile(
     r"^(?P<task>[a-z]+[:\-]\d+):(?P<kind>[a-z]+)(?:=(?P<code>\d+))?@(?P<trigger>step|time)=(?P<at>\d+(?:\.\d+)?)"
     r"(?:,attempt=(?P<attempt>\d+))?$"
 )
-_FIX = "write TASK:KIND@TRIGGER, e.g. worker:1:kill@step=20 or ps:0:exit=3@time=5 (kinds: kill, exit=N, raise, hang, stop, term)"
+_FIX = ("write TASK:KIND@TRIGGER, e.g. worker:1:kill@step=20 or ps:0:exit=3@time=5 "
+        "(kinds: kill, exit=N, raise, hang, stop, term)")
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ class Fault:
         if kind not in KINDS:
             raise SpecError("inject-fault", text, f"unknown kind {kind!r}", _FIX)
         if (kind == "exit") != (m.group("code") is not None):
-            raise SpecError("inject-fault", text, "exit needs a code and only exit takes one", "write exit=N, e.g. exit=3")
+            raise SpecError("inject-fault", text, "exit needs a code and only exit takes one",
+                            "write exit=N, e.g. exit=3")
         code = int(m.group("code") or 0)
         if kind == "exit" and not 0 < code < 256:
             raise SpecError("inject-fault", text, "exit code must be 1..255", "e.g. exit=3")
@@ -95,7 +97,8 @@ def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
     for fault in faults:
         if fault.task not in tasks:
             raise SpecError(
-                "inject-fault", str(fault.task), "the job has no such task", "name one of: " + ", ".join(map(str, tasks))
+                "inject-fault", str(fault.task), "the job has no such task",
+                "name one of: " + ", ".join(map(str, tasks)),
             )
 
 

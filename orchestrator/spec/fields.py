@@ -32,7 +32,8 @@ def spec_fields(spec: JobSpec) -> dict[str, Any]:
         "evaluator": spec.evaluator, "heartbeat_interval_s": spec.heartbeat_interval_s,
         "threads_per_task": spec.threads_per_task,
         "training": _plain(dataclasses.asdict(spec.training)),
-        "supervision": _plain({f.name: getattr(spec.supervision, f.name) for f in dataclasses.fields(spec.supervision)}),
+        "supervision": _plain({f.name: getattr(spec.supervision, f.name)
+                               for f in dataclasses.fields(spec.supervision)}),
     }
     if spec.gpus_per_task:
         out["gpus_per_task"] = dict(spec.gpus_per_task)

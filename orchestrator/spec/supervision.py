@@ -75,7 +75,8 @@ class SuccessPolicy(str, enum.Enum):
         for member in cls:
             if member.value == text or (member is cls.ALL_WORKERS and text == "allworkers"):
                 return member
-        raise SpecError(field_name, value, "unknown success policy", "use all-workers or chief, e.g. --success-policy chief")
+        raise SpecError(field_name, value, "unknown success policy",
+                        "use all-workers or chief, e.g. --success-policy chief")
 
 
 def default_restart_policies() -> dict[str, RestartPolicy]:
@@ -169,7 +170,8 @@ class SupervisionSpec:
                 _seconds(name, getattr(self, name), allow_zero=True)
         if self.spares is not None and (not isinstance(self.spares, int) or isinstance(self.spares, bool)
                                         or not 0 <= self.spares <= 64):
-            raise SpecError("spares", self.spares, "must be a whole number from 0 to 64", "e.g. --spares 2, or --spares 0")
+            raise SpecError("spares", self.spares, "must be a whole number from 0 to 64",
+                            "e.g. --spares 2, or --spares 0")
         for name in ("heartbeat_timeout_s", "stall_timeout_s", "startup_timeout_s"):
             _seconds(name, getattr(self, name))
         for name in ("deadline_s", "finish_timeout_s"):

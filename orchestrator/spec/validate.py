@@ -71,7 +71,8 @@ def parse_json(text: str, field: str = "TF_CONFIG") -> Any:
             fix = "JSON needs double quotes (the shell may have eaten them: wrap the value in single quotes)"
         else:
             fix = 'write JSON: {"cluster": {...}, "task": {"type": "worker", "index": 0}}'
-        raise SpecError(field, shown, f"not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})", fix) from None
+        raise SpecError(field, shown, f"not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})",
+                        fix) from None
 
 
 def check_cluster(cluster: object, field: str = "cluster", strategy: Strategy | str | None = None) -> ClusterReport:
@@ -93,7 +94,8 @@ def check_cluster(cluster: object, field: str = "cluster", strategy: Strategy | 
         raise SpecError(field, cluster, "must map task types to lists of host:port",
                         'e.g. {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}')
     if not cluster:
-        raise SpecError(field, dict(cluster), "the cluster has no tasks", 'list them, e.g. {"worker": ["10.0.0.1:2222"]}')
+        raise SpecError(field, dict(cluster), "the cluster has no tasks",
+                        'list them, e.g. {"worker": ["10.0.0.1:2222"]}')
     items: list[tuple[str, object]] = []
     lists: dict[str, list] = {}
     for task_type, value in cluster.items():
@@ -140,7 +142,8 @@ def check_cluster(cluster: object, field: str = "cluster", strategy: Strategy | 
         task_type = {"workers": "worker"}.get(exc.field, exc.field)
         raise SpecError(f"{field}.{task_type}", lists.get(task_type, []), exc.problem,
                         exc.fix.replace("--", "").replace("drop ps", f"drop {field}.ps")) from None
-    ordered = {t: [parsed[f"{field}.{t}[{i}]"] for i in range(len(lists[t]))] for t in TRAINING_TASK_TYPES if t in lists}
+    ordered = {t: [parsed[f"{field}.{t}[{i}]"] for i in range(len(lists[t]))]
+               for t in TRAINING_TASK_TYPES if t in lists}
     return ClusterReport(ordered, strategy)
 
 
@@ -173,7 +176,8 @@ def check_tf_config(value: object, strategy: Strategy | str | None = None, field
     report = check_cluster(config["cluster"], "cluster", strategy)
     rpc_layer = config.get("rpc_layer", "grpc")
     if not isinstance(rpc_layer, str) or not rpc_layer.startswith("grpc"):
-        raise SpecError("rpc_layer", rpc_layer, "tf.distribute servers speak gRPC", 'write "rpc_layer": "grpc" or leave it out')
+        raise SpecError("rpc_layer", rpc_layer, "tf.distribute servers speak gRPC",
+                        'write "rpc_layer": "grpc" or leave it out')
     environment = config.get("environment")
     if environment is not None and not isinstance(environment, str):
         raise SpecError("environment", environment, "must be text (TF1: cloud or google)", "leave it out")
@@ -181,7 +185,8 @@ def check_tf_config(value: object, strategy: Strategy | str | None = None, field
     if task is None:
         raise SpecError("task", None, "TF_CONFIG has no task", 'add "task": {"type": "worker", "index": 0}')
     if not isinstance(task, Mapping):
-        raise SpecError("task", task, "must be an object with type and index", 'e.g. "task": {"type": "worker", "index": 0}')
+        raise SpecError("task", task, "must be an object with type and index",
+                        'e.g. "task": {"type": "worker", "index": 0}')
     for key in task:
         if key not in TASK_KEYS:
             raise SpecError(f"task.{key}", task[key], "unknown task key", suggest(key, TASK_KEYS[:2], "task."))

@@ -435,7 +435,8 @@ def failure_action(failed: Sequence[TaskId], *, ended: str, job_preempted: bool,
         fatal = fatal_after_training(failed, trainers=trainers, coordinator=coordinator, success_policy=success_policy)
         if not fatal:
             return FailureAction("goes-on", why=f"training had ended ({ended}); the job goes on")
-        return FailureAction("fail", cause=fatal[0], why=f"training had ended ({ended}), and a restart would run it again")
+        return FailureAction("fail", cause=fatal[0],
+                             why=f"training had ended ({ended}), and a restart would run it again")
     targets = restart_scope(strategy, list(failed), list(training_tasks))
     return FailureAction("restart", tasks=targets.tasks, scope=targets.scope)
 

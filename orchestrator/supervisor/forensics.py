@@ -25,7 +25,9 @@ from orchestrator.supervisor.states import Failure, TaskRuntime
 _TF_NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|E\d{4} [\d:.]+ +\d+ cuda_\w+\.cc:\d+\]|WARNING: All log messages before absl)"
 )
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|KeyboardInterrupt)(?::.*)?$")
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|KeyboardInterrupt)(?::.*)?$"
+)
 
 
 def tail_lines(path: Path | str | None, lines: int = 20, max_bytes: int = 64 * 1024) -> str:

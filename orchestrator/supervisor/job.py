@@ -195,7 +195,8 @@ class Supervisor(FailureHandling):
             elif self.preemption.requested and self.preemption.deadline is None:
                 self._preemption(now)
             elif self.policy.deadline_s is not None and now - self.started_at >= self.policy.deadline_s:
-                self._set_state(JobState.FAILED, EXIT_FAILED, f"the job deadline of {self.policy.deadline_s:g} s passed")
+                self._set_state(JobState.FAILED, EXIT_FAILED,
+                                f"the job deadline of {self.policy.deadline_s:g} s passed")
                 self._stop(self._live(), "stopped: job deadline passed")
         self._poll(now)
         self._take_heartbeats(now)
@@ -214,7 +215,8 @@ class Supervisor(FailureHandling):
                                          f"{self.plan.spec.coordinator.name} succeeded", killed=True)
             self._decide(now)
         if self.state is JobState.SUCCEEDED and self._grace_deadline and now >= self._grace_deadline:
-            self._stop(self._live(), f"did not exit within {self.options.success_grace_s:.0f} s after the job succeeded")
+            self._stop(self._live(),
+                       f"did not exit within {self.options.success_grace_s:.0f} s after the job succeeded")
         over = not self._restart_at and all(rt.current.state.terminal for rt in self.tasks
                                             if rt.current.process is not None)
         interval = getattr(self.view, "interval_s", self.options.view_interval_s)

@@ -9,8 +9,9 @@ from orchestrator.supervisor.job import Supervisor
 
 
 def run_record(sup: Supervisor) -> dict[str, Any]:
-    """``run.json`` for the supervisor's run as it stands now (what :meth:`~orchestrator.supervisor.lives.Carried.from_record`
-    reads back): a running task's next attempt is the one after its current one."""
+    """``run.json`` for the supervisor's run as it stands now (what
+    :meth:`~orchestrator.supervisor.lives.Carried.from_record` reads back): a running task's next
+    attempt is the one after its current one."""
     next_attempt = {rt.task.name: rt.current.number + (1 if rt.current.process is not None else 0)
                     for rt in sup.tasks}
     failures = [dict(f) for f in sup.carried.failures] + [f.to_dict() for f in sup.failures]

@@ -79,7 +79,9 @@ def hold_port(port: int = 0, attempts: int = 200) -> tuple[socket.socket | None,
             last = exc
     if port and can_listen(port):
         return None, port
-    raise OSError(f"no free port to hold ({'port %d' % port if port else f'{attempts} draws in {low}..{high - 1}'}): {last}")
+    raise OSError(
+        f"no free port to hold ({'port %d' % port if port else f'{attempts} draws in {low}..{high - 1}'}): {last}"
+    )
 
 
 def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socket.socket | None]:
@@ -116,7 +118,8 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
             if left <= 0:
                 if sock is not None:
                     sock.close()
-                raise RuntimeError(f"no cluster from the orchestrator at {context.health_address} within {timeout_s:g} s")
+                raise RuntimeError(f"no cluster from the orchestrator at {context.health_address} "
+                                   f"within {timeout_s:g} s")
             try:
                 reply = stub.RegisterAddress(
                     pb.AddressRequest(task=key, host=host, port=port, wait_s=min(CALL_WAIT_S, left)),

@@ -271,7 +271,8 @@ def spare(argv: list[str]) -> int:
     def end_with_the_interpreter() -> None:  # it died unassigned: so does this spare, visibly
         code = program.wait()
         if assigned.acquire(blocking=False):
-            print(f"execwrap: the spare's interpreter ended before its assignment ({code})", file=sys.stderr, flush=True)
+            print(f"execwrap: the spare's interpreter ended before its assignment ({code})",
+                  file=sys.stderr, flush=True)
             os._exit(code if code >= 0 else 128 - code)
 
     threading.Thread(target=end_with_the_interpreter, daemon=True).start()

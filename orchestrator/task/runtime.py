@@ -320,9 +320,9 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     """The common frame of every task entrypoint (``python -m worker``, ``python -m ps``).
 
     Sets ``TF_CONFIG`` from the JobSet environment when it is absent (Kubernetes,
-    :func:`orchestrator.task.jobset.ensure_tf_config`), reads the context, installs the runtime (parent-death signal, stack dumps), starts the
-    heartbeat stream, runs ``body(context, reporter)``, records an uncaught exception in the
-    error file, and sends a final DONE heartbeat on success.
+    :func:`orchestrator.task.jobset.ensure_tf_config`), reads the context, installs the runtime
+    (parent-death signal, stack dumps), starts the heartbeat stream, runs ``body(context, reporter)``,
+    records an uncaught exception in the error file, and sends a final DONE heartbeat on success.
 
     Returns:
         0 on success, 2 when the environment is not a task's (no TF_CONFIG, or an

@@ -80,7 +80,8 @@ def job_metrics(status: Mapping[str, Any]) -> list[Metric]:
     """The metric families of one status (see the module's table)."""
     run = str(status.get("run_id", ""))
     program = status.get("program")
-    info = GaugeMetricFamily("tfjob_info", "The job: its strategy and program.", labels=["run_id", "strategy", "program"])
+    info = GaugeMetricFamily("tfjob_info", "The job: its strategy and program.",
+                             labels=["run_id", "strategy", "program"])
     info.add_metric([run, str(status.get("strategy", "")), "built-in" if program == "built-in" else "user"], 1)
     state = GaugeMetricFamily("tfjob_state", "The job state: 1 for the current one.", labels=["run_id", "state"])
     for name in JOB_STATES:

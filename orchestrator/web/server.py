@@ -42,7 +42,8 @@ StatusSource = Callable[[bool, int], Mapping[str, Any]]
 POLL_INTERVAL_S = 1.0
 """How often the page asks for the status (seconds); written into the page."""
 
-_STATIC = ("index.html", "app.js", "app.css", "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css", "vendor/uPlot.LICENSE")
+_STATIC = ("index.html", "app.js", "app.css",
+           "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css", "vendor/uPlot.LICENSE")
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".LICENSE": "text/plain"}
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
@@ -113,7 +114,8 @@ class WebServer:
         self._served = threading.Condition()
         self._last_poll_at = 0.0
         self._final_served = False
-        self._assets = {name: resources.files("orchestrator.web").joinpath("static", name).read_bytes() for name in _STATIC}
+        self._assets = {name: resources.files("orchestrator.web").joinpath("static", name).read_bytes()
+                        for name in _STATIC}
 
     @property
     def url(self) -> str:

@@ -171,7 +171,8 @@ TIMEOUTS = SupervisionSpec.create(heartbeat_timeout_s=10.0, stall_timeout_s=60.0
     [
         # heartbeat timeout: strictly more than 10 s of silence
         (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="serving", progress_at=100.0), 110.0, None),
-        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="serving", progress_at=100.0), 110.01, "no heartbeat for 10.0 s"),
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="serving", progress_at=100.0), 110.01,
+         "no heartbeat for 10.0 s"),
         # stall: training, no new step for strictly more than 60 s
         (TaskWatch(True, 0.0, heartbeat_at=159.0, phase="training", progress_at=100.0, step=7), 160.0, None),
         (TaskWatch(True, 0.0, heartbeat_at=159.0, phase="training", progress_at=100.0, step=7), 160.5,

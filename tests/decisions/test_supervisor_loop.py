@@ -173,7 +173,8 @@ def test_a_ps_failure_under_pss_restarts_the_whole_cluster(tmp_path):
     assert h.sup.state is JobState.RESTARTING
     assert h.backend.stopped == [["chief-0", "worker-0", "worker-1"]]  # the survivors, at once
     h.tick(1.0)  # the backoff
-    assert {t.name: t.attempt for t in h.sup.snapshot().tasks} == {"chief-0": 1, "worker-0": 1, "worker-1": 1, "ps-0": 1}
+    assert {t.name: t.attempt for t in h.sup.snapshot().tasks} == {"chief-0": 1, "worker-0": 1, "worker-1": 1,
+                                                                   "ps-0": 1}
     (recovery,) = h.sup.snapshot().recoveries
     assert (recovery.scope, recovery.tasks) == ("group", ("chief-0", "worker-0", "worker-1", "ps-0"))
 
@@ -186,7 +187,8 @@ def test_a_worker_failure_under_pss_restarts_that_worker_alone(tmp_path):
     h.tick(0.1)
     assert h.backend.stopped == []
     h.tick(1.0)
-    assert {t.name: t.attempt for t in h.sup.snapshot().tasks} == {"chief-0": 0, "worker-0": 0, "worker-1": 1, "ps-0": 0}
+    assert {t.name: t.attempt for t in h.sup.snapshot().tasks} == {"chief-0": 0, "worker-0": 0, "worker-1": 1,
+                                                                   "ps-0": 0}
     assert h.sup.state is not JobState.RESTARTING
 
 
@@ -471,7 +473,8 @@ def test_all_workers_succeed_only_when_every_trainer_exited_0(tmp_path):
 
 
 def test_post_training_work_is_never_a_stall_and_a_failure_then_never_reruns_training(tmp_path):
-    h = Harness(tmp_path, spec_of(workers=2, supervision={"stall_timeout_s": 5.0, "restart_policy": {"all": "on-failure"}}))
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"stall_timeout_s": 5.0,
+                                                          "restart_policy": {"all": "on-failure"}}))
     h.all_beat(step=90)
     h.tick()
     for _ in range(20):  # exporting for 20 s > stall timeout: heartbeats go on, no steps

@@ -90,7 +90,8 @@ def test_pss_chief_worker_ps_train_in_containers_and_the_servers_are_stopped(tmp
     assert (result.exit_code, summary["status"]) == (0, "Succeeded"), summary["reason"]
     assert summary["metrics"]["test_accuracy"] >= 5 * CHANCE
     states = {name: (t["state"], t["signal"]) for name, t in by_task(summary).items()}
-    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"), "ps:0": ("Stopped", "SIGTERM")}
+    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"),
+                      "ps:0": ("Stopped", "SIGTERM")}
     assert by_task(summary)["ps:0"]["last_heartbeat"]["phase"] == "serving"
     assert "tf.distribute.Server serving" in Path(by_task(summary)["ps:0"]["stdout"]).read_text()
     assert_no_process_left(all_pids(summary))
@@ -109,7 +110,8 @@ def test_a_container_killed_mid_job_is_restarted_by_the_policy(tmp_path, engine,
             return record is not None and record.heartbeat.HasField("step") and record.heartbeat.step >= 30
 
         wait_until(chief_step, 240, 0.1, "the chief to train 30 steps")
-        (victim,) = engine.containers.list(filters={"label": [f"{LABEL_RUN}=kill", "io.tf-cluster-orchestrator.task=worker-0"]})
+        (victim,) = engine.containers.list(
+            filters={"label": [f"{LABEL_RUN}=kill", "io.tf-cluster-orchestrator.task=worker-0"]})
         victim.kill()  # SIGKILL from outside: docker kill
     finally:
         thread.join(420)

@@ -112,7 +112,8 @@ def test_pss_worker_sigkill_restarts_only_that_worker(tmp_path, launches):
     # the spare ready (TensorFlow imported): the new worker is up at once, and the coordinator takes
     # it back within its gRPC reconnect backoff, long before training ends
     spares = launch.run_dir / "spares"
-    wait_until(lambda: any("ready (pid" in p.read_text() for p in spares.glob("spare-*.log")), 120, what="a ready spare")
+    wait_until(lambda: any("ready (pid" in p.read_text() for p in spares.glob("spare-*.log")), 120,
+               what="a ready spare")
     psutil.Process(pid).send_signal(signal.SIGKILL)
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines)

@@ -69,7 +69,8 @@ def stop(procs: list[subprocess.Popen]) -> None:
 def test_rendered_tf_configs_form_a_mwms_cluster(tmp_path):
     ports = free_ports(2)
     spec = tmp_path / "mwms.yaml"
-    spec.write_text(f"strategy: multi_worker_mirrored\naddresses:\n  worker: [127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]}]\n")
+    spec.write_text(f"strategy: multi_worker_mirrored\naddresses:\n"
+                    f"  worker: [127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]}]\n")
     procs = [start_by_hand(rendered_export(spec, f"worker:{i}"), "mwms") for i in range(2)]
     try:
         results = [result_of(p) for p in procs]

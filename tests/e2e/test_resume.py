@@ -50,7 +50,7 @@ def test_sigterm_to_the_orchestrator_saves_and_a_resume_loses_no_step(tmp_path, 
     assert code == 75, "".join(first.lines[-30:])
     assert summary["status"] == "Preempted" and summary["restarts"] == 0
     saved = _saved_step(first.run_dir)
-    assert f"every training task saved and left" in summary["reason"]
+    assert "every training task saved and left" in summary["reason"]
     record = json.loads((first.run_dir / "run.json").read_text())
     assert record["next_attempt"] == {"worker-0": 1, "worker-1": 1}
 

@@ -46,18 +46,21 @@ def test_mwms_two_workers_train_to_high_accuracy(tmp_path):
 
 
 def test_pss_chief_worker_ps_train_and_the_servers_are_stopped(tmp_path):
-    result, summary = launch(tmp_path, "pss", "--strategy", "parameter_server", "--workers", "1", "--ps", "1", "--epochs", "4")
+    result, summary = launch(tmp_path, "pss", "--strategy", "parameter_server", "--workers", "1", "--ps", "1",
+                             "--epochs", "4")
     assert result.returncode == 0, result.stdout + result.stderr
     assert summary["metrics"]["test_accuracy"] >= 0.85
     states = {t["task"]: (t["state"], t["signal"]) for t in summary["tasks"]}
-    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"), "ps:0": ("Stopped", "SIGTERM")}
+    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"),
+                      "ps:0": ("Stopped", "SIGTERM")}
     ps = next(t for t in summary["tasks"] if t["task"] == "ps:0")
     assert ps["last_heartbeat"]["phase"] == "serving"
     assert (tmp_path / "pss" / "model" / "saved_model.pb").exists()
 
 
 def test_a_task_exiting_with_code_3_fails_the_job_naming_it(tmp_path):
-    result, summary = launch(tmp_path, "exit3", "--workers", "2", "--epochs", "3", "--inject-fault", "worker:1:exit=3@step=5")
+    result, summary = launch(tmp_path, "exit3", "--workers", "2", "--epochs", "3",
+                             "--inject-fault", "worker:1:exit=3@step=5")
     assert result.returncode == 1
     assert summary["status"] == "Failed"
     assert (summary["root_cause"]["task"], summary["root_cause"]["exit_code"]) == ("worker:1", 3)

@@ -45,7 +45,8 @@ def test_strategy_and_loop_train_to_high_accuracy(tmp_path, args):
     if "mirrored" in args:
         assert summary["metrics"]["replicas"] == 2 and summary["training"]["global_batch_size"] == 32
     if args[-1] == "custom":
-        out = (tmp_path / "run" / "attempt-0" / summary["tasks"][0]["task"].replace(":", "-") / "stdout.log").read_text()
+        out = (tmp_path / "run" / "attempt-0" / summary["tasks"][0]["task"].replace(":", "-")
+               / "stdout.log").read_text()
         assert "epoch 4/4: mean loss" in out
 
 
@@ -84,7 +85,8 @@ def exported(tmp_path_factory):
 
 
 def test_an_npz_file_trains(tmp_path, exported):
-    _, summary = launch(tmp_path, "npz", "--strategy", "mirrored", "--epochs", "4", "--data", str(exported / "digits.npz"))
+    _, summary = launch(tmp_path, "npz", "--strategy", "mirrored", "--epochs", "4",
+                        "--data", str(exported / "digits.npz"))
     assert summary["training"]["data"].endswith("digits.npz")
     assert summary["metrics"]["test_accuracy"] >= 0.85
 

@@ -24,7 +24,8 @@ from tests.conftest import REPO, orchestrator_cmd, test_env
         (["--workers", "two"], "invalid int value: 'two'"),
         (["--run-id", "../x"], "run-id='../x'"),
         (["--workers", "2", "--", "/nonexistent"], "program='/nonexistent': no such file"),
-        (["--workers", "2", "--", "no-such-program-x9", "--epochs", "1"], "program='no-such-program-x9': not found on PATH"),
+        (["--workers", "2", "--", "no-such-program-x9", "--epochs", "1"],
+         "program='no-such-program-x9': not found on PATH"),
         (["--workers", "2", "--", "./README.md"], "program='./README.md': is not executable; chmod +x ./README.md"),
     ],
 )
@@ -94,7 +95,8 @@ def test_dry_run_warns_when_epochs_over_cover_the_data(tmp_path):
     import json
 
     result = subprocess.run(
-        orchestrator_cmd("launch", "--workers", "2", "--steps-per-epoch", "90", "--dry-run", "--runs-dir", str(tmp_path)),
+        orchestrator_cmd("launch", "--workers", "2", "--steps-per-epoch", "90", "--dry-run",
+                         "--runs-dir", str(tmp_path)),
         capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env(),
     )
     assert result.returncode == 0, result.stderr

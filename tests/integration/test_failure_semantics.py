@@ -24,11 +24,14 @@ def _run_dir(runs: Path) -> Path:
 def test_sighup_and_sigquit_stop_the_job_and_keep_the_summary(tmp_path):
     for signum in (signal.SIGHUP, signal.SIGQUIT):
         runs = tmp_path / signum.name
-        proc = subprocess.Popen(orchestrator_cmd("launch", "--quiet", "--workers", "2", "--runs-dir", str(runs), "--", *SLEEPER),
+        proc = subprocess.Popen(orchestrator_cmd("launch", "--quiet", "--workers", "2", "--runs-dir", str(runs),
+                                                 "--", *SLEEPER),
                                 cwd=REPO, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             run_dir = _run_dir(runs)
-            wait_until(lambda: len(list(run_dir.glob("attempt-0/*/stdout.log"))) == 2, 30, what="both tasks started")
+            # the lambda is called within this iteration, so the loop variable cannot go stale
+            wait_until(lambda: len(list(run_dir.glob("attempt-0/*/stdout.log"))) == 2,  # noqa: B023
+                       30, what="both tasks started")
             proc.send_signal(signum)
             out, err = proc.communicate(timeout=30)
         finally:
@@ -52,7 +55,8 @@ def test_a_fault_that_did_not_fire_is_reported(tmp_path):
 
 def test_a_hang_at_a_time_for_a_users_program_is_refused(tmp_path):
     result = subprocess.run(
-        orchestrator_cmd("launch", "--workers", "1", "--runs-dir", str(tmp_path), "--inject-fault", "worker:0:hang@time=3",
+        orchestrator_cmd("launch", "--workers", "1", "--runs-dir", str(tmp_path),
+                         "--inject-fault", "worker:0:hang@time=3",
                          "--", sys.executable, "-c", "pass"),
         cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
@@ -71,7 +75,8 @@ def test_a_users_program_job_shows_its_program_not_the_builtin_settings(tmp_path
 def test_the_final_report_fits_120_columns():
     long = "x" * 60
     failure = {"task": "worker:1", "attempt": 2, "exit_code": None, "signal": "SIGKILL",
-               "message": f"hung: no training progress for 61.0 s at step 10 (stall timeout 60 s); stack dump in /{long}/"
+               "message": f"hung: no training progress for 61.0 s at step 10 (stall timeout 60 s); "
+                          f"stack dump in /{long}/"
                           f"attempt-2/worker-1/stacks.txt", "stderr_tail": "Traceback\n" + "y" * 300,
                "log_path": f"/{long}/{long}/attempt-2/worker-1/stderr.log", "peer_error": "Collective has timed out",
                "likely_culprit": "worker-0 (last step 9, no progress for 40.0 s)", "after_success": False,
@@ -101,7 +106,8 @@ def test_more_tasks_than_one_machine_can_run_is_bad_input(tmp_path):
 
 def test_a_script_that_does_not_exist_is_bad_input(tmp_path):
     result = subprocess.run(
-        orchestrator_cmd("launch", "--workers", "2", "--runs-dir", str(tmp_path), "--", sys.executable, "no_such_train.py"),
+        orchestrator_cmd("launch", "--workers", "2", "--runs-dir", str(tmp_path),
+                         "--", sys.executable, "no_such_train.py"),
         cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "no_such_train.py: no such file" in result.stderr and not list(tmp_path.iterdir())

@@ -7,11 +7,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchestrator import env
-from orchestrator.task.reporter import HeartbeatReporter
 from orchestrator.health.server import SERVICE_NAME, HealthServer, HeartbeatStore
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.spec import TaskId
+from orchestrator.task.reporter import HeartbeatReporter
 from tests.conftest import wait_until
 
 TOKEN = "test-token"
@@ -41,7 +41,8 @@ def test_heartbeats_with_the_token_are_recorded(server):
     srv, store = server
     with grpc.insecure_channel(srv.address) as channel:
         stub = pb_grpc.SupervisorStub(channel)
-        reply = stub.StreamHeartbeats(iter([heartbeat(0, 1), heartbeat(1, 7)]), metadata=((env.TOKEN_METADATA_KEY, TOKEN),), timeout=5)
+        reply = stub.StreamHeartbeats(iter([heartbeat(0, 1), heartbeat(1, 7)]),
+                                      metadata=((env.TOKEN_METADATA_KEY, TOKEN),), timeout=5)
     assert reply.received == 2
     record = store.get(TaskId("worker", 1), 0)
     assert record.count == 2 and record.heartbeat.step == 7

@@ -104,14 +104,16 @@ from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.base import SpareRequest
 b = LocalBackend()
 b.keep_spares(SpareRequest(1, (sys.executable, "-m", "tests.programs.task"),
-                           {"ORCH_ORCHESTRATOR_PID": str(os.getpid())}, ("tests.programs.slow_import",), Path(sys.argv[1])))
+                           {"ORCH_ORCHESTRATOR_PID": str(os.getpid())}, ("tests.programs.slow_import",),
+                           Path(sys.argv[1])))
 print(b.spares()[0].pid, flush=True)
 time.sleep(60)
 """
 
 
 def test_a_spare_still_importing_dies_with_the_orchestrator(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         spare = int(parent.stdout.readline())
@@ -194,7 +196,8 @@ def test_a_users_program_runs_in_its_spare_as_python_would_run_it_and_keeps_exec
                            "var": "from the assignment", "spare_env": [], "preloaded": True}
         # a SIGTERM from outside (a preemption) reaches the program untouched: it ignores it and lives on
         backend.signal(handle, signal.SIGTERM)
-        wait_until(lambda: "got SIGTERM, ignored" in (log_dir / "stdout.log").read_text(), 10, what="the program's handler")
+        wait_until(lambda: "got SIGTERM, ignored" in (log_dir / "stdout.log").read_text(), 10,
+                   what="the program's handler")
         time.sleep(1.5)  # longer than execwrap's grace
         assert backend.poll(handle) is None
         # the orchestrator's own stop (stop-requested marker): SIGKILL after execwrap's 1 s grace, not --stop-timeout
@@ -216,12 +219,16 @@ def test_a_users_spare_exits_as_the_program_does_and_fires_time_faults_from_outs
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.chdir(REPO)
     for args, env, code in ((("exit", "3"), {}, 3), (("raise",), {}, 1),
-                            (("serve",), {"ORCH_FAULTS": encode([dataclasses.replace(Fault.parse("worker:0:exit=7@time=0.5"), attempt=1)])}, 7)):
+                            (("serve",),
+                             {"ORCH_FAULTS": encode([dataclasses.replace(Fault.parse("worker:0:exit=7@time=0.5"),
+                                                                         attempt=1)])},
+                             7)):
         backend = LocalBackend()
         request = _user_spare(tmp_path, (), *args)
         try:
             backend.keep_spares(request)
-            wait_until(lambda: _ready(request.log_dir), 30, what="the spare to be ready")
+            # the lambda is called within this iteration, so the loop variable cannot go stale
+            wait_until(lambda: _ready(request.log_dir), 30, what="the spare to be ready")  # noqa: B023
             handle, _, log_dir = _become(backend, request, tmp_path, **env)
             assert backend.wait(handle, 20.0) == code
         finally:
@@ -230,7 +237,8 @@ def test_a_users_spare_exits_as_the_program_does_and_fires_time_faults_from_outs
             assert "injecting fault: exit at time=0.5" in (log_dir / "stdout.log").read_text()
         if args == ("raise",):  # the traceback `python train.py` prints: from the script, no spare frames
             lines = (log_dir / "stderr.log").read_text().splitlines()
-            assert lines[:2] == ["Traceback (most recent call last):", f'  File "{tmp_path / "train.py"}", line 9, in <module>']
+            assert lines[:2] == ["Traceback (most recent call last):",
+                                 f'  File "{tmp_path / "train.py"}", line 9, in <module>']
             assert lines[-1] == "ValueError: boom"
         for old in (tmp_path / "spares", tmp_path / "attempt-1"):
             shutil.rmtree(old)

@@ -41,7 +41,8 @@ def test_validate_accepts_every_example_and_rendered_tf_configs(tmp_path):
     result = cli("validate", *map(str, SPEC_FILES))
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("ok  ") == len(SPEC_FILES)
-    rendered = cli("render", "--spec", str(REPO / "cluster_specs" / "pss-chief-worker-ps.yaml"), "--format", "tf-config")
+    rendered = cli("render", "--spec", str(REPO / "cluster_specs" / "pss-chief-worker-ps.yaml"),
+                   "--format", "tf-config")
     paths = []
     for i, line in enumerate(rendered.stdout.splitlines()):
         paths.append(tmp_path / f"task{i}.json")
@@ -55,7 +56,8 @@ def test_validate_reads_tf_config_from_the_environment():
     good = json.dumps({"cluster": {"worker": ["10.0.0.1:2222"]}, "task": {"type": "worker", "index": 0}})
     result = cli("validate", env={"TF_CONFIG": good})
     assert result.returncode == 0 and "$TF_CONFIG: TF_CONFIG of worker:0" in result.stdout
-    bad = json.dumps({"cluster": {"worker": ["10.0.0.1:2222", "localhost:2223"]}, "task": {"type": "worker", "index": 0}})
+    bad = json.dumps({"cluster": {"worker": ["10.0.0.1:2222", "localhost:2223"]},
+                      "task": {"type": "worker", "index": 0}})
     line = one_error_line(cli("validate", env={"TF_CONFIG": bad}))
     assert line.startswith("error: $TF_CONFIG: cluster.worker[1]='localhost:2223': a loopback address")
 
@@ -63,10 +65,12 @@ def test_validate_reads_tf_config_from_the_environment():
 @pytest.mark.parametrize(
     "text, name, fragment",
     [
-        ("workers: 2\ntraning: {epochs: 1}\n", "s.yaml", "s.yaml: traning={'epochs': 1}: unknown key in s.yaml; did you mean training?"),
+        ("workers: 2\ntraning: {epochs: 1}\n", "s.yaml",
+         "s.yaml: traning={'epochs': 1}: unknown key in s.yaml; did you mean training?"),
         ('{"cluster": {"master": ["a:1"]}, "task": {"type": "master", "index": 0}}', "tf.json",
          "tf.json: cluster.master=['a:1']: 'master' is the TF1 name of the chief"),
-        ('{"worker": ["a:1", "a:1"]}', "cluster.json", "cluster.json: cluster.worker[1]='a:1': cluster.worker[0] already uses"),
+        ('{"worker": ["a:1", "a:1"]}', "cluster.json",
+         "cluster.json: cluster.worker[1]='a:1': cluster.worker[0] already uses"),
     ],
 )
 def test_validate_names_the_file_field_value_and_fix(tmp_path, text, name, fragment):
@@ -82,8 +86,8 @@ def test_validate_checks_several_tf_configs_against_each_other():
 
 
 def test_render_env_for_hosts_elsewhere():
-    result = cli("render", "--strategy", "parameter_server", "--workers", "2", "--host", "10.0.0.1", "--base-port", "4000",
-                 "--format", "env")
+    result = cli("render", "--strategy", "parameter_server", "--workers", "2", "--host", "10.0.0.1",
+                 "--base-port", "4000", "--format", "env")
     assert result.returncode == 0, result.stderr
     exports = [line for line in result.stdout.splitlines() if line.startswith("export TF_CONFIG=")]
     assert len(exports) == 4 and "# ps:0 on 10.0.0.1:4003" in result.stdout
@@ -94,7 +98,8 @@ def test_render_env_for_hosts_elsewhere():
     [
         (["--task", "worker:5", "--workers", "2"], "task='worker:5': the job has no such task"),
         (["--task", "boss:0"], "task='boss:0': not a task"),
-        (["--spec", "cluster_specs/pss-chief-worker-ps.yaml", "--host", "10.0.0.1"], "the spec already fixes every address"),
+        (["--spec", "cluster_specs/pss-chief-worker-ps.yaml", "--host", "10.0.0.1"],
+         "the spec already fixes every address"),
         (["--host", "a:b:c"], "host="),
     ],
 )
@@ -116,7 +121,8 @@ def test_launch_spec_with_fixed_ports_plans_exactly_those_ports(tmp_path):
 @pytest.mark.parametrize(
     "text, fragment",
     [
-        ("addresses: {worker: [10.0.0.7:2222]}\n", "addresses.worker[0]='10.0.0.7:2222': the local backend runs every task"),
+        ("addresses: {worker: [10.0.0.7:2222]}\n",
+         "addresses.worker[0]='10.0.0.7:2222': the local backend runs every task"),
         ("addresses: {worker: ['127.0.0.1:80']}\n", "ports below 1024 need root"),
         ("workers: 2\nepochs: 3\n", "epochs=3: unknown key in bad.yaml; move it under training: (training.epochs)"),
     ],
@@ -169,11 +175,13 @@ def test_launch_on_a_fixed_port_another_process_listens_on_is_bad_input(tmp_path
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "up"
-        line = one_error_line(cli("launch", "--spec", str(tmp_path / "busy.yaml"), "--runs-dir", str(tmp_path / "runs")))
+        line = one_error_line(cli("launch", "--spec", str(tmp_path / "busy.yaml"),
+                                  "--runs-dir", str(tmp_path / "runs")))
     finally:
         holder.kill()
         holder.wait()
-    assert line.startswith(f"error: addresses.worker[1]='localhost:{port}': port {port} is in use by pid {holder.pid} ("), line
+    assert line.startswith(f"error: addresses.worker[1]='localhost:{port}': "
+                           f"port {port} is in use by pid {holder.pid} ("), line
     assert "give addresses.worker[1] a free port" in line
     assert not (tmp_path / "runs").exists()
 

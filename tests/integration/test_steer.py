@@ -128,7 +128,8 @@ def test_list_shows_the_running_job(job):
     done = cli("list", "--runs-dir", str(job.runs_dir), "--json")
     assert done.returncode == 0, done.stderr
     (entry,) = json.loads(done.stdout)
-    assert (entry["run_id"], entry["status"], entry["live"], entry["tasks"]) == ("steer", "Running", True, {"worker": 2})
+    assert (entry["run_id"], entry["status"], entry["live"], entry["tasks"]) == ("steer", "Running", True,
+                                                                                 {"worker": 2})
     plain = cli("list", "--runs-dir", str(job.runs_dir))
     assert plain.stdout.splitlines()[0].split() == ["run", "status", "strategy", "tasks", "started", "wall", "accuracy"]
     assert plain.stdout.splitlines()[1].split()[:4] == ["steer", "Running", "multi_worker_mirrored", "worker:2"]
@@ -186,8 +187,10 @@ def test_stop_from_another_terminal_ends_the_job_like_ctrl_c_and_logs_follow_to_
     assert [t["signal"] for t in summary["tasks"]] == ["SIGTERM", "SIGTERM"]
     assert_no_process_left(pids + all_pids(summary))
     assert not (job.run_dir / "endpoint.json").exists()
-    assert follow.wait(30) == 0, follow.stderr.read()  # -f ends by itself once the summary is written (a few KB of output)
-    lines = [first.rstrip("\n")] + follow.stdout.read().splitlines()  # not communicate(): it skips what readline buffered
+    # -f ends by itself once the summary is written (a few KB of output)
+    assert follow.wait(30) == 0, follow.stderr.read()
+    # not communicate(): it skips what readline buffered
+    lines = [first.rstrip("\n")] + follow.stdout.read().splitlines()
     assert any(ln.startswith("[worker-1] worker-1 step 1 loss") for ln in lines)
     everything = cli("logs", "steer", "--runs-dir", str(job.runs_dir))  # what the files hold now the job has ended
     assert everything.returncode == 0

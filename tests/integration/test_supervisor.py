@@ -77,7 +77,8 @@ def test_servers_are_stopped_once_the_chief_succeeds(tmp_path, monkeypatch):
 
 def test_a_task_exiting_3_fails_the_job_and_is_named(tmp_path, monkeypatch):
     spec = JobSpec.create(workers=3)
-    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:3"}, monkeypatch)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:3"},
+                                monkeypatch)
     assert (result.exit_code, summary["status"]) == (1, "Failed")
     root = summary["root_cause"]
     assert (root["task"], root["exit_code"], root["attempt"]) == ("worker:1", 3, 0)
@@ -89,7 +90,8 @@ def test_a_task_exiting_3_fails_the_job_and_is_named(tmp_path, monkeypatch):
 
 def test_an_uncaught_exception_becomes_the_root_cause_message(tmp_path, monkeypatch):
     spec = JobSpec.create(workers=2)
-    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_0": "raise"}, monkeypatch)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_0": "raise"},
+                                monkeypatch)
     assert result.exit_code == 1
     root = summary["root_cause"]
     assert root["task"] == "worker:0" and root["exit_code"] == 1
@@ -100,7 +102,8 @@ def test_an_uncaught_exception_becomes_the_root_cause_message(tmp_path, monkeypa
 
 def test_a_ps_that_exits_on_its_own_fails_the_job(tmp_path, monkeypatch):
     spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1)
-    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_ps_0": "succeed"}, monkeypatch)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_ps_0": "succeed"},
+                                monkeypatch)
     assert result.exit_code == 1
     assert summary["root_cause"]["task"] == "ps:0"
     assert "serves until stopped" in summary["root_cause"]["message"]
@@ -108,7 +111,8 @@ def test_a_ps_that_exits_on_its_own_fails_the_job(tmp_path, monkeypatch):
 
 def test_sigterm_is_followed_by_sigkill_and_children_of_a_task_die_too(tmp_path, monkeypatch):
     spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1)
-    behaviors = {"TEST_BEHAVIOR_chief_0": "succeed-when-ready:2", "TEST_BEHAVIOR_worker_0": "ignore-term", "TEST_BEHAVIOR_ps_0": "spawn-child"}
+    behaviors = {"TEST_BEHAVIOR_chief_0": "succeed-when-ready:2", "TEST_BEHAVIOR_worker_0": "ignore-term",
+                 "TEST_BEHAVIOR_ps_0": "spawn-child"}
     job, result, summary = launch(tmp_path, spec, behaviors, monkeypatch, stop_timeout_s=1.0)
     assert result.exit_code == 0
     tasks = by_task(summary)
@@ -191,7 +195,8 @@ def supervised(**fields) -> SupervisionSpec:
 
 def test_mwms_failure_restarts_the_whole_group_which_then_succeeds(tmp_path, monkeypatch):
     spec = JobSpec.create(workers=2, supervision=supervised())
-    behaviors = {"TEST_BEHAVIOR": "succeed", "TEST_BEHAVIOR_worker_0_0": "serve", "TEST_BEHAVIOR_worker_1_0": "exit:137"}
+    behaviors = {"TEST_BEHAVIOR": "succeed", "TEST_BEHAVIOR_worker_0_0": "serve",
+                 "TEST_BEHAVIOR_worker_1_0": "exit:137"}
     _, result, summary = launch(tmp_path, spec, behaviors, monkeypatch)
     assert result.exit_code == 0, summary["reason"]
     assert summary["restarts"] == 1
@@ -213,12 +218,14 @@ def test_pss_worker_failure_restarts_that_worker_alone(tmp_path, monkeypatch):
     (recovery,) = summary["recoveries"]
     assert (recovery["scope"], recovery["tasks"]) == ("task", ["worker-1"])
     assert 0 < recovery["detection_to_resumed_training_s"] < DEADLINE_S
-    assert {t: v["restarts"] for t, v in by_task(summary).items()} == {"chief:0": 0, "worker:0": 0, "worker:1": 1, "ps:0": 0}
+    assert {t: v["restarts"] for t, v in by_task(summary).items()} == {"chief:0": 0, "worker:0": 0, "worker:1": 1,
+                                                                       "ps:0": 0}
 
 
 def test_exit_code_policy_treats_1_to_127_as_permanent(tmp_path, monkeypatch):
     spec = JobSpec.create(workers=2, supervision=supervised())
-    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:3"}, monkeypatch)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:3"},
+                                monkeypatch)
     assert result.exit_code == 1 and summary["restarts"] == 0
     assert "exit-code restart policy of worker does not retry exit code 3" in summary["reason"]
 
@@ -232,7 +239,8 @@ def test_on_failure_policy_retries_any_exit_code(tmp_path, monkeypatch):
 
 def test_never_policy_fails_the_job_at_once_with_the_root_cause(tmp_path, monkeypatch):
     spec = JobSpec.create(workers=2, supervision=supervised(restart_policy={"all": "never"}))
-    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:137"}, monkeypatch)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "exit:137"},
+                                monkeypatch)
     assert result.exit_code == 1 and summary["restarts"] == 0
     assert summary["root_cause"]["task"] == "worker:1" and summary["root_cause"]["exit_code"] == 137
     assert "never restart policy" in summary["reason"]
@@ -280,7 +288,8 @@ def test_a_frozen_task_is_caught_by_the_heartbeat_timeout_with_a_stack_dump(tmp_
 
 def test_a_peer_that_never_starts_is_caught_by_the_startup_deadline(tmp_path, monkeypatch):
     spec = JobSpec.create(workers=2, supervision=supervised(startup_timeout_s=2.0, restart_policy={"all": "never"}))
-    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "never-start"}, monkeypatch)
+    _, result, summary = launch(tmp_path, spec, {"TEST_BEHAVIOR": "serve", "TEST_BEHAVIOR_worker_1": "never-start"},
+                                monkeypatch)
     assert result.exit_code == 1
     assert summary["root_cause"]["task"] == "worker:1"
     assert "not training or serving" in summary["root_cause"]["message"]
@@ -316,7 +325,8 @@ def test_an_evaluator_failure_is_retried_and_never_fails_the_job(tmp_path, monke
 def test_background_children_of_a_users_program_die_with_the_task(tmp_path):
     pidfile = tmp_path / "child.pid"
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "launch", "--quiet", "--workers", "1", "--runs-dir", str(tmp_path / "runs"),
+        [sys.executable, "-m", "orchestrator", "launch", "--quiet", "--workers", "1",
+         "--runs-dir", str(tmp_path / "runs"),
          "--", "sh", "-c", f"sleep 600 & echo $! > {pidfile}; exit 0"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
     )
@@ -329,7 +339,8 @@ def test_a_users_program_and_its_children_die_when_the_orchestrator_is_sigkilled
 
     pidfile = tmp_path / "child.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "launch", "--quiet", "--workers", "1", "--runs-dir", str(tmp_path / "runs"),
+        [sys.executable, "-m", "orchestrator", "launch", "--quiet", "--workers", "1",
+         "--runs-dir", str(tmp_path / "runs"),
          "--", "sh", "-c", f"sleep 600 & echo $! > {pidfile}; wait"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

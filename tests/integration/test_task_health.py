@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from orchestrator import env
-from orchestrator.task.probe import probe, serve_task_health
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.spec import TaskId
+from orchestrator.task.probe import probe, serve_task_health
 from tests.conftest import REPO, test_env, wait_until
 
 TF_CONFIG = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})

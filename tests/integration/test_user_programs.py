@@ -132,7 +132,8 @@ def _execwrap(tmp_path: Path, source: str) -> subprocess.Popen:
 
 def test_an_external_sigterm_reaches_the_program_untouched(tmp_path):
     ready = tmp_path / "ready"
-    source = f"import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open({str(ready)!r}, 'w'); time.sleep(60)"
+    source = (f"import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              f"open({str(ready)!r}, 'w'); time.sleep(60)")
     wrapper = _execwrap(tmp_path, source)
     try:
         wait_until(ready.exists, 30, what="the program to start")

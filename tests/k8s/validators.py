@@ -4,8 +4,8 @@ No API server can run here (see the project's engine notes), so each manifest go
 every independent check we can get, each returning a list of problems (empty: valid):
 
 * :func:`pod_and_job_schemas`, :func:`strict_pod_template`: ``kubernetes-validate``'s strict
-  JSON schemas (the Kubernetes OpenAPI schemas of :data:`K8S_VERSION`, shipped in its wheel), which rejects unknown fields
-  and wrong types, on every pod template (as a ``core/v1 PodTemplate``) and, for a JobSet,
+  JSON schemas (the Kubernetes OpenAPI schemas of :data:`K8S_VERSION`, shipped in its wheel), which
+  rejects unknown fields and wrong types, on every pod template (as a ``core/v1 PodTemplate``) and, for a JobSet,
   on every Job template (as a ``batch/v1 Job``: ``podFailurePolicy``, ``successPolicy``,
   ``completionMode`` ...).
 * :func:`tfjob_model_roundtrip`: the Kubeflow training SDK (``kubeflow-training``)
@@ -96,11 +96,13 @@ def label_problems(key: str, value: Any) -> list[str]:
     if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
         errs.append(f"label key prefix {prefix!r} is not a DNS subdomain")
     if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        errs.append(f"label key {key!r}: name part must be <= 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends")
+        errs.append(f"label key {key!r}: name part must be <= 63 characters of [A-Za-z0-9_.-], "
+                    "alphanumeric at both ends")
     if not isinstance(value, str):
         errs.append(f"label {key!r}: value {value!r} is not a string")
     elif value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
-        errs.append(f"label {key!r}: value {value!r} must be <= 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends")
+        errs.append(f"label {key!r}: value {value!r} must be <= 63 characters of [A-Za-z0-9_.-], "
+                    "alphanumeric at both ends")
     return errs
 
 
@@ -200,7 +202,8 @@ def tfjob_semantics(doc: dict) -> list[str]:
         if rtype not in ("Chief", "Master", "Worker", "PS", "Evaluator"):
             errs.append(f"semantics: replica type {rtype!r} unknown to the operator")
         if rs.get("restartPolicy") not in (None, "Always", "OnFailure", "Never", "ExitCode"):
-            errs.append(f"semantics: {rtype}.restartPolicy {rs.get('restartPolicy')!r} is not Always/OnFailure/Never/ExitCode")
+            errs.append(f"semantics: {rtype}.restartPolicy {rs.get('restartPolicy')!r} "
+                        "is not Always/OnFailure/Never/ExitCode")
         containers = ((rs.get("template") or {}).get("spec") or {}).get("containers") or []
         if not any(c.get("name") == "tensorflow" for c in containers):
             errs.append(f"semantics: {rtype}: no container named 'tensorflow' (the operator sets TF_CONFIG only there)")
@@ -311,7 +314,8 @@ def jobset_semantics(doc: dict) -> list[str]:
             errs.append(f"semantics: {rname}: podFailurePolicy needs the pod's restartPolicy Never, "
                         f"got {pod.get('restartPolicy')!r}")
         if pod.get("restartPolicy") != "Never":
-            errs.append(f"semantics: {rname}: pods must have restartPolicy Never so failures reach JobSet's failurePolicy")
+            errs.append(f"semantics: {rname}: pods must have restartPolicy Never "
+                        "so failures reach JobSet's failurePolicy")
         if job.get("completionMode") != "Indexed":
             errs.append(f"semantics: {rname}: completionMode must be Indexed (JOB_COMPLETION_INDEX is the task index)")
         if r.get("replicas", 1) != 1 or job.get("completions") != job.get("parallelism"):
@@ -333,7 +337,8 @@ def jobset_semantics(doc: dict) -> list[str]:
         cluster = (env_vars.get(env.JOBSET_CLUSTER) or {}).get("value")
         if cluster is None:
             errs.append(f"semantics: {rname}: env {env.JOBSET_CLUSTER} missing")
-        elif yaml.safe_load(cluster) != {r2.get("name"): ((r2.get("template") or {}).get("spec") or {}).get("completions")
+        elif yaml.safe_load(cluster) != {r2.get("name"):
+                                         ((r2.get("template") or {}).get("spec") or {}).get("completions")
                                          for r2 in rjobs}:
             errs.append(f"semantics: {rname}: env {env.JOBSET_CLUSTER}={cluster} disagrees with the replicated jobs")
     return errs

@@ -1,9 +1,10 @@
 """A tiny task program (no TensorFlow) for supervisor tests.
 
 Behaviour comes from ``TEST_BEHAVIOR_<type>_<index>_<attempt>``, else
-``TEST_BEHAVIOR_<type>_<index>``, else ``TEST_BEHAVIOR``: ``succeed``, ``exit:<code>``, ``raise``, ``serve`` (never exits),
-``ignore-term`` (never exits and ignores SIGTERM), ``stall`` (training, step never moves),
-``exit-when:<glob under the run dir>:N:<code>``, ``freeze`` (SIGSTOP itself), ``never-start`` (heartbeats but never trains or serves), ``spawn-child`` (serves with a child
+``TEST_BEHAVIOR_<type>_<index>``, else ``TEST_BEHAVIOR``: ``succeed``, ``exit:<code>``, ``raise``,
+``serve`` (never exits), ``ignore-term`` (never exits and ignores SIGTERM), ``stall`` (training,
+step never moves), ``exit-when:<glob under the run dir>:N:<code>``, ``freeze`` (SIGSTOP itself),
+``never-start`` (heartbeats but never trains or serves), ``spawn-child`` (serves with a child
 process in its group), ``succeed-when-ready:N`` (succeeds once N serving tasks wrote
 their ``ready`` file), ``succeed-when:<glob under the run dir>:N``, ``train:<steps>:<seconds per step>[:<exit code>]``
 (trains: step, falling loss and examples/s reported every step, one stdout line per step, then succeeds, or exits

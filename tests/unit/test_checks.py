@@ -22,7 +22,8 @@ def test_programs_that_run_pass(tmp_path, monkeypatch):
     check_program([])  # the built-in program
 
 
-@pytest.mark.parametrize("name, problem", [("/nonexistent", "no such file"), ("no-such-program-x9", "not found on PATH"),
+@pytest.mark.parametrize("name, problem", [("/nonexistent", "no such file"),
+                                           ("no-such-program-x9", "not found on PATH"),
                                            ("{dir}", "is a directory"), ("{dir}/train.py", "is not executable")])
 def test_programs_that_cannot_run_are_bad_input(tmp_path, name, problem):
     (tmp_path / "train.py").write_text("print(1)\n")

@@ -72,7 +72,8 @@ def test_image_is_built_from_this_checkout_or_taken_as_given():
     svc = services(JobSpec.create(workers=2), base_image="my-base:1")
     worker = svc["worker-0"]
     assert worker["image"] == image.image_tag("my-base:1")
-    assert worker["build"] == {"context": str(REPO), "dockerfile": "docker/Dockerfile", "args": {"BASE_IMAGE": "my-base:1"}}
+    assert worker["build"] == {"context": str(REPO), "dockerfile": "docker/Dockerfile",
+                               "args": {"BASE_IMAGE": "my-base:1"}}
     given = services(JobSpec.create(workers=2), image="registry.example/tf:7")["worker-1"]
     assert given["image"] == "registry.example/tf:7" and "build" not in given
 
@@ -120,7 +121,8 @@ def test_image_tag_follows_the_files_and_the_base(tmp_path):
 
 @pytest.mark.parametrize(
     ("status", "oom", "code"),
-    [(0, False, 0), (3, False, 3), (137, False, -9), (143, False, -15), (128, False, 128), (255, False, 255), (1, True, -9)],
+    [(0, False, 0), (3, False, 3), (137, False, -9), (143, False, -15), (128, False, 128), (255, False, 255),
+     (1, True, -9)],
 )
 def test_container_exit_status_reads_like_popen(status, oom, code):
     assert docker.exit_code_of(status, oom) == code
@@ -186,5 +188,6 @@ def test_launch_dry_run_with_the_docker_backend_needs_no_engine(tmp_path):
 def test_docker_compose_v1_accepts_the_file(tmp_path):
     out = tmp_path / "docker-compose.yml"
     assert run_cli("compose", "--workers", "2", "-o", str(out)).returncode == 0
-    result = subprocess.run(["docker-compose", "-f", str(out), "config", "-q"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(["docker-compose", "-f", str(out), "config", "-q"], capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 0, result.stderr

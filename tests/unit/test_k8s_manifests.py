@@ -147,7 +147,8 @@ def test_jobset_maps_success_restarts_and_deadline_to_its_own_fields():
     assert all(j["activeDeadlineSeconds"] == 3600 for j in (chief, worker, ps, evaluator))
     # chief and ps: any failure ends the Job and reaches JobSet (whole-set restart); PSS workers
     # (on-failure) and the evaluator are restarted alone, by their own Job
-    assert (chief["backoffLimit"], ps["backoffLimit"], worker["backoffLimit"], evaluator["backoffLimit"]) == (0, 0, 5, 5)
+    assert (chief["backoffLimit"], ps["backoffLimit"], worker["backoffLimit"],
+            evaluator["backoffLimit"]) == (0, 0, 5, 5)
     codes = chief["podFailurePolicy"]["rules"][-1]["onExitCodes"]
     # 128-255 and signals: retried; 42 (TF's handler off Google Cloud) is a preemption, not permanent
     assert codes["operator"] == "In" and codes["values"] == [c for c in range(1, 128) if c != 42]
@@ -204,7 +205,8 @@ def test_render_cli_bad_quantity_is_one_line_and_exit_2():
         capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: memory='2 gigs': not a Kubernetes quantity; write a number with an optional suffix, e.g. 2Gi, 512Mi, 500m, 2"]
+        "error: memory='2 gigs': not a Kubernetes quantity; "
+        "write a number with an optional suffix, e.g. 2Gi, 512Mi, 500m, 2"]
 
 
 # --- planted errors -------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 import yaml
 
-from orchestrator.render.kubernetes import tfjob_manifest
 from orchestrator.errors import SpecError
+from orchestrator.render.kubernetes import tfjob_manifest
 from orchestrator.spec import JobSpec
 from orchestrator.spec.supervision import SupervisionSpec
 from tests.conftest import REPO, orchestrator_cmd, test_env
@@ -49,7 +49,8 @@ def test_bad_names_and_images_are_rejected(kwargs, field):
 
 def test_render_prints_the_manifest_as_yaml():
     result = subprocess.run(
-        orchestrator_cmd("render", "--spec", "cluster_specs/mwms-4-workers.yaml", "--format", "tfjob", "--image", "reg/tfo:1"),
+        orchestrator_cmd("render", "--spec", "cluster_specs/mwms-4-workers.yaml", "--format", "tfjob",
+                         "--image", "reg/tfo:1"),
         capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env(),
     )
     assert result.returncode == 0, result.stderr

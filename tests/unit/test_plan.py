@@ -92,11 +92,13 @@ def test_train_examples_of_npz_and_tfrecord_data_are_read_cheaply(tmp_path):
              y_test=np.zeros(7))
     assert train_examples(str(tmp_path / "d.npz")) == 100
     spec = JobSpec.create(workers=2, training=TrainingSpec(steps_per_epoch=5, data=str(tmp_path / "d.npz")))
-    assert "5 x global batch 32" in plan_for(spec).warnings[0] and f"of {tmp_path / 'd.npz'}" in plan_for(spec).warnings[0]
+    assert ("5 x global batch 32" in plan_for(spec).warnings[0]
+            and f"of {tmp_path / 'd.npz'}" in plan_for(spec).warnings[0])
     records = tmp_path / "tfr"
     records.mkdir()
     for name, n in (("train-0", 3), ("train-1", 2), ("test-0", 9)):  # TFRecord framing: length, crc, data, crc
-        (records / name).write_bytes(b"".join(struct.pack("<Q", 5) + b"\0" * 4 + b"abcde" + b"\0" * 4 for _ in range(n)))
+        (records / name).write_bytes(b"".join(struct.pack("<Q", 5) + b"\0" * 4 + b"abcde" + b"\0" * 4
+                                              for _ in range(n)))
     assert train_examples(str(records)) == 5
     (records / "metadata.json").write_text('{"num_train": 1437}')
     assert train_examples(str(records)) == 1437

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.spec.faults import Fault
 from orchestrator.spec import JobSpec, Strategy, TaskId, TrainingSpec, cluster_spec, tf_config, tf_config_json
+from orchestrator.spec.faults import Fault
 
 
 def addrs(spec: JobSpec) -> dict[TaskId, str]:
@@ -96,7 +96,8 @@ def test_fault_syntax(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text", ["worker:1", "worker:1:boom@step=3", "worker:1:exit@step=3", "worker:1:kill=3@step=3", "chief:0:raise@time=3", "worker:1:exit=300@step=1", "gpu:0:kill@step=1"]
+    "text", ["worker:1", "worker:1:boom@step=3", "worker:1:exit@step=3", "worker:1:kill=3@step=3",
+             "chief:0:raise@time=3", "worker:1:exit=300@step=1", "gpu:0:kill@step=1"]
 )
 def test_bad_faults(text):
     with pytest.raises(SpecError) as info:

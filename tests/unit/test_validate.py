@@ -65,7 +65,8 @@ CASES = [
     # --- cluster: strategy rules
     ("cluster", {"worker": ["a:1"], "ps": ["b:1"]}, None, "cluster.chief", "needs a chief"),
     ("cluster", {"chief": ["a:1"], "ps": ["b:1"]}, None, "cluster.worker", "at least one worker"),
-    ("cluster", {"chief": ["a:1"], "worker": ["b:1"]}, "parameter_server", "cluster.ps", "at least one parameter server"),
+    ("cluster", {"chief": ["a:1"], "worker": ["b:1"]}, "parameter_server", "cluster.ps",
+     "at least one parameter server"),
     ("cluster", {"chief": ["a:1"], "worker": ["b:1"], "ps": ["c:1"]}, "multi_worker_mirrored", "cluster.ps",
      "no parameter servers"),
     # --- addresses, every one through the same parser
@@ -134,14 +135,16 @@ def test_malformed_input_names_field_value_and_fix(kind, document, strategy, fie
     "document, strategy, expected",
     [
         (tfc(), None, (Strategy.MULTI_WORKER_MIRRORED, TaskId("worker", 0))),
-        (json.dumps(tfc(task={"type": "worker", "index": 1})), None, (Strategy.MULTI_WORKER_MIRRORED, TaskId("worker", 1))),
+        (json.dumps(tfc(task={"type": "worker", "index": 1})), None,
+         (Strategy.MULTI_WORKER_MIRRORED, TaskId("worker", 1))),
         (tfc({"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}, {"type": "ps", "index": 0}), None,
          (Strategy.PARAMETER_SERVER, TaskId("ps", 0))),
         # the evaluator's own TF_CONFIG: the training cluster and task evaluator:0
         (tfc({"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}, {"type": "evaluator", "index": 0}), None,
          (Strategy.PARAMETER_SERVER, TaskId("evaluator", 0))),
         (tfc({"worker": ["[::1]:2222", "[::1]:2223"]}), None, (Strategy.MULTI_WORKER_MIRRORED, TaskId("worker", 0))),
-        (tfc({"worker": ["localhost:2222", "127.0.0.1:2223"]}), "mwms", (Strategy.MULTI_WORKER_MIRRORED, TaskId("worker", 0))),
+        (tfc({"worker": ["localhost:2222", "127.0.0.1:2223"]}), "mwms",
+         (Strategy.MULTI_WORKER_MIRRORED, TaskId("worker", 0))),
         (tfc(rpc_layer="grpc", environment="cloud"), None, (Strategy.MULTI_WORKER_MIRRORED, TaskId("worker", 0))),
     ],
 )
