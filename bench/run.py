@@ -35,14 +35,14 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import client_cost, ingest
+from bench import client_cost, ingest, preemption
 from bench.stats import markdown_table, meets, ratios, summarize
 from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, run_hand, run_orchestrated
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
-SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild")
+SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild", "preemption")
 
 
 def _r(value, digits: int = 1):
@@ -472,6 +472,11 @@ class Suite:
         for name in [n for n in names if n != "mirrored"] if "mirrored" in rates else []:
             self.add("9", f"{name.replace('-', '_')}_over_mirrored", f"{name} / mirrored (2 replicas) examples/s",
                      "ratio", ratios(rates[name], rates["mirrored"]))
+
+    # -- 10: preemption -> training resumed (issue 18) ----------------------------------------
+    def preemption(self) -> None:
+        """MWMS 2 workers: SIGTERM to the orchestrator in epoch 2, ``launch --resume`` at once (``bench/preemption.py``)."""
+        preemption.section(self, log)
 
 
 _REJOINED = re.compile(r"bench: worker-1 rejoined \(unix ([\d.]+)\)")

@@ -32,6 +32,7 @@ _FIRST = re.compile(r"bench: first step (\d+) done \(unix ([\d.]+)\)")
 _EPOCH = re.compile(r"bench: epoch (\d+) done at step (\d+) \(unix ([\d.]+)\)")
 _BATCH = re.compile(r"global batch (\d+)")
 _FAULT = re.compile(r"injecting fault: (\w+) at step=(\d+) \(unix ([\d.]+)\)")
+ORCHESTRATOR = "orchestrator"  # what a ``kill_when`` returns to signal the orchestrator process itself
 
 
 def base_env() -> dict[str, str]:
@@ -149,12 +150,13 @@ def cores() -> int:
 
 
 def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: str, sample_s: float = 0.0,
-                     timeout_s: float = 600.0, kill_when=None) -> RunResult:
+                     timeout_s: float = 600.0, kill_when=None, kill_signal: int = signal.SIGKILL) -> RunResult:
     """``python -m orchestrator launch --plain ...`` in a subprocess; event lines timestamped as they
     arrive; with ``sample_s`` > 0 the orchestrator's CPU times and RSS are sampled that often.
 
     ``kill_when(run_dir, events)``, polled every 0.05 s while the job runs, returns the pid of a
-    task to SIGKILL once (None: not yet); the kill's Unix time is ``RunResult.killed_at``."""
+    task to send ``kill_signal`` (SIGKILL by default) once, or :data:`ORCHESTRATOR` for the
+    orchestrator process itself (None: not yet); the signal's Unix time is ``RunResult.killed_at``."""
     cmd = [PY, "-m", "orchestrator", "launch", "--plain", "--runs-dir", str(workdir), "--run-id", run_id, *args]
     launch = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=base_env())
@@ -188,7 +190,7 @@ def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: s
             pid = kill_when(workdir / run_id, list(events))
             if pid:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(proc.pid if pid == ORCHESTRATOR else pid, kill_signal)
                     killed.append(time.time())
                 except ProcessLookupError:
                     pass
