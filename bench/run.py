@@ -7,15 +7,17 @@ during a 5-task job), ``client`` (per-task cost of the health client), ``ingest`
 (heartbeats/s into the HealthServer), ``scale`` (detection with many simulated tasks),
 ``checkpoint`` (throughput cost of ``--checkpoint-every`` 10 / 50 against per epoch; steps
 lost to a preemption and to a SIGKILL with ``--checkpoint-every 10``), ``hogwild`` (examples/s
-of ``--strategy hogwild --threads`` 1, 2, 4 next to ``mirrored``).
+of ``--strategy hogwild --threads`` 1, 2, 4 next to ``mirrored``), ``preemption`` (SIGTERM to the
+orchestrator mid-training, ``launch --resume`` at once: preemption -> training resumed over the same
+job's cold start, steps lost; ``bench/preemption.py``).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
 writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
 ``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
 results stay as they are).
 
 ``--quick`` runs every section once with the fewest runs and shortest jobs that still give every
-figure: a smoke test of every code path, 7 TensorFlow jobs (jobs with the same arguments are
-shared between sections), ~3.5 minutes on this 2-core machine; its figures are not comparable to
+figure: a smoke test of every code path, 9 TensorFlow jobs (jobs with the same arguments are
+shared between sections), ~4.5 minutes on this 2-core machine; its figures are not comparable to
 a full run's. Exit status: 0 when every section ran and every figure has at least
 one value, 1 otherwise (a section that raised, or a figure with no value), so CI catches a
 broken bench.
