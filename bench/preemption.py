@@ -28,6 +28,7 @@ from bench.tfjobs import ORCHESTRATOR, RunResult, TaskLog, run_orchestrated
 EXIT_PREEMPTED = 75  # orchestrator.supervisor.states.EXIT_PREEMPTED (the bench does not import the control plane)
 SIGNAL_AT_EPOCH = 2
 _SAVED = re.compile(r"checkpoint saved after step (\d+)")
+_MARK = re.compile(r"bench: mark (\w+) \(unix ([\d.]+)\)")
 
 
 def launch_args(epochs: int) -> list[str]:
@@ -60,7 +61,7 @@ def section(suite, log) -> None:
     ``--quick``), each its own job; rows ``preemption_to_resumed_over_cold_start`` (each run's
     ratio over its own cold start), the two times it divides, and ``steps_lost_per_preemption``.
     A resume that did not start from the step the workers saved at is an error of the suite."""
-    runs, epochs = (1, 3) if suite.quick else (3, 4)
+    runs, epochs = (1, 3) if suite.quick else (5, 4)
     done = []
     for _ in range(runs):
         m = measure(suite.workdir, suite._id("preempt"), epochs)
@@ -93,6 +94,16 @@ def section(suite, log) -> None:
               f"steps lost per preemption (summary.json lives[0].steps_lost), {label}", "steps",
               [m["steps_lost"] for m in done], "<= 0",
               {"resumed_from_saved_step": [m["resumed_from_saved_step"] for m in done]})
+
+
+def phases(out: Path, since_unix: float) -> dict[str, float]:
+    """Seconds from ``since_unix`` to each ``bench: mark LABEL`` a task printed (``worker/progress.py``:
+    ``train``, ``imported``, ``strategy``, ``data``, ``model``, ``fit``, ``restored``): where a start's time went."""
+    try:
+        text = out.read_text(errors="replace")
+    except OSError:
+        return {}
+    return {label: round(float(t) - since_unix, 3) for label, t in _MARK.findall(text)}
 
 
 def measure(workdir: Path, run_id: str, epochs: int) -> dict:
@@ -132,6 +143,10 @@ def measure(workdir: Path, run_id: str, epochs: int) -> dict:
         "resumed_from_step": two.get("resumed_from_step"), "saved_step": saved_step,
         "resumed_from_saved_step": saved_step is not None and two.get("resumed_from_step") == saved_step,
         "steps": ((second.summary or {}).get("metrics") or {}).get("steps"),
+        # worker-0's start, step by step: the first life from its launch, the resumed one from the SIGTERM
+        "cold_start_phases_s": phases(first.run_dir / "attempt-0" / "worker-0" / "stdout.log", first.launch_unix),
+        "resumed_phases_s": phases(second.run_dir / f"attempt-{attempt}" / "worker-0" / "stdout.log",
+                                   first.killed_at),
     })
     return out
 
