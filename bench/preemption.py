@@ -93,7 +93,10 @@ def section(suite, log) -> None:
     suite.add("10", "steps_lost_per_preemption",
               f"steps lost per preemption (summary.json lives[0].steps_lost), {label}", "steps",
               [m["steps_lost"] for m in done], "<= 0",
-              {"resumed_from_saved_step": [m["resumed_from_saved_step"] for m in done]})
+              {"resumed_from_saved_step": [m["resumed_from_saved_step"] for m in done],
+               "steps_lost_from_logs": [m["steps_lost_from_logs"] for m in done],
+               "first_life_last_step_reported": [m["first_life_last_step"] for m in done],
+               "saved_after_step": [m["saved_step"] for m in done]})
 
 
 def phases(out: Path, since_unix: float) -> dict[str, float]:
@@ -142,6 +145,11 @@ def measure(workdir: Path, run_id: str, epochs: int) -> dict:
         "steps_lost": one.get("steps_lost"), "first_life": (one.get("ended"), one.get("cause")),
         "resumed_from_step": two.get("resumed_from_step"), "saved_step": saved_step,
         "resumed_from_saved_step": saved_step is not None and two.get("resumed_from_step") == saved_step,
+        # the same from the workers' logs: the save is after the last step done. lives[0].last_step is the
+        # last step heartbeats reported (up to --heartbeat-interval old), so steps_lost alone can read low
+        "steps_lost_from_logs": None if saved_step is None or two.get("resumed_from_step") is None
+        else saved_step - two["resumed_from_step"],
+        "first_life_last_step": one.get("last_step"),
         "steps": ((second.summary or {}).get("metrics") or {}).get("steps"),
         # worker-0's start, step by step: the first life from its launch, the resumed one from the SIGTERM
         "cold_start_phases_s": phases(first.run_dir / "attempt-0" / "worker-0" / "stdout.log", first.launch_unix),
