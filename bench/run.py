@@ -1,15 +1,16 @@
 """``python -m bench [--quick] [--only SECTION ...]``: the whole benchmark suite.
 
 Sections (in order): ``tf`` (throughput and launch -> first step, orchestrated vs
-hand-launched, interleaved), ``recovery`` (MWMS and PSS worker SIGKILL with warm spares: detection, recovery time and its ratio to the cold start,
-steps lost), ``hang`` (a frozen worker: detection), ``footprint`` (orchestrator RSS and CPU
-during a 5-task job), ``client`` (per-task cost of the health client), ``ingest``
-(heartbeats/s into the HealthServer), ``scale`` (detection with many simulated tasks),
-``checkpoint`` (throughput cost of ``--checkpoint-every`` 10 / 50 against per epoch; steps
-lost to a preemption and to a SIGKILL with ``--checkpoint-every 10``), ``hogwild`` (examples/s
-of ``--strategy hogwild --threads`` 1, 2, 4 next to ``mirrored``), ``preemption`` (SIGTERM to the
-orchestrator mid-training, ``launch --resume`` at once: preemption -> training resumed over the same
-job's cold start, steps lost; ``bench/preemption.py``).
+hand-launched, interleaved), ``recovery`` (MWMS and PSS worker SIGKILL with warm spares:
+detection, recovery time and its ratio to the cold start, steps lost), ``hang`` (a frozen worker:
+detection), ``footprint`` (orchestrator RSS and CPU during a 5-task job), ``client`` (per-task
+cost of the health client), ``ingest`` (heartbeats/s into the HealthServer), ``scale``
+(detection with many simulated tasks), ``checkpoint`` (throughput cost of ``--checkpoint-every``
+10 / 50 against per epoch; steps lost to a preemption and to a SIGKILL with
+``--checkpoint-every 10``), ``hogwild`` (examples/s of ``--strategy hogwild --threads`` 1, 2, 4
+next to ``mirrored``), ``preemption`` (SIGTERM to the orchestrator mid-training, ``launch
+--resume`` at once: preemption -> training resumed over the same job's cold start, steps lost;
+``bench/preemption.py``).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
 writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
 ``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
@@ -150,8 +151,8 @@ class Suite:
             o_first = [r.first_step_s() for r in orch]
             h_first = [r.first_step_s() for r in hand]
             # where the orchestrated side's extra time goes before the tasks run
-            started = [[t - r.launch_unix for t, line in r.events if re.search(r" started \(pid \d+, attempt 0\)", line)]
-                       for r in orch]
+            started = [[t - r.launch_unix for t, line in r.events
+                        if re.search(r" started \(pid \d+, attempt 0\)", line)] for r in orch]
             first_task = [st[0] if st else None for st in started]
             last_task = [st[-1] if st else None for st in started]
             label = {"mwms2": "MWMS 2 workers", "pss": "PSS chief + 2 workers + 1 ps"}[topo.name]
@@ -159,15 +160,18 @@ class Suite:
                      "ratio", ratios(o_rate, h_rate), ">= 0.99",
                      {"orchestrated_examples_per_s": summarize(o_rate), "hand_examples_per_s": summarize(h_rate),
                       "epochs": topo.epochs, "measured": "coordinator's epoch-end markers, epoch 1 excluded"})
-            self.add("1", f"throughput_{topo.name}_orchestrated", f"throughput orchestrated, {label}", "examples/s", o_rate)
+            self.add("1", f"throughput_{topo.name}_orchestrated", f"throughput orchestrated, {label}", "examples/s",
+                     o_rate)
             self.add("1", f"throughput_{topo.name}_hand", f"throughput hand-launched, {label}", "examples/s", h_rate)
-            self.add("2", f"first_step_ratio_{topo.name}", f"launch -> first step orchestrated / hand-launched, {label}",
-                     "ratio", ratios(o_first, h_first), "<= 1.10",
+            self.add("2", f"first_step_ratio_{topo.name}",
+                     f"launch -> first step orchestrated / hand-launched, {label}", "ratio",
+                     ratios(o_first, h_first), "<= 1.10",
                      {"orchestrated_s": summarize(o_first), "hand_s": summarize(h_first),
                       "orchestrated_launch_to_first_task_started_s": summarize(first_task),
                       "orchestrated_launch_to_last_task_started_s": summarize(last_task),
                       "pairs_in_run_order": [[o, h] for o, h in zip(o_first, h_first)]})
-            self.add("2", f"first_step_{topo.name}_orchestrated", f"launch -> first step orchestrated, {label}", "s", o_first)
+            self.add("2", f"first_step_{topo.name}_orchestrated", f"launch -> first step orchestrated, {label}", "s",
+                     o_first)
             self.add("2", f"first_step_{topo.name}_hand", f"launch -> first step hand-launched, {label}", "s", h_first)
             self._footprint_samples(orch, f"{topo.name} ({label})")
 
@@ -222,7 +226,8 @@ class Suite:
                     f"{c:.2f} s, ratio {rec / c:.3f}, spares warm {warm}, lost {lost[-1]} steps")
             r = run_orchestrated(self.workdir, self._id("recovery-pss"),
                                  ["--strategy", "parameter_server", "--workers", "2", "--epochs", str(pss_epochs)],
-                                 "chief-0", kill_when=_pss_worker_once_trained(kill_epoch, wait_for_spares=not self.quick))
+                                 "chief-0",
+                                 kill_when=_pss_worker_once_trained(kill_epoch, wait_for_spares=not self.quick))
             chief_log = r.run_dir / "attempt-0" / "chief-0" / "stdout.log"
             back = _REJOINED.search(chief_log.read_text(errors="replace")) if chief_log.exists() else None
             c = r.first_step_s()
@@ -255,8 +260,10 @@ class Suite:
         self.add("4", "recovery_ratio_pss", "PSS, one worker SIGKILLed: kill -> worker back in the coordinator's "
                  "rotation / cold launch -> first step (warm spares)", "ratio", p_ratio, "<= 0.3",
                  {"recovery_s": summarize(p_rec), "cold_start_s": summarize(p_cold), "spares": spares_note,
-                  "settings": f"defaults; worker-1 SIGKILLed by the bench in epoch {kill_epoch} once the spare is ready"})
-        self.add("4", "recovery_pss_s", "PSS recovery: SIGKILL -> worker back in the coordinator's rotation", "s", p_rec)
+                  "settings": f"defaults; worker-1 SIGKILLed by the bench in epoch {kill_epoch} once the spare is "
+                              "ready"})
+        self.add("4", "recovery_pss_s", "PSS recovery: SIGKILL -> worker back in the coordinator's rotation", "s",
+                 p_rec)
 
     # -- 3: hang detection --------------------------------------------------------------------
     def hang(self) -> None:
@@ -264,7 +271,8 @@ class Suite:
         timeout = 4.0
         decision, recorded = [], []
         for _ in range(runs):
-            r = self._orchestrated("hang", ["--workers", "2", "--epochs", "2" if self.quick else "3", "--heartbeat-timeout", str(timeout),
+            r = self._orchestrated("hang", ["--workers", "2", "--epochs", "2" if self.quick else "3",
+                                            "--heartbeat-timeout", str(timeout),
                                   "--restart-policy", "never", "--inject-fault", "worker:1:stop@step=30"], "worker-0")
             fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
             hung_line = next((t for t, line in r.events if "worker-1 is hung" in line), None)
@@ -317,8 +325,8 @@ class Suite:
         total_cpu = [100 * r.samples[-1]["cpu_s"] / (r.samples[-1]["t"] - r.launch_unix) for r in results if r.samples]
         self.add("6", "orchestrator_peak_rss", f"orchestrator peak RSS, PSS chief + {workers} worker(s) + 1 ps", "MB",
                  peaks, "<= 100", {"tensorflow_mapped_in_orchestrator": tf_mapped})
-        self.add("6", "orchestrator_cpu", f"orchestrator CPU while the {tasks} tasks train", "% of a core", cpus, "<= 3",
-                 {"whole_run_incl_startup_percent": summarize(total_cpu)})
+        self.add("6", "orchestrator_cpu", f"orchestrator CPU while the {tasks} tasks train", "% of a core", cpus,
+                 "<= 3", {"whole_run_incl_startup_percent": summarize(total_cpu)})
 
     # -- 6: client cost -----------------------------------------------------------------------
     def client(self) -> None:
@@ -442,8 +450,9 @@ class Suite:
                 details.append({"run": r.run_dir.name, "kind": kind, "steps_done": done, "resumed_from_step": resumed,
                                 "exit": rec.get("cause")})
                 log(f"steps lost, {kind}: {lost[kind][-1]} (done {done}, resumed from {resumed})")
-        self.add("8", "steps_lost_preemption", "steps lost to a preemption (SIGTERM from outside at step 60), MWMS 2 workers",
-                 "steps", lost["preemption"], "<= 0", {"runs": details})
+        self.add("8", "steps_lost_preemption",
+                 "steps lost to a preemption (SIGTERM from outside at step 60), MWMS 2 workers", "steps",
+                 lost["preemption"], "<= 0", {"runs": details})
         self.add("8", "steps_lost_sigkill_every_10", "steps lost to a SIGKILL at step 67 with --checkpoint-every 10",
                  "steps", lost["sigkill_every_10"], "<= 10", {"runs": details})
 
@@ -477,7 +486,8 @@ class Suite:
 
     # -- 10: preemption -> training resumed (issue 18) ----------------------------------------
     def preemption(self) -> None:
-        """MWMS 2 workers: SIGTERM to the orchestrator in epoch 2, ``launch --resume`` at once (``bench/preemption.py``)."""
+        """MWMS 2 workers: SIGTERM to the orchestrator in epoch 2, ``launch --resume`` at once
+        (``bench/preemption.py``)."""
         preemption.section(self, log)
 
 
