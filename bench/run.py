@@ -17,8 +17,10 @@ writes its own section of that file and ``suite-<sections>.json``, keeping the f
 results stay as they are).
 
 ``--quick`` runs every section once with the fewest runs and shortest jobs that still give every
-figure: a smoke test of every code path, 9 TensorFlow jobs (jobs with the same arguments are
-shared between sections), ~4.5 minutes on this 2-core machine; its figures are not comparable to
+figure: a smoke test of every code path, 7 TensorFlow jobs (jobs with the same arguments are
+shared between sections), ~3.5 minutes on this 2-core machine, every section but those in
+``FULL_ONLY`` (``preemption``: its one preemption is two cold starts, 48-80 s here by the load;
+``--quick --only preemption`` runs it); its figures are not comparable to
 a full run's. Exit status: 0 when every section ran and every figure has at least
 one value, 1 otherwise (a section that raised, or a figure with no value), so CI catches a
 broken bench.
@@ -46,6 +48,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild", "preemption")
+FULL_ONLY = ("preemption",)  # left out of --quick unless named by --only: over a minute on these 2 shared cores
 
 
 def _r(value, digits: int = 1):
@@ -583,17 +586,18 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results_dir.resolve()
     results.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bench-runs-"))
+    sections = args.only or [s for s in SECTIONS if not (args.quick and s in FULL_ONLY)]
     suite = Suite(args.quick, workdir, results)
     started = time.monotonic()
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     log(f"runs in {workdir}; results to {results}; load average {load_before}")
     try:
-        for section in args.only or SECTIONS:
+        for section in sections:
             suite.run_section(section)
     finally:
         meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(), "quick": args.quick,
                 "load_before": load_before, "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-                "duration_s": time.monotonic() - started, "sections": args.only or list(SECTIONS),
+                "duration_s": time.monotonic() - started, "sections": sections,
                 "errors": suite.errors}
         suite_file = "suite.json" if not args.only else f"suite-{'-'.join(args.only)}.json"
         (results / suite_file).write_text(json.dumps(meta, indent=2) + "\n")
