@@ -40,7 +40,8 @@ def main() -> None:
     with strategy.scope():
         model = keras.Sequential([keras.layers.Input((64,)), keras.layers.Dense(64, activation="relu"),
                                   keras.layers.Dense(10)])
-        model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
     history = model.fit(ds, epochs=args.epochs, steps_per_epoch=len(x) // global_batch,
                         callbacks=[keras_callback(batch_size=global_batch)], verbose=2)
 

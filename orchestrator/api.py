@@ -221,8 +221,8 @@ def prepare(
         server = HealthServer(token, store, engine.release_port, host=engine.health_host,
                               register=engine.register_address, status=recorder.status_json,
                               stop=stop_job).start()
-        plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address, token=token,
-                         faults=faults, commands=commands, dry_run=False, placement=placement)
+        plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address,
+                         token=token, faults=faults, commands=commands, dry_run=False, placement=placement)
     except BaseException:
         if server is not None:
             server.stop()

@@ -236,7 +236,8 @@ def plan_warnings(spec: JobSpec, commands: Mapping[str, Sequence[str]] | None = 
     per_epoch = steps * batch
     times = f"{per_epoch / examples:.2f}".rstrip("0").rstrip(".")
     return [
-        f"training.steps_per_epoch={steps} x global batch {batch} ({spec.training.batch_size_per_replica} per replica x "
+        f"training.steps_per_epoch={steps} x global batch {batch} "
+        f"({spec.training.batch_size_per_replica} per replica x "
         f"{spec.replicas} replica(s)) = {per_epoch:,} examples per epoch, {times}x the "
         f"{examples:,} train examples of {source}: each epoch passes over the data {times} times; "
         f"for one pass per epoch use --steps-per-epoch {math.ceil(examples / batch)} or leave it out"

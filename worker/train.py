@@ -190,7 +190,8 @@ class Job:
 
     def _scratch(self, name: str) -> str:
         """The chief's real directory, or this worker's own scratch one (TF multi-worker guide)."""
-        real = {"backup": self.backup_dir, "checkpoints": self.checkpoint_dir, "tensorboard": self.tensorboard_dir}[name]
+        real = {"backup": self.backup_dir, "checkpoints": self.checkpoint_dir,
+                "tensorboard": self.tensorboard_dir}[name]
         if self.is_chief:
             return real
         return os.path.join(self.context.task_dir or ".", f"scratch-{name}")
@@ -200,7 +201,8 @@ class Job:
         print(
             f"{ctx.name}: {type(self.strategy).__name__}, {self.replicas} replica(s) in sync, per-replica batch "
             f"{self.per_replica}, global batch {self.global_batch}, {self.steps_per_epoch} steps/epoch, {self.epochs} "
-            f"epochs, {self._loop_name()}, checkpoint {self._checkpoint_name()}, data {self.data.source}: {self.data.num_train} train examples, "
+            f"epochs, {self._loop_name()}, checkpoint {self._checkpoint_name()}, data {self.data.source}: "
+            f"{self.data.num_train} train examples, "
             f"{self.data.num_features} features, {self.data.num_classes} classes",
             flush=True,
         )
@@ -230,7 +232,8 @@ class Job:
         self._finish(model, final_loss)
 
     def _loop_name(self) -> str:
-        return f"hogwild loop with {self.threads} threads" if self.context.strategy == "hogwild" else f"{self.loop} loop"
+        return (f"hogwild loop with {self.threads} threads" if self.context.strategy == "hogwild"
+                else f"{self.loop} loop")
 
     def _checkpoint_name(self) -> str:
         return f"every {self.checkpoint_every} steps and every epoch" if self.checkpoint_every else "every epoch"
@@ -350,7 +353,8 @@ class Job:
         tf, keras = self.tf, self.keras
         with self.strategy.scope():
             optimizer = keras.optimizers.Adam(learning_rate=self.learning_rate)
-            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                 reduction=keras.losses.Reduction.NONE)
             # global steps done: a checkpoint taken mid-epoch (preemption, checkpoint_every)
             # resumes at exactly this step
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
@@ -539,7 +543,8 @@ class Job:
             while alive := [t for t in workers if t.is_alive()]:
                 alive[0].join(timeout=self.context.heartbeat_interval_s / 2)  # report between waits
                 count = sum(done) - base
-                self.progress.step(step0 + count, lambda: sum(losses) / max(1, sum(done) - base))
+                # the lambda runs inside step(), in this iteration
+                self.progress.step(step0 + count, lambda: sum(losses) / max(1, sum(done) - base))  # noqa: B023
             if errors:
                 raise errors[0]
             mean = sum(losses) / max(1, epoch_steps)

@@ -6,9 +6,8 @@ when a connection is made.
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
+from typing import Any
 
 from orchestrator.errors import LaunchError
 

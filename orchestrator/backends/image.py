@@ -168,7 +168,8 @@ def _build(client: Any, context: str, tag: str, buildargs: dict[str, str]) -> It
 def main(argv: list[str] | None = None) -> int:
     """Build or reuse the image; print its tag. Exit 0, or 1 with one line on stderr."""
     parser = argparse.ArgumentParser(prog="python -m orchestrator.backends.image", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base-image", default=None, help=f"base image (default ${BASE_IMAGE_ENV} or {DEFAULT_BASE_IMAGE})")
+    parser.add_argument("--base-image", default=None,
+                        help=f"base image (default ${BASE_IMAGE_ENV} or {DEFAULT_BASE_IMAGE})")
     parser.add_argument("--ca-bundle", default=None, help="CA bundle pip trusts inside the build (default $PIP_CERT)")
     parser.add_argument("--tag-only", action="store_true", help="print the tag the image would have; build nothing")
     args = parser.parse_args(argv)

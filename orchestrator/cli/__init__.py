@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     args.command_argv = command
     args.raw_argv = argv
     args.program_separator = separator
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
     except SpecError as exc:

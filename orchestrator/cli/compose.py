@@ -6,6 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from orchestrator.backends.image import default_base_image
+from orchestrator.cli.backend import add_backend_arguments
+from orchestrator.cli.specflags import add_gpu_flags, spec_from_flags
+from orchestrator.errors import SpecError
+from orchestrator.gpus import discover
 from orchestrator.render.compose import (
     DEFAULT_HEALTH_ADDRESS,
     dump_compose,
@@ -13,11 +18,6 @@ from orchestrator.render.compose import (
     render_compose,
     up_command,
 )
-from orchestrator.backends.image import default_base_image
-from orchestrator.cli.backend import add_backend_arguments
-from orchestrator.errors import SpecError
-from orchestrator.cli.specflags import add_gpu_flags, spec_from_flags
-from orchestrator.gpus import discover
 from orchestrator.spec.model import JobSpec
 
 
@@ -29,7 +29,8 @@ def add_parser(subparsers) -> None:
         "network, a volume for checkpoints and the model, a gRPC healthcheck per service). Run it with "
         "`docker compose up --abort-on-container-exit --exit-code-from worker-0` (the chief-0 with one).",
     )
-    p.add_argument("spec", nargs="?", metavar="SPEC", help="cluster spec file (YAML or JSON); flags override its fields")
+    p.add_argument("spec", nargs="?", metavar="SPEC",
+                   help="cluster spec file (YAML or JSON); flags override its fields")
     topo = p.add_argument_group("topology")
     topo.add_argument("--strategy", default=None, help="multi_worker_mirrored (default) or parameter_server")
     topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
@@ -43,14 +44,17 @@ def add_parser(subparsers) -> None:
     train.add_argument("--seed", type=int, default=None, help="seed of the split and initial weights (default 0)")
     run = p.add_argument_group("run")
     add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
-    run.add_argument("--threads-per-task", type=int, default=None, help="TF intra-op threads per task (default cores / tasks)")
+    run.add_argument("--threads-per-task", type=int, default=None,
+                     help="TF intra-op threads per task (default cores / tasks)")
     run.add_argument("--heartbeat-interval", type=float, default=None, help="seconds between heartbeats (default 1)")
     run.add_argument("--health-address", default=DEFAULT_HEALTH_ADDRESS,
-                     help=f"the orchestrator's health endpoint as the containers reach it (default {DEFAULT_HEALTH_ADDRESS}; "
+                     help=f"the orchestrator's health endpoint as the containers reach it "
+                     f"(default {DEFAULT_HEALTH_ADDRESS}; "
                      "tasks run without one)")
     run.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL (default 10)")
     add_backend_arguments(p, with_backend=False)
-    p.add_argument("-o", "--output", default="docker-compose.yml", help="file to write, - for stdout (default docker-compose.yml)")
+    p.add_argument("-o", "--output", default="docker-compose.yml",
+                   help="file to write, - for stdout (default docker-compose.yml)")
     p.set_defaults(func=run_compose)
 
 

@@ -43,7 +43,8 @@ t = time.monotonic()
 tf = importlib.import_module("tensorflow")  # in the probe subprocess, never in the orchestrator
 tf_keras = importlib.import_module("tf_keras")
 print(json.dumps({"import_s": time.monotonic() - t, "tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
-                  "tf_keras_is_tf_keras": tf.keras.__name__.startswith("tf_keras") or tf.keras.__version__.startswith("2."),
+                  "tf_keras_is_tf_keras": tf.keras.__name__.startswith("tf_keras")
+                  or tf.keras.__version__.startswith("2."),
                   "cpus": len(tf.config.list_physical_devices("CPU"))}))
 """
 

@@ -43,7 +43,8 @@ def run_entry(status: dict) -> dict:
         "started_at": status.get("started_at"),
         "wall_time_s": status.get("elapsed_s", status.get("wall_time_s")),
         # the built-in program's test accuracy; a user's program: the accuracy it reported, if any
-        "test_accuracy": next((metrics[k] for k in ("test_accuracy", "val_accuracy", "accuracy") if k in metrics), None),
+        "test_accuracy": next((metrics[k] for k in ("test_accuracy", "val_accuracy", "accuracy") if k in metrics),
+                              None),
         "exit_code": status.get("exit_code"),
     }
 
@@ -80,5 +81,6 @@ def run_list(args: argparse.Namespace) -> int:
     rows = [dict(zip(COLUMNS, COLUMNS))] + [_cells(e) for e in entries]
     widths = {c: max(len(r[c]) for r in rows) for c in COLUMNS}
     for r in rows:
-        print("  ".join(r[c].rjust(widths[c]) if c in ("wall", "accuracy") else r[c].ljust(widths[c]) for c in COLUMNS).rstrip())
+        print("  ".join(r[c].rjust(widths[c]) if c in ("wall", "accuracy") else r[c].ljust(widths[c])
+                        for c in COLUMNS).rstrip())
     return 0

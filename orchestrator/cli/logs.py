@@ -37,12 +37,15 @@ def add_parser(subparsers) -> None:
         "0, 2 bad input, 130 interrupted.",
     )
     p.add_argument("args", nargs="*", metavar="[RUN] [TASK]",
-                   help="a run directory or run id (default: the latest run), then a task: worker-1, worker:1 or worker")
+                   help="a run directory or run id (default: the latest run), then a task: "
+                   "worker-1, worker:1 or worker")
     p.add_argument("--runs-dir", default="runs", help="where run directories are (default ./runs)")
     p.add_argument("--attempt", type=int, default=None, metavar="N", help="only attempt N (default: every attempt)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines, across restarts, until the job ends")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing new lines, across restarts, until the job ends")
     p.add_argument("--stream", choices=("both", "stdout", "stderr"), default="both", help="which output (default both)")
-    p.add_argument("--json", action="store_true", help='one JSON object per line: {"task", "attempt", "stream", "line"}')
+    p.add_argument("--json", action="store_true",
+                   help='one JSON object per line: {"task", "attempt", "stream", "line"}')
     p.set_defaults(func=run_logs)
 
 

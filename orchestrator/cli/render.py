@@ -69,7 +69,8 @@ def addresses_for(spec: JobSpec, hosts: list[str] | None, base_port: int | None)
     tasks = spec.tasks()
     if spec.addresses:
         if hosts or base_port is not None:
-            raise SpecError("host" if hosts else "base-port", hosts or base_port, "the spec already fixes every address",
+            raise SpecError("host" if hosts else "base-port", hosts or base_port,
+                            "the spec already fixes every address",
                             "drop --host/--base-port, or the spec's addresses")
         return {t: localhost_as_ipv4(spec.addresses[t], f"addresses.{t.task_type}[{t.task_index}]") for t in tasks}
     hosts = hosts or [DEFAULT_HOST]
@@ -80,7 +81,8 @@ def addresses_for(spec: JobSpec, hosts: list[str] | None, base_port: int | None)
     port = DEFAULT_PORT if base_port is None else base_port
     last = port + (len(tasks) - 1 if len(hosts) == 1 else 0)
     if not (1 <= port and last <= 65535):
-        raise SpecError("base-port", base_port, f"ports {port}..{last} are not all in 1..65535", "e.g. --base-port 2222")
+        raise SpecError("base-port", base_port, f"ports {port}..{last} are not all in 1..65535",
+                        "e.g. --base-port 2222")
     if len(hosts) == 1:
         out = {t: _join(hosts[0], port + i) for i, t in enumerate(tasks)}
     elif len(hosts) == len(tasks):
@@ -141,7 +143,8 @@ def run_render(args: argparse.Namespace) -> int:
     spec = spec_from_flags(args)
     only = TaskId.parse(args.task, "task") if args.task else None
     if only and only not in spec.tasks():
-        raise SpecError("task", args.task, "the job has no such task", "use one of: " + ", ".join(map(str, spec.tasks())))
+        raise SpecError("task", args.task, "the job has no such task",
+                        "use one of: " + ", ".join(map(str, spec.tasks())))
     if args.format in KUBERNETES_FORMATS:
         if only or args.host or args.base_port is not None:
             raise SpecError("format", args.format, "Kubernetes assigns addresses and every task is rendered",

@@ -37,9 +37,11 @@ def add_parser(subparsers) -> None:
         "130 interrupted, 2 bad input.",
     )
     add_run_arguments(p)
-    p.add_argument("--json", action="store_true", help="print the status as JSON (summary.json's shape plus live fields)")
+    p.add_argument("--json", action="store_true",
+                   help="print the status as JSON (summary.json's shape plus live fields)")
     p.add_argument("--watch", action="store_true", help="redraw until the job ends (Ctrl-C to quit)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between redraws with --watch (default 1)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+                   help="seconds between redraws with --watch (default 1)")
     p.add_argument("--web", default=None, metavar="[HOST:]PORT",
                    help="serve this run's web page and /metrics (live or finished) until Ctrl-C")
     p.add_argument("--web-public", action="store_true", help="allow a --web host that is not loopback")
@@ -56,7 +58,8 @@ def exit_code_of(status: dict) -> int:
 
 def _show(status: dict, as_json: bool, compact: bool = False) -> None:
     if as_json:
-        print(json.dumps({k: v for k, v in status.items() if k != "history"}, indent=None if compact else 2), flush=True)
+        print(json.dumps({k: v for k, v in status.items() if k != "history"}, indent=None if compact else 2),
+              flush=True)
     elif sys.stdout.isatty():
         from rich.console import Console
 
@@ -119,7 +122,8 @@ def _serve_web(run_dir, args: argparse.Namespace) -> int:
         status = run_status(run_dir, history=history)
         if history and since and "history" in status:  # the whole history was sent already
             h = status["history"]
-            status["history"] = {"seq": h.get("seq", 0), "samples": [s for s in h.get("samples", []) if s["seq"] > since],
+            status["history"] = {"seq": h.get("seq", 0),
+                                 "samples": [s for s in h.get("samples", []) if s["seq"] > since],
                                  "events": [e for e in h.get("events", []) if e["seq"] > since]}
         return status
 

@@ -78,7 +78,14 @@ import json
 from orchestrator import env
 from orchestrator.errors import SpecError
 from orchestrator.render.kubernetes import (
-    MANAGED_BY, TFJOB_PORT, check_common, gpu_resources, pod_env, pod_spec, resources, role_gpus,
+    MANAGED_BY,
+    TFJOB_PORT,
+    check_common,
+    gpu_resources,
+    pod_env,
+    pod_spec,
+    resources,
+    role_gpus,
 )
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy

@@ -35,7 +35,8 @@ from orchestrator.taskenv import common_env
 
 REPLICA_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 """Our task types -> TFJob replica types."""
-RESTART_POLICIES = {RestartPolicy.NEVER: "Never", RestartPolicy.ON_FAILURE: "OnFailure", RestartPolicy.EXIT_CODE: "ExitCode"}
+RESTART_POLICIES = {RestartPolicy.NEVER: "Never", RestartPolicy.ON_FAILURE: "OnFailure",
+                    RestartPolicy.EXIT_CODE: "ExitCode"}
 """Our restart policies -> Kubeflow's (the same semantics: ExitCode retries 128-255 and signals)."""
 TFJOB_PORT = 2222
 """The port Kubeflow's operator puts in TF_CONFIG (``tfjob-port``)."""
@@ -168,7 +169,8 @@ def check_common(spec: JobSpec, name: str, image: str, volume_claim: str | None)
     """
     check_name(name)
     if not image or any(c.isspace() for c in image):
-        raise SpecError("image", image, "not an image reference", "e.g. --image registry.example.com/tf-orchestrator:0.1")
+        raise SpecError("image", image, "not an image reference",
+                        "e.g. --image registry.example.com/tf-orchestrator:0.1")
     if volume_claim is not None and not _SUBDOMAIN.fullmatch(volume_claim):
         raise SpecError("volume-claim", volume_claim, "not a Kubernetes name", "e.g. --volume-claim tf-runs")
     if spec.addresses:

@@ -17,7 +17,8 @@ from orchestrator.supervisor.states import describe_exit, exit_fields
 
 _INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs",
                     "resumed_from_step", "evaluated_step")
-_COORDINATOR_METRICS = ("test_accuracy", "test_loss", "final_loss", "global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs", "resumed_from_step")
+_COORDINATOR_METRICS = ("test_accuracy", "test_loss", "final_loss", "global_batch_size", "batch_size_per_replica",
+                        "replicas", "steps_per_epoch", "epochs", "resumed_from_step")
 
 SUMMARY_FIELDS: dict[str, str] = {
     "run_id": "the run id, also the name of the run directory",
@@ -286,7 +287,8 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
                           width=width, subsequent_indent="    ", break_on_hyphens=False)
     lines += _wrap("run dir", summary["run_dir"], width)
     if t is None:
-        lines += _wrap("program", f"{' '.join(summary['program'][4:])} ({summary['strategy']})", width)  # after execwrap --
+        # after execwrap --
+        lines += _wrap("program", f"{' '.join(summary['program'][4:])} ({summary['strategy']})", width)
     else:
         lines += _wrap("strategy", f"{summary['strategy']}, {t['loop']} loop, {t['replicas']} replica(s), global batch "
                        f"{t['global_batch_size']} = {t['batch_size_per_replica']} per replica"
@@ -306,7 +308,8 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
     if summary.get("evaluation"):
         ev = summary["evaluation"]
         lines += _wrap("evaluator", ", ".join(
-            f"{k.removeprefix('eval_')} {v:.4f}" if k != "evaluated_step" else f"at step {v}" for k, v in ev.items()), width)
+            f"{k.removeprefix('eval_')} {v:.4f}" if k != "evaluated_step" else f"at step {v}"
+            for k, v in ev.items()), width)
     lines.append("  tasks")
     for task in summary["tasks"]:
         restarts = f" ({task['restarts']} restart{'s' if task['restarts'] != 1 else ''})" if task["restarts"] else ""

@@ -121,9 +121,11 @@ def read_document(path: str | Path, field: str = "spec") -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(field, str(path), "no such file", "check the path, e.g. cluster_specs/mwms-4-workers.yaml") from None
+        raise SpecError(field, str(path), "no such file",
+                        "check the path, e.g. cluster_specs/mwms-4-workers.yaml") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(field, str(path), f"cannot read it ({exc.__class__.__name__})", "pass a readable UTF-8 file") from None
+        raise SpecError(field, str(path), f"cannot read it ({exc.__class__.__name__})",
+                        "pass a readable UTF-8 file") from None
     if path.suffix.lower() == ".json":
         try:
             return json.loads(text)
@@ -315,7 +317,8 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         SpecError: naming the first bad field.
     """
     fields = merge(raw, overrides or {})
-    if "restart_policy" in (raw.get("supervision") or {}) and "restart_policy" in (overrides or {}).get("supervision", {}):
+    if ("restart_policy" in (raw.get("supervision") or {})
+            and "restart_policy" in (overrides or {}).get("supervision", {})):
         file_policy = raw["supervision"]["restart_policy"]
         if isinstance(file_policy, str):  # a plain policy in the file means every role
             file_policy = {"all": file_policy}
@@ -325,7 +328,8 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
     pss = strategy is Strategy.PARAMETER_SERVER
     single = strategy.value in ("mirrored", "hogwild")  # one task: replicas are its devices, or threads
     addresses = parse_addresses(fields["addresses"]) if fields.get("addresses") is not None else None
-    defaults = {"chief": 1 if pss else 0, "workers": 2 if pss else 1 if single else 4, "ps": 1 if pss else 0, "evaluator": 0}
+    defaults = {"chief": 1 if pss else 0, "workers": 2 if pss else 1 if single else 4, "ps": 1 if pss else 0,
+                "evaluator": 0}
     counts = {}
     for task_type, key in COUNT_KEYS.items():
         if key in fields and fields[key] is not None:
@@ -344,7 +348,8 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         raise SpecError("supervision.restart_policy", policies, "must be a policy or a mapping role -> policy",
                         "e.g. restart_policy: {worker: on-failure}")
     supervision_raw = {k: v for k, v in supervision_raw.items()
-                       if v is not None or k in ("deadline_s", "finish_timeout_s", "success_policy", "backoff_s", "spares")}
+                       if v is not None
+                       or k in ("deadline_s", "finish_timeout_s", "success_policy", "backoff_s", "spares")}
     try:
         supervision = SupervisionSpec.create(restart_policy=policies, **supervision_raw)
     except SpecError as exc:

@@ -151,7 +151,8 @@ class TrainingSpec:
             0 < float(self.learning_rate) <= 10 and math.isfinite(float(self.learning_rate))
         ):
             raise SpecError(
-                "training.learning_rate", self.learning_rate, "must be a number in (0, 10]", "e.g. --learning-rate 0.005"
+                "training.learning_rate", self.learning_rate, "must be a number in (0, 10]",
+                "e.g. --learning-rate 0.005",
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise SpecError("training.seed", self.seed, "must be a whole number >= 0", "e.g. --seed 0")
@@ -230,7 +231,8 @@ class JobSpec:
             SpecError: naming the first invalid field, its value and the fix.
         """
         if not isinstance(self.strategy, Strategy):
-            raise SpecError("strategy", self.strategy, "unknown strategy", "use one of: " + ", ".join(m.value for m in Strategy))
+            raise SpecError("strategy", self.strategy, "unknown strategy",
+                            "use one of: " + ", ".join(m.value for m in Strategy))
         for name, upper in (("chief", 1), ("evaluator", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value not in range(upper + 1):
@@ -241,7 +243,8 @@ class JobSpec:
                 raise SpecError(name, value, "must be a whole number >= 0", f"e.g. --{name} 2")
         if self.strategy is Strategy.MIRRORED:
             if self.ps or self.chief or self.workers != 1:
-                field_name, value = ("ps", self.ps) if self.ps else ("chief", self.chief) if self.chief else ("workers", self.workers)
+                field_name, value = (("ps", self.ps) if self.ps else ("chief", self.chief) if self.chief
+                                     else ("workers", self.workers))
                 raise SpecError(
                     field_name,
                     value,
@@ -250,7 +253,8 @@ class JobSpec:
                 )
         elif self.strategy is Strategy.HOGWILD:
             if self.ps or self.chief or self.workers != 1:
-                field_name, value = ("ps", self.ps) if self.ps else ("chief", self.chief) if self.chief else ("workers", self.workers)
+                field_name, value = (("ps", self.ps) if self.ps else ("chief", self.chief) if self.chief
+                                     else ("workers", self.workers))
                 raise SpecError(
                     field_name,
                     value,
@@ -266,7 +270,8 @@ class JobSpec:
                     "drop --ps, or use --strategy parameter_server",
                 )
             if self.chief + self.workers < 1:
-                raise SpecError("workers", self.workers, "the job has no chief and no worker", "use --workers 1 or more")
+                raise SpecError("workers", self.workers, "the job has no chief and no worker",
+                                "use --workers 1 or more")
         else:
             if self.chief != 1:
                 raise SpecError(
@@ -277,13 +282,15 @@ class JobSpec:
                 )
             if self.workers < 1:
                 raise SpecError(
-                    "workers", self.workers, "ParameterServerStrategy needs at least one worker", "use --workers 1 or more"
+                    "workers", self.workers, "ParameterServerStrategy needs at least one worker",
+                    "use --workers 1 or more",
                 )
             if self.ps < 1:
                 raise SpecError(
                     "ps", self.ps, "ParameterServerStrategy needs at least one parameter server", "use --ps 1 or more"
                 )
-        if not isinstance(self.heartbeat_interval_s, (int, float)) or not (0.05 <= float(self.heartbeat_interval_s) <= 60):
+        if (not isinstance(self.heartbeat_interval_s, (int, float))
+                or not (0.05 <= float(self.heartbeat_interval_s) <= 60)):
             raise SpecError(
                 "heartbeat_interval_s", self.heartbeat_interval_s, "must be between 0.05 and 60 seconds", "e.g. 1.0"
             )
@@ -330,7 +337,8 @@ class JobSpec:
         """
         t = self.training
         if t.threads is not None and self.strategy is not Strategy.HOGWILD:
-            raise SpecError("training.threads", t.threads, f"threads are for --strategy hogwild, not {self.strategy.value}",
+            raise SpecError("training.threads", t.threads,
+                            f"threads are for --strategy hogwild, not {self.strategy.value}",
                             "drop --threads, or use --strategy hogwild")
         if t.checkpoint_every is not None and self.strategy is Strategy.HOGWILD:
             raise SpecError("training.checkpoint_every", t.checkpoint_every,
