@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from orchestrator.errors import SpecError
+from orchestrator.report.runs import alive
 from orchestrator.rundir import RunDir, read_json
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.loader import build_spec
@@ -44,18 +45,6 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def check_resumable(run_dir: RunDir, runs_dir: str | Path) -> dict[str, Any]:
     """The run's ``plan.json`` when ``run_dir`` may be continued.
 
@@ -71,7 +60,7 @@ def check_resumable(run_dir: RunDir, runs_dir: str | Path) -> dict[str, Any]:
         raise SpecError("resume", run_dir.run_id, why, hint)
     endpoint = read_json(run_dir.endpoint) or {}
     pid = int(endpoint.get("pid") or 0)
-    if pid and pid != os.getpid() and _alive(pid):
+    if pid and pid != os.getpid() and alive(pid):
         raise SpecError("resume", run_dir.run_id, f"its orchestrator (pid {pid}) is still running",
                         f"watch it with `orchestrator status {run_dir.run_id}`, or stop it first")
     summary = read_json(run_dir.summary) or {}

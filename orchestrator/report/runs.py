@@ -9,7 +9,6 @@ SIGKILLed) reads as ``Lost``.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 from orchestrator.errors import SpecError
 from orchestrator.health.client import EndpointClient, EndpointError
-from orchestrator.rundir import ENDPOINT_FILE, PLAN_FILE, SUMMARY_FILE, RunDir
+from orchestrator.rundir import ENDPOINT_FILE, PLAN_FILE, SUMMARY_FILE, RunDir, read_json  # noqa: F401
 
 
 def is_run_dir(path: Path) -> bool:
@@ -58,15 +57,6 @@ def resolve_run(run: str | None, runs_dir: str | Path = "runs") -> Path:
     raise SpecError("RUN", run, "is neither a run directory nor a run id", hint)
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, None when missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 @dataclass(frozen=True)
 class Endpoint:
     """Where a running job answers (``endpoint.json``).
@@ -95,7 +85,8 @@ def read_endpoint(run_dir: Path) -> Endpoint | None:
     return Endpoint(str(data["address"]), str(data["token"]), int(data.get("pid") or 0), data.get("web_url"))
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one we may not signal counts as alive)."""
     if pid <= 0:
         return False
     try:
@@ -157,7 +148,7 @@ def run_status(run_dir: Path, history: bool = False, timeout_s: float = 3.0) -> 
         if history:
             summary["history"] = read_json(RunDir(run_dir).history) or {"seq": 0, "samples": [], "events": []}
         return summary
-    if endpoint is not None and _alive(endpoint.pid):
+    if endpoint is not None and alive(endpoint.pid):
         return lost_status(run_dir, f"the orchestrator (pid {endpoint.pid}) runs but does not answer "
                                     f"at {endpoint.address}")
     if endpoint is not None:
