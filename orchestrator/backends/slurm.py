@@ -28,6 +28,9 @@ and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
   not fit the restart is refused and the job fails saying so.
 * **Shared run directory**: :meth:`SlurmBackend.open` writes a file into the runs directory and
   reads it back on every node (one step); a directory the nodes do not share is bad input.
+* **Preemption** (:meth:`SlurmBackend.job_preempted`): the job's own record
+  (:mod:`orchestrator.backends.slurm_job`: ``PreemptTime`` set, or a preempted state) confirms that
+  every step SIGTERMed at once is the job being preempted, not task failures.
 * ``close`` cancels every step still running and waits (bounded) until ``squeue`` lists none of
   this run's steps on the nodes that answer.
 
@@ -58,6 +61,7 @@ from orchestrator.backends.addresses import AddressBook
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, TaskHandle, faulthandler_dump
 from orchestrator.backends.options import option
 from orchestrator.backends.placement import move_off, parse_node_list, place
+from orchestrator.backends.slurm_job import JobProbe
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.placement import srun_gpu_options
 from orchestrator.spec.model import JobSpec, TaskId
@@ -156,6 +160,7 @@ class SlurmBackend(Backend[SlurmStep]):
         self.run_dir: Path | None = None
         self._lock = threading.Lock()
         self._steps: list[SlurmStep] = []
+        self._probe: JobProbe | None = None
 
     # -- Slurm commands --------------------------------------------------------------------
     def _command(self, *argv: str, timeout_s: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
@@ -452,6 +457,16 @@ class SlurmBackend(Backend[SlurmStep]):
                 return True
         except OSError:
             return False
+
+    def job_preempted(self) -> bool | None:
+        """Whether Slurm is preempting this job now, from ``scontrol show job`` (bounded by
+        :data:`~orchestrator.backends.slurm_job.SCONTROL_TIMEOUT_S`, cached for a second); None
+        outside a job or when ``scontrol`` cannot say."""
+        if not self.job_id:
+            return None
+        if self._probe is None:
+            self._probe = JobProbe(self.job_id, self.environ)
+        return self._probe.preempted()
 
     def prepare_restart(self, tasks: Sequence[TaskId]) -> tuple[bool, str]:
         """Probe the nodes; move the tasks to restart off lost ones (see the module docstring).

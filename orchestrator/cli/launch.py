@@ -10,6 +10,8 @@ import sys
 from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
+from orchestrator.cli.requeue import SlurmContinuation
+from orchestrator.cli.requeue import check as check_continue
 from orchestrator.cli.specflags import add_gpu_flags
 from orchestrator.errors import SpecError
 from orchestrator.report.live import LinesView, QuietView, TableView
@@ -20,6 +22,7 @@ from orchestrator.rundir import RunDir
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
+from orchestrator.supervisor import EXIT_PREEMPTED
 from orchestrator.web.server import parse_bind
 
 
@@ -110,6 +113,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="exit codes that mean 'preempted, state saved' (retried under every policy but never, not "
                      "counted against --max-restarts; default 143,42: TF's restartable code and the exit 42 of its "
                      "PreemptionCheckpointHandler off Google Cloud)")
+    sup.add_argument("--continue", action="store_true", dest="continue_run",
+                     help="Slurm batch job: SIGUSR1 (the warning `#SBATCH --signal=B:USR1@N` sends N s before the "
+                     "time limit; `sbatch --continue` writes it) saves as a preemption does, then requeues this job "
+                     "(scontrol requeue) so that its next run continues the run: a run longer than the partition's "
+                     "time limit is one job")
     sup.add_argument("--finish-timeout", type=float, default=None,
                      help="a task that reported the end of training and has not exited this long after is hung "
                      "(default none: post-training work is never a stall)")
@@ -180,6 +188,7 @@ def run_launch(args: argparse.Namespace) -> int:
     if not 0 < args.preemption_grace <= 3600:
         raise SpecError("preemption-grace", args.preemption_grace, "must be a number of seconds in (0, 3600]",
                         "e.g. --preemption-grace 30")
+    check_continue(args)
     faults = [Fault.parse(text) for text in args.inject_fault]
     if args.dry_run:
         plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
@@ -218,6 +227,8 @@ def run_launch(args: argparse.Namespace) -> int:
               f"{last.ended} ({last.cause}){step}; training continues from the last checkpoint in "
               f"{job.plan.run_dir / 'backup'}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
+    slurm = SlurmContinuation(args.continue_run, args.backend)
+
     def on_signal(signum, _frame):
         if signum == signal.SIGTERM:  # a preemption (Slurm, docker stop, an eviction): save and leave
             job.supervisor.request_preemption("SIGTERM to the orchestrator")
@@ -226,6 +237,13 @@ def run_launch(args: argparse.Namespace) -> int:
 
     # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    def phases() -> list[str]:
+        snapshot = job.recorder.snapshot()
+        return [t.heartbeat.phase for t in (snapshot.tasks if snapshot is not None else ())
+                if t.heartbeat is not None and t.task.task_type in ("chief", "worker")]
+
+    # --continue: SIGUSR1, the time limit's warning
+    previous.update(slurm.install(job.supervisor.request_preemption, phases, sys.stderr if args.json else sys.stdout))
     try:
         result, summary = api.run(job, keep_web=True)
     finally:
@@ -240,4 +258,5 @@ def run_launch(args: argparse.Namespace) -> int:
         api.close_web(job, args.web_linger)  # open pages get the final state first
     except KeyboardInterrupt:
         api.close_web(job)
+    slurm.after(result.exit_code == EXIT_PREEMPTED, job.plan.run_id)  # Slurm: requeue the job to continue the run
     return result.exit_code

@@ -5,9 +5,21 @@ job with ``launch --backend slurm`` inside its own allocation, so the whole work
 The script asks for as many nodes as the placement needs (one task per node; with
 ``--tasks-per-node K``, ``ceil(tasks / K)``), ``--no-kill`` (a lost node must not end the
 allocation: the orchestrator moves its tasks to the nodes left), the job's output next to the run
-directories, and ``exec`` s the orchestrator, so Slurm's SIGTERM (``scancel``, the time limit)
-reaches it and every task is stopped and ``summary.json`` written. Nothing is submitted; the
-options are checked as ``launch`` checks them (bad input: exit 2, no file written).
+directories, and ``exec`` s the orchestrator, so Slurm's signals to the batch shell (SIGTERM:
+``scancel``, the time limit, the end of a preemption's grace; SIGUSR1: the time limit's warning)
+reach it, every task is stopped and ``summary.json`` written. Nothing is submitted; the options
+are checked as ``launch`` checks them (bad input: exit 2, no file written).
+
+Preemption and time limits (``docs/preemption-slurm.md``):
+
+* The run id is ``slurm-<job id>`` (``--run-id`` to name it), and by default the job is
+  requeueable (``--requeue``, output appended: ``--open-mode=append``; ``--no-requeue`` turns
+  both off): when Slurm requeues it (``SLURM_RESTART_COUNT`` > 0) and the run directory has its
+  plan, the script runs ``launch --resume <run id>``: the next life of the same run.
+* ``--continue`` (with ``--time-limit`` or the partition's limit): ``--signal=B:USR1@N`` asks
+  Slurm for SIGUSR1 N s (``--time-warning``) before the limit; ``launch --continue`` then saves,
+  requeues the job and exits 75, and the next run continues: a run longer than the partition's
+  time limit is one ``sbatch``.
 """
 
 from __future__ import annotations
@@ -25,8 +37,11 @@ from orchestrator.placement import place
 from orchestrator.spec.model import JobSpec
 
 _OWN_OPTIONS = {"-o": True, "--output": True, "--nodes": True, "--partition": True, "--time-limit": True,
-                "--backend": True}
-"""Options of ``sbatch`` itself, left out of the ``launch`` command (value: takes a value)."""
+                "--backend": True, "--no-requeue": False, "--time-warning": True, "--run-id": True}
+"""Options of ``sbatch`` itself, left out of the ``launch`` command (value: takes a value);
+``--run-id`` is put back by the script (fresh launch) or becomes ``--resume`` (requeued)."""
+DEFAULT_TIME_WARNING_S = 90
+"""``sbatch --continue``: seconds before the time limit that Slurm warns the job (SIGUSR1)."""
 
 
 def add_parser(subparsers) -> None:
@@ -45,6 +60,12 @@ def add_parser(subparsers) -> None:
     own.add_argument("--time-limit", default=None, metavar="TIME",
                      help="Slurm time limit, e.g. 1:00:00 (default: the deadline + 5 min when --deadline is given, "
                      "else the partition's)")
+    own.add_argument("--no-requeue", action="store_true",
+                     help="do not let Slurm requeue the job (default: #SBATCH --requeue and --open-mode=append, and "
+                     "a requeued job continues its run with launch --resume slurm-<job id>)")
+    own.add_argument("--time-warning", type=int, default=None, metavar="S",
+                     help=f"with --continue: Slurm sends SIGUSR1 S seconds before the time limit (default "
+                     f"{DEFAULT_TIME_WARNING_S}; at least --preemption-grace; Slurm may send it up to 30 s earlier)")
     p.set_defaults(func=run_sbatch)
 
 
@@ -80,9 +101,17 @@ def gpus_per_node(spec: JobSpec, tasks_per_node: int | None) -> int:
 
 
 def render_script(spec: JobSpec, launch_args: list[str], program: list[str], *, nodes: int, partition: str | None,
-                  time_limit: str | None, workdir: str, python: str, runs_dir: str, gpus: int = 0) -> str:
-    """The batch script's text (see the module docstring); ``gpus``: ``--gpus-per-node``
-    (:func:`gpus_per_node`), 0 for none."""
+                  time_limit: str | None, workdir: str, python: str, runs_dir: str, gpus: int = 0,
+                  run_id: str | None = None, requeue: bool = True, time_warning_s: int | None = None) -> str:
+    """The batch script's text (see the module docstring).
+
+    Args:
+        gpus: ``--gpus-per-node`` (:func:`gpus_per_node`), 0 for none.
+        run_id: the run's id (default ``slurm-$SLURM_JOB_ID``, expanded by the script).
+        requeue: ``#SBATCH --requeue`` and ``--open-mode=append``, and a requeued job resumes its
+            run; False: ``--no-requeue``.
+        time_warning_s: ``#SBATCH --signal=B:USR1@S`` (``--continue``); None: no warning.
+    """
     tasks = ", ".join(t.name for t in spec.tasks())
     lines = [
         "#!/bin/bash",
@@ -103,17 +132,32 @@ def render_script(spec: JobSpec, launch_args: list[str], program: list[str], *, 
         lines.append(f"#SBATCH --time={time_limit}")
     if gpus:  # each step then asks srun --gpus-per-task for its own (orchestrator/backends/slurm.py)
         lines.append(f"#SBATCH --gpus-per-node={gpus}")
-    command = [python, "-m", "orchestrator", "launch", "--backend", "slurm", "--plain", *launch_args]
-    if program:
-        command += ["--", *program]
+    if requeue:
+        lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append"]
+    else:
+        lines.append("#SBATCH --no-requeue")
+    if time_warning_s is not None:
+        lines.append(f"#SBATCH --signal=B:USR1@{time_warning_s}")
+    command = shlex.join([python, "-m", "orchestrator", "launch", "--backend", "slurm", "--plain", *launch_args])
+    tail = " -- " + shlex.join(program) if program else ""
     lines += [
         "set -eu",
         f"mkdir -p {shlex.quote(runs_dir)}",
         f"cd {shlex.quote(workdir)}",
-        "# exec: Slurm's SIGTERM (scancel, the time limit) reaches the orchestrator, which stops every task",
-        "exec " + shlex.join(command),
-        "",
+        f"run_id={shlex.quote(run_id)}" if run_id else 'run_id="slurm-${SLURM_JOB_ID}"',
+        "# exec: Slurm's signals to the batch shell (SIGTERM: scancel, the time limit, a preemption's end of",
+        "# grace; SIGUSR1: the time limit's warning) reach the orchestrator itself, which saves and stops every task",
     ]
+    if requeue:
+        lines += [
+            "# requeued (a preemption, or launch --continue before the time limit): the next life of the same run",
+            f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] && [ -e {shlex.quote(runs_dir)}/"$run_id"/plan.json ]; then',
+            ('    echo "Slurm job ${SLURM_JOB_ID} requeued (SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT}): '
+             'continuing run $run_id"'),
+            f'    exec {command} --resume "$run_id"{tail}',
+            "fi",
+        ]
+    lines += [f'exec {command} --run-id "$run_id"{tail}', ""]
     return "\n".join(lines)
 
 
@@ -124,10 +168,34 @@ def _time_limit(deadline_s: float | None) -> str | None:
     return f"{minutes // 60}:{minutes % 60:02d}:00"
 
 
+def _time_warning(args: argparse.Namespace) -> int | None:
+    """``--signal=B:USR1@S``'s S under ``--continue`` (None without it).
+
+    Raises:
+        SpecError: ``--time-warning`` without ``--continue``, out of range or shorter than the
+            save's grace; ``--continue`` with ``--no-requeue``; ``--resume``.
+    """
+    if not args.continue_run:
+        if args.time_warning is not None:
+            raise SpecError("time-warning", args.time_warning, "is the warning of --continue", "add --continue")
+        return None
+    if args.no_requeue:
+        raise SpecError("continue", True, "requeues the job before its time limit, --no-requeue forbids that",
+                        "drop --no-requeue or --continue")
+    warning = DEFAULT_TIME_WARNING_S if args.time_warning is None else args.time_warning
+    if not args.preemption_grace <= warning <= 65535:  # Slurm's --signal takes at most 0xffff s
+        raise SpecError("time-warning", warning, f"must be in [--preemption-grace ({args.preemption_grace:g} s), "
+                        "65535] seconds: the save after the warning gets the grace", "e.g. --time-warning 90")
+    return warning
+
+
 def run_sbatch(args: argparse.Namespace) -> int:
     """Write the batch script. Returns 0 (2 on bad input, raised as SpecError)."""
     if args.backend not in ("local", "slurm"):  # local: argparse's default, i.e. not given
         raise SpecError("backend", args.backend, "a batch script runs the slurm backend", "leave out --backend")
+    if args.resume is not None:
+        raise SpecError("resume", args.resume, "a batch script resumes its run by itself when Slurm requeues it",
+                        "drop --resume")
     if args.dry_run:
         raise SpecError("dry-run", True, "sbatch writes a script and starts nothing anyway", "leave out --dry-run")
     spec = launch.spec_from_args(args)
@@ -141,11 +209,13 @@ def run_sbatch(args: argparse.Namespace) -> int:
     if nodes < needed:
         raise SpecError("nodes", nodes, f"{len(spec.tasks())} tasks need {needed} node(s) at "
                         f"{args.tasks_per_node or 1} per node", f"use --nodes {needed} or raise --tasks-per-node")
+    warning = _time_warning(args)
     raw = list(getattr(args, "raw_argv", []) or [])
     text = render_script(spec, launch_argv(raw), program, nodes=nodes, partition=args.partition,
                          time_limit=args.time_limit or _time_limit(spec.supervision.deadline_s),
                          workdir=os.getcwd(), python=sys.executable, runs_dir=str(Path(args.runs_dir).resolve()),
-                         gpus=gpus_per_node(spec, args.tasks_per_node))
+                         gpus=gpus_per_node(spec, args.tasks_per_node), run_id=args.run_id,
+                         requeue=not args.no_requeue, time_warning_s=warning)
     if args.output == "-":
         sys.stdout.write(text)
         return 0

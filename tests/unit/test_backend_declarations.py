@@ -60,7 +60,8 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
                                    Capability.DIAGNOSTICS: ("dump_stacks", "oom_killed"), Capability.HOST_GPUS: ()}
     assert slurm.capabilities == {
         Capability.LIFECYCLE: ("open", "close"), Capability.PORTS: ("reserve_again",),
-        Capability.DIAGNOSTICS: ("dump_stacks",), Capability.REMOTE: ("register_address", "prepare_restart"),
+        Capability.DIAGNOSTICS: ("dump_stacks", "job_preempted"),
+        Capability.REMOTE: ("register_address", "prepare_restart"),
         Capability.HOST_FILES: ()}
     assert slurm.supports(Capability.REMOTE) and not docker.supports(Capability.HOST_FILES)
     assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None]
