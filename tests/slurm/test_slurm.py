@@ -145,7 +145,8 @@ def _restore_node(slurm_env, node: str) -> None:
                         f"hostname {node}; exec slurmd -f {conf} -N {node}"], check=True, timeout=30)
 
     def usable() -> bool:  # back in service (a step of the ended job may still be completing there)
-        out = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True, env=slurm_env)
+        out = subprocess.run(["sinfo", "-h", "-p", "orchci", "-n", node, "-o", "%T"], capture_output=True, text=True,
+                             env=slurm_env)  # -p: a node is in several partitions (low, high)
         return out.stdout.strip() in ("idle", "mixed", "completing")
 
     wait_until(usable, timeout_s=90, interval_s=0.25, what=f"{node} back in service")
