@@ -41,14 +41,16 @@ def add_parser(subparsers) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Every option of ``launch`` (``sbatch`` takes them too and passes them on)."""
     p.add_argument("--spec", metavar="FILE", default=None,
-                   help="cluster spec file (YAML or JSON, see cluster_specs/); flags given explicitly override its fields")
+                   help="cluster spec file (YAML or JSON, see cluster_specs/); flags given explicitly override "
+                        "its fields")
     topo = p.add_argument_group("topology")
     topo.add_argument("--strategy", default=None,
-                      help="multi_worker_mirrored (default), parameter_server, mirrored (one task, --replicas devices), "
-                      "or hogwild (one task, --threads threads training one shared model without locks)")
+                      help="multi_worker_mirrored (default), parameter_server, mirrored (one task, --replicas "
+                      "devices), or hogwild (one task, --threads threads training one shared model without locks)")
     topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
-    topo.add_argument("--chief", action="store_true", default=None, help="add a chief task (always present with parameter_server)")
+    topo.add_argument("--chief", action="store_true", default=None,
+                      help="add a chief task (always present with parameter_server)")
     topo.add_argument("--evaluator", action="store_const", const=1, default=None,
                       help="add a sidecar evaluator task that evaluates the chief's checkpoints on the test split")
     topo.add_argument("--replicas", type=int, default=None,
@@ -58,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
     train = p.add_argument_group("training (built-in program)")
     train.add_argument("--loop", choices=("fit", "custom"), default=None,
-                       help="tf-keras Model.fit (default) or a custom loop (strategy.run / ClusterCoordinator.schedule)")
+                       help="tf-keras Model.fit (default) or a custom loop (strategy.run / "
+                            "ClusterCoordinator.schedule)")
     train.add_argument("--data", default=None, metavar="PATH",
                        help="a .npz file (x_train, y_train, x_test, y_test) or a directory of train*/test* TFRecord "
                        "files; default: the embedded digits")
@@ -67,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     train.add_argument("--batch-size", type=int, default=None, dest="batch_size",
                        help=f"batch size per replica; global = this x replicas (default {d.batch_size_per_replica})")
     train.add_argument("--steps-per-epoch", type=int, default=None, help="default: train examples / global batch")
-    train.add_argument("--learning-rate", type=float, default=None, help=f"Adam learning rate (default {d.learning_rate})")
+    train.add_argument("--learning-rate", type=float, default=None,
+                       help=f"Adam learning rate (default {d.learning_rate})")
     train.add_argument("--seed", type=int, default=None, help="seed of the split and initial weights (default 0)")
     train.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
                        help="also checkpoint every STEPS global steps, so a task killed without warning loses at "
@@ -79,9 +83,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="continue the run RUN_ID (under --runs-dir) in its own directory after a preemption, a time "
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
                      "restart budget and failure history (flags given must agree with the run's, but --deadline)")
-    run.add_argument("--threads-per-task", type=int, default=None, help="TF intra-op threads per task (default cores / tasks)")
+    run.add_argument("--threads-per-task", type=int, default=None,
+                     help="TF intra-op threads per task (default cores / tasks)")
     run.add_argument("--heartbeat-interval", type=float, default=None, help="seconds between heartbeats (default 1)")
-    run.add_argument("--stop-timeout", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
+    run.add_argument("--stop-timeout", type=float, default=10.0,
+                     help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
     run.add_argument("--inject-fault", action="append", default=[], metavar="TASK:KIND@TRIGGER",
                      help="inject a fault, e.g. worker:1:kill@step=20 or worker:1:exit=3@step=5 "
                      "(kinds: kill, exit=N, raise, hang, stop, term; triggers: step=N, time=S; repeatable)")
@@ -93,7 +99,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--restart-backoff", type=float, default=None,
                      help="seconds before the first restart, doubling each time up to 30 (default: the first "
                      "restart at once, then 1 s doubling)")
-    sup.add_argument("--heartbeat-timeout", type=float, default=None, help="a task silent this long is hung (default 10 s)")
+    sup.add_argument("--heartbeat-timeout", type=float, default=None,
+                     help="a task silent this long is hung (default 10 s)")
     sup.add_argument("--stall-timeout", type=float, default=None,
                      help="a training task whose step does not advance this long is hung (default 60 s)")
     sup.add_argument("--startup-timeout", type=float, default=None,
@@ -101,7 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--deadline", type=float, default=None, help="fail the job after this many seconds (default none)")
     sup.add_argument("--success-policy", default=None, metavar="POLICY",
                      help="all-workers: every chief/worker must exit 0 (default under multi_worker_mirrored); "
-                     "chief: the coordinator exiting 0 is enough (Kubeflow TFJob's default; always under parameter_server)")
+                     "chief: the coordinator exiting 0 is enough (Kubeflow TFJob's default; always under "
+                     "parameter_server)")
     sup.add_argument("--spares", type=int, default=None,
                      help="warm spare task processes kept ready (TensorFlow imported) once the job trains, so a "
                      "restart skips the cold start (default: as many as one restart needs; 0: none)")
@@ -126,14 +134,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")
     out.add_argument("--quiet", action="store_true", help="print only the final report")
     out.add_argument("--json", action="store_true", help="print only summary.json on stdout")
-    out.add_argument("--dry-run", action="store_true", help="print the plan (TF_CONFIG, command, env of every task) and exit")
+    out.add_argument("--dry-run", action="store_true",
+                     help="print the plan (TF_CONFIG, command, env of every task) and exit")
     web = p.add_argument_group("web page and metrics (see docs/watching.md)")
     web.add_argument("--web", default=None, metavar="[HOST:]PORT",
                      help="serve a live page of the job and Prometheus /metrics there (host 127.0.0.1 unless given; "
                      "port 0: any free port); the URL with its token is printed at the start")
     web.add_argument("--web-public", action="store_true",
-                     help="allow a --web host that is not loopback (0.0.0.0, a routable address): plain HTTP, the token "
-                     "travels in clear")
+                     help="allow a --web host that is not loopback (0.0.0.0, a routable address): plain HTTP, "
+                     "the token travels in clear")
     web.add_argument("--web-linger", type=float, default=10.0, metavar="S",
                      help="after the job ended, keep serving until open pages have its final state, at most S seconds "
                      "(default 10; returns at once when no page is open)")
@@ -161,7 +170,8 @@ def _resumable(args: argparse.Namespace) -> dict:
     run_id = args.resume
     api.check_run_id(run_id, "resume")
     if args.run_id is not None and args.run_id != run_id:
-        raise SpecError("run-id", args.run_id, f"differs from --resume {run_id}", "drop --run-id: --resume names the run")
+        raise SpecError("run-id", args.run_id, f"differs from --resume {run_id}",
+                        "drop --run-id: --resume names the run")
     return check_resumable(RunDir.of(args.runs_dir, run_id), args.runs_dir)
 
 
@@ -171,9 +181,11 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.web is not None:
         parse_bind(args.web, allow_public=args.web_public)  # bad input before anything, --dry-run too
     if not 0 <= args.web_linger <= 3600:
-        raise SpecError("web-linger", args.web_linger, "must be a number of seconds in [0, 3600]", "e.g. --web-linger 10")
+        raise SpecError("web-linger", args.web_linger, "must be a number of seconds in [0, 3600]",
+                        "e.g. --web-linger 10")
     if not 0 < args.stop_timeout < 3600:  # also rejects nan and inf
-        raise SpecError("stop-timeout", args.stop_timeout, "must be a number of seconds in (0, 3600)", "e.g. --stop-timeout 10")
+        raise SpecError("stop-timeout", args.stop_timeout, "must be a number of seconds in (0, 3600)",
+                        "e.g. --stop-timeout 10")
     if args.replicas is not None and spec.strategy is not Strategy.MIRRORED:
         raise SpecError("replicas", args.replicas, f"{spec.strategy.value} has one replica per task",
                         "drop --replicas (it is for --strategy mirrored), or change --workers")

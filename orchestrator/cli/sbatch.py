@@ -55,7 +55,8 @@ def add_parser(subparsers) -> None:
     own = p.add_argument_group("batch script")
     own.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the script (- for stdout)")
     own.add_argument("--nodes", type=int, default=None,
-                     help="nodes to allocate (default: what the placement needs: one per task, or tasks / --tasks-per-node)")
+                     help="nodes to allocate (default: what the placement needs: one per task, or tasks / "
+                          "--tasks-per-node)")
     own.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's default)")
     own.add_argument("--time-limit", default=None, metavar="TIME",
                      help="Slurm time limit, e.g. 1:00:00 (default: the deadline + 5 min when --deadline is given, "
@@ -219,10 +220,12 @@ def run_sbatch(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(text)
         return 0
-    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)  # Slurm opens the job's output file there before the script runs
+    # Slurm opens the job's output file there before the script runs
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     target = Path(args.output)
     if target.parent and not target.parent.is_dir():
-        raise SpecError("output", args.output, f"{target.parent} is not a directory", "write the script into an existing directory")
+        raise SpecError("output", args.output, f"{target.parent} is not a directory",
+                        "write the script into an existing directory")
     target.write_text(text, encoding="utf-8")
     target.chmod(0o755)
     gpus = gpus_per_node(spec, args.tasks_per_node)

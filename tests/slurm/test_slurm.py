@@ -28,7 +28,8 @@ from tests.slurm.conftest import NODES, SLURM_DIR, SUBNET
 
 pytestmark = pytest.mark.slurm
 
-_STEPS_AFTER = 'python -m orchestrator "$@"; rc=$?; squeue -h -s -j "$SLURM_JOB_ID" -o "%i|%j|%N" > "$STEPS_FILE"; exit $rc'
+_STEPS_AFTER = ('python -m orchestrator "$@"; rc=$?; squeue -h -s -j "$SLURM_JOB_ID" -o "%i|%j|%N" > "$STEPS_FILE"; '
+                'exit $rc')
 
 
 def run_job(slurm_env, tmp_path: Path, run_id: str, *args: str, nodes: int = 3, on_line=None,
@@ -93,7 +94,8 @@ def test_mwms_two_workers_across_two_nodes(slurm_env, tmp_path):
     addresses = cluster_addresses(tmp_path, "mwms")
     assert set(addresses) == {"worker-0", "worker-1"}
     assert_node_addresses(addresses)
-    tf_config_lines = [ln for ln in (tmp_path / "mwms" / "attempt-0" / "worker-1" / "stdout.log").read_text().splitlines()
+    worker_1_log = tmp_path / "mwms" / "attempt-0" / "worker-1" / "stdout.log"
+    tf_config_lines = [ln for ln in worker_1_log.read_text().splitlines()
                        if "registered" in ln]
     assert tf_config_lines and addresses["worker-1"] in tf_config_lines[0]
     plan = (tmp_path / "mwms" / "plan.json").read_text()
@@ -109,7 +111,8 @@ def test_pss_chief_worker_ps_on_three_nodes(slurm_env, tmp_path):
     assert code == 0, output(seen)
     assert summary["metrics"]["test_accuracy"] >= 0.85
     states = {t["task"]: (t["state"], t["signal"]) for t in summary["tasks"]}
-    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"), "ps:0": ("Stopped", "SIGTERM")}
+    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"),
+                      "ps:0": ("Stopped", "SIGTERM")}
     addresses = cluster_addresses(tmp_path, "pss")
     assert set(addresses) == {"chief-0", "worker-0", "ps-0"}
     assert_node_addresses(addresses)
