@@ -41,7 +41,7 @@ from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
-from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, task_snapshot
+from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, phase_name, task_snapshot
 from orchestrator.supervisor.spares import spare_request
 from orchestrator.supervisor.states import (
     EXIT_FAILED,
@@ -442,6 +442,11 @@ class Supervisor(FailureHandling):
         names = [rt.task.name for rt in trainers]
         if self.preemption.deadline is None:
             self._restart_at.clear()
+            coordinator = self._by_task[spec.coordinator].current
+            phase = phase_name(coordinator.heartbeat.heartbeat.phase) if coordinator.heartbeat else None
+            if phase in decisions.POST_TRAINING_PHASES:  # a notice now would lose it (BackupAndRestore's
+                self._event(self.preemption.begin(now, []) + "; training had ended: letting it finish")
+                return  # backup is gone once fit returns): let evaluation and export finish in the grace
             self._event(self.preemption.begin(now, names))
             for rt in trainers:
                 if rt.current.process is not None and not forensics.sigterm_received(rt):

@@ -130,15 +130,19 @@ class Carried:
 
 
 def close_previous(lives: tuple[Life, ...], resumed_from_step: int | None) -> tuple[Life, ...]:
-    """The earlier lives with the last one's ``steps_lost`` filled in once the new life knows
-    the step it resumed from (a fresh start from step 0 when nothing was saved)."""
-    if not lives or lives[-1].steps_lost is not None:
+    """The earlier lives with ``steps_lost`` filled in once a new life knows the step it resumed
+    from: for the latest life that trained (lives after it that never reached training lost
+    nothing and are skipped); unknown (None) until then."""
+    if resumed_from_step is None:
         return lives
-    last = lives[-1]
-    if last.last_step is None:
-        return lives
-    lost = max(0, last.last_step - (resumed_from_step or 0))
-    return lives[:-1] + (replace(last, steps_lost=lost),)
+    for i in range(len(lives) - 1, -1, -1):
+        life = lives[i]
+        if life.steps_lost is not None:
+            return lives
+        if life.last_step is not None:
+            lost = max(0, life.last_step - resumed_from_step)
+            return lives[:i] + (replace(life, steps_lost=lost),) + lives[i + 1:]
+    return lives
 
 
 def record_dict(run_id: str, lives: tuple[Life, ...], *, restarts_used: int, next_attempt: Mapping[str, int],

@@ -241,3 +241,24 @@ def test_a_life_killed_without_a_word_reads_lost_and_counts_its_lost_steps():
     assert (carried.lives[0].ended, carried.lives[0].cause) == ("Lost", "orchestrator killed")
     (closed,) = close_previous(carried.lives, resumed_from_step=60)
     assert closed.steps_lost == 7
+
+
+def test_steps_lost_wait_for_a_life_that_trains_and_skip_lives_that_never_did():
+    trained = Life(number=1, started_at=1.0, ended="Preempted", last_step=1035)
+    idle = Life(number=2, started_at=2.0, ended="Preempted")  # requeued, preempted again before training
+    assert close_previous((trained, idle), resumed_from_step=None) == (trained, idle)  # not known yet
+    first, second = close_previous((trained, idle), resumed_from_step=1035)
+    assert (first.steps_lost, second.steps_lost) == (0, None)
+
+
+def test_a_preemption_after_training_ended_lets_the_tasks_finish_instead_of_noticing_them(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(phase="finishing", step=90)  # evaluating and exporting: fit's backup is already gone
+    h.tick()
+    h.sup.request_preemption("SIGTERM to the orchestrator")
+    h.tick()
+    assert all(h.backend.latest(n).signals == [] for n in ("worker-0", "worker-1"))
+    h.exit("worker-0", 0)
+    h.exit("worker-1", 0)
+    result = h.finish()
+    assert result.state is JobState.SUCCEEDED
