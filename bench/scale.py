@@ -181,21 +181,22 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             for _ in range(kills):
                 rt = _runtime(sup, REAL)
                 # the lambda is called within this iteration, so the loop variable cannot go stale
-                if not _wait(lambda: rt.state is TaskState.RUNNING and rt.heartbeat is not None, 30):  # noqa: B023
+                if not _wait(lambda: rt.current.state is TaskState.RUNNING and rt.current.heartbeat is not None,  # noqa: B023
+                             30):
                     out["errors"].append("victim not running")
                     return
                 before = len(sup.failures)
                 at = time.monotonic()
-                os.kill(rt.pid, signal.SIGKILL)
+                os.kill(rt.current.pid, signal.SIGKILL)
                 # the lambda is called within this iteration, so the loop variable cannot go stale
                 if _wait(lambda: len(sup.failures) > before, 30):  # noqa: B023
                     out["kill_detect_s"].append(sup.failures[before].at - at)
-                _wait(lambda: _runtime(sup, REAL).state is TaskState.RUNNING, 30)
+                _wait(lambda: _runtime(sup, REAL).current.state is TaskState.RUNNING, 30)
             for i in range(hangs):
                 rt = _runtime(sup, f"worker-{2 + i}")
                 before = len(sup.failures)
                 at = time.monotonic()
-                backend.freeze(rt.process)
+                backend.freeze(rt.current.process)
                 # the lambda is called within this iteration, so the loop variable cannot go stale
                 if _wait(lambda: len(sup.failures) > before, heartbeat_timeout_s + 30):  # noqa: B023
                     out["hang_detect_s"].append(sup.failures[before].at - at)
