@@ -262,3 +262,27 @@ def test_a_preemption_after_training_ended_lets_the_tasks_finish_instead_of_noti
     h.exit("worker-1", 0)
     result = h.finish()
     assert result.state is JobState.SUCCEEDED
+
+
+def test_the_only_task_of_a_job_sigtermed_from_outside_is_restarted_not_the_job_preempted(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="mirrored", workers=1))
+    h.all_beat(step=4)
+    h.tick()
+    (h.backend.latest("worker-0").stdout_path.parent / SIGTERM_RECEIVED_FILE).write_text("")
+    h.exit("worker-0", 143)
+    h.tick()
+    assert not h.sup.state.terminal and h.sup.restarts_used == 0
+    assert [t.attempt for t in h.sup.snapshot().tasks] == [1]
+
+
+def test_a_pss_job_preemption_notices_the_coordinator_alone_so_its_workers_serve_while_it_saves(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    h.all_beat(step=6)
+    h.tick()
+    h.sup.request_preemption("SIGTERM to the orchestrator")
+    h.tick()
+    assert h.backend.latest("chief-0").signals == [signal.SIGTERM]  # the notice, not a stop
+    # once it has left, the rest is stopped (two-phase), never sent the notice themselves
+    assert h.backend.stopped == [["worker-0", "worker-1", "ps-0"]]
+    result = h.finish()
+    assert result.state is JobState.PREEMPTED
