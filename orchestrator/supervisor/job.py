@@ -436,9 +436,9 @@ class Supervisor(FailureHandling):
         """First the notice to every live trainer (:mod:`~orchestrator.supervisor.preemption`);
         then, once every trainer has left or the grace is over, stop the rest and end Preempted."""
         spec = self.plan.spec
-        # under PSS the coordinator saves (its workers must keep serving until it has): notice it alone
-        savers = [spec.coordinator] if spec.strategy is Strategy.PARAMETER_SERVER else spec.trainers()
-        trainers = [rt for rt in self._live() if rt.task in savers]
+        # trainers only: under PSS that is the coordinator alone (its workers serve until stopped,
+        # and must keep serving while it saves)
+        trainers = [rt for rt in self._live() if rt.task in spec.trainers()]
         names = [rt.task.name for rt in trainers]
         if self.preemption.deadline is None:
             self._restart_at.clear()
