@@ -221,6 +221,10 @@ class HeartbeatReporter:
                 self._dirty = False
                 hb = self._snapshot()
             yield hb
+            # gRPC asks for the next message once the last one went out on an open stream: the
+            # orchestrator is reachable. (The connectivity poller alone can miss a short READY
+            # under load, and a task that never saw READY would never notice it was orphaned.)
+            self._reached, self._lost_at = True, None
             if closing:
                 self._sent_final.set()
                 return
@@ -257,6 +261,8 @@ class HeartbeatReporter:
                 if self._sent_final.is_set() or self._closing:
                     return
                 log.debug("heartbeat stream broke (%s); reconnecting in %.1f s", exc, backoff_s)
+                if self._reached and self._lost_at is None:
+                    self._lost_at = time.monotonic()
                 self._check_orchestrator()
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 5.0)
