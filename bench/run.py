@@ -193,7 +193,9 @@ class Suite:
         """
         runs = 1 if self.quick else 3
         epochs, kill_step = (2, 67) if self.quick else (24, 915)
-        pss_epochs, kill_epoch = (7, 2) if self.quick else (20, 3)
+        # PSS: the job is far longer than the recovery (the chief would otherwise finish before a restarted
+        # worker is back when the machine is loaded) and is stopped once the worker is back in the rotation
+        pss_epochs, kill_epoch = (60, 2) if self.quick else (80, 3)
         detect, m_ratio, m_rec, m_cold, lost, p_ratio, p_rec, p_cold, details = ([] for _ in range(9))
         for _ in range(runs):
             if self.quick:  # the checkpoint section's SIGKILL run (the same arguments): one job for both
@@ -230,7 +232,8 @@ class Suite:
             r = run_orchestrated(self.workdir, self._id("recovery-pss"),
                                  ["--strategy", "parameter_server", "--workers", "2", "--epochs", str(pss_epochs)],
                                  "chief-0",
-                                 kill_when=_pss_worker_once_trained(kill_epoch, wait_for_spares=not self.quick))
+                                 kill_when=_pss_worker_once_trained(kill_epoch, wait_for_spares=not self.quick),
+                                 stop_when=_rejoined)
             chief_log = r.run_dir / "attempt-0" / "chief-0" / "stdout.log"
             back = _REJOINED.search(chief_log.read_text(errors="replace")) if chief_log.exists() else None
             c = r.first_step_s()
@@ -514,6 +517,12 @@ def _pss_worker_once_trained(epoch: int, wait_for_spares: bool):
         return None
 
     return when
+
+
+def _rejoined(run_dir: Path, events) -> bool:
+    """A ``stop_when`` for :func:`run_orchestrated`: the chief has worker-1 back in its rotation."""
+    chief = run_dir / "attempt-0" / "chief-0" / "stdout.log"
+    return chief.exists() and _REJOINED.search(chief.read_text(errors="replace")) is not None
 
 
 def _spares_warm(r, kill_at: float) -> bool:

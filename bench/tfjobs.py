@@ -150,13 +150,17 @@ def cores() -> int:
 
 
 def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: str, sample_s: float = 0.0,
-                     timeout_s: float = 600.0, kill_when=None, kill_signal: int = signal.SIGKILL) -> RunResult:
+                     timeout_s: float = 600.0, kill_when=None, kill_signal: int = signal.SIGKILL,
+                     stop_when=None) -> RunResult:
     """``python -m orchestrator launch --plain ...`` in a subprocess; event lines timestamped as they
     arrive; with ``sample_s`` > 0 the orchestrator's CPU times and RSS are sampled that often.
 
     ``kill_when(run_dir, events)``, polled every 0.05 s while the job runs, returns the pid of a
     task to send ``kill_signal`` (SIGKILL by default) once, or :data:`ORCHESTRATOR` for the
-    orchestrator process itself (None: not yet); the signal's Unix time is ``RunResult.killed_at``."""
+    orchestrator process itself (None: not yet); the signal's Unix time is ``RunResult.killed_at``.
+    ``stop_when(run_dir, events)``, polled likewise after the kill, returns True once the run has
+    shown what it was run for: the orchestrator then gets SIGINT (Ctrl-C: every task stopped, exit
+    130), so a job is long enough by construction and still ends as soon as it is measured."""
     cmd = [PY, "-m", "orchestrator", "launch", "--plain", "--runs-dir", str(workdir), "--run-id", run_id, *args]
     launch = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=base_env())
@@ -194,6 +198,11 @@ def run_orchestrated(workdir: Path, run_id: str, args: list[str], coordinator: s
                     killed.append(time.time())
                 except ProcessLookupError:
                     pass
+                break
+            time.sleep(0.05)
+        while stop_when is not None and proc.poll() is None:
+            if stop_when(workdir / run_id, list(events)):
+                proc.send_signal(signal.SIGINT)
                 return
             time.sleep(0.05)
 
