@@ -270,6 +270,15 @@ def _wrap(label: str, text: str, width: int) -> list[str]:
                          break_long_words=True, break_on_hyphens=False) or [head.rstrip()]
 
 
+def _fit(line: str, width: int) -> str:
+    """``line`` in ``width`` columns: a longer one keeps its start and its end (where a long
+    exception message says what was wrong) around " ... "."""
+    if len(line) <= width:
+        return line
+    keep = max(0, width - 5)
+    return f"{line[:keep // 2]} ... {line[len(line) - (keep - keep // 2):]}"
+
+
 def _failure_text(f: dict) -> str:
     how = f"exit code {f['exit_code']}" if f["exit_code"] is not None else f"signal {f['signal']}"
     text = f"{f['task']} (attempt {f['attempt']}): {how}" + (f": {f['message']}" if f["message"] else "")
@@ -342,7 +351,7 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
         tail = [ln for ln in rc["stderr_tail"].splitlines() if ln.strip()][-root_cause_tail:]
         if tail:
             lines.append("  last lines of its stderr:")
-            lines.extend(("    | " + ln)[:width] for ln in tail)
+            lines.extend(_fit("    | " + ln, width) for ln in tail)
     if summary.get("model_dir"):
         lines += _wrap("model", summary["model_dir"], width)
     if summary.get("tensorboard_dir"):

@@ -14,7 +14,7 @@ import signal
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Sequence
 
 from orchestrator.backends.base import Backend
 from orchestrator.env import SIGTERM_RECEIVED_FILE, TRAINING
@@ -28,6 +28,24 @@ _TF_NOISE = re.compile(
 _EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|KeyboardInterrupt)(?::.*)?$"
 )
+_EXCEPTION_HEADER = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)(?::(?: .*)?)?$")
+"""The first line of the exception a traceback ends in: ``[module.]Name[: message]``."""
+_LOG_LINE = re.compile(
+    r"^(?:[IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]"  # absl / glog: TF's C++ lines, absl's Python ones
+    r"|(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: )?[IWEF] \S+:\d+\]"  # TF's older C++ format
+    r"|WARNING: All log messages before absl"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:)"  # Python logging's default format (absl, tensorflow)
+)
+"""A log record's line (never part of a traceback, wherever it lands in one)."""
+TRACEBACK = "Traceback (most recent call last):"
+_SIDE_TRACEBACKS = ("Exception ignored in", "Exception in thread")
+"""What precedes a traceback that did not end the program (unraisable hook, a thread's excepthook)."""
+_MESSAGE_END = (TRACEBACK, "During handling of the above exception", "The above exception was the direct cause",
+                *_SIDE_TRACEBACKS)
+SCAN_BYTES = 64 * 2**20
+"""How far back from its end a stderr log is searched for the last traceback."""
+MESSAGE_BYTES = 64 * 1024
+"""At most this much of an exception's message is kept (a TF message runs to kilobytes)."""
 
 
 def tail_lines(path: Path | str | None, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
@@ -60,19 +78,88 @@ def error_message(error_file: Path | None) -> str:
 
 
 def exception_line(stderr_tail: str) -> str:
-    """The exception a Python program died of, from its stderr: the last line of the last
-    ``Traceback`` (``ZeroDivisionError: division by zero``), its module path dropped; ""
-    when there is none. For programs that write no error file (a user's program)."""
+    """The exception a Python program died of, from its stderr text: :func:`traceback_exception`
+    of its last ``Traceback`` (one a thread's excepthook or the unraisable hook printed only
+    when there is no other); "" when there is none."""
     lines = stderr_tail.splitlines()
-    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=None)
-    if start is None:
+    starts = [i for i, ln in enumerate(lines) if ln.startswith(TRACEBACK)]
+    fallback = ""
+    for i in reversed(starts):
+        found = traceback_exception(lines[i:])
+        if found and not (i > 0 and lines[i - 1].startswith(_SIDE_TRACEBACKS)):
+            return found
+        fallback = fallback or found
+    return fallback
+
+
+def traceback_exception(lines: Sequence[str]) -> str:
+    """The exception a printed traceback ends in: its first line with the module path dropped
+    (``InvalidArgumentError: Graph execution error:``) and the lines of a multi-line message,
+    however long (at most :data:`MESSAGE_BYTES`); "" when ``lines`` (from the ``Traceback``
+    line on) has none. Log records (TensorFlow's C++ and absl lines, Python logging's) are
+    skipped wherever they land, and end the message: whatever a program logs after its
+    traceback is not part of it."""
+    i = 1
+    while i < len(lines) and (lines[i].startswith((" ", "\t")) or not lines[i].strip() or _LOG_LINE.match(lines[i])):
+        i += 1  # the frames ("  File ...", their source lines, carets, "[Previous line repeated ...]"), and logs
+    m = _EXCEPTION_HEADER.match(lines[i].rstrip()) if i < len(lines) else None
+    if m is None:
         return ""
-    for line in reversed(lines[start + 1:]):
-        m = _EXCEPTION_LINE.match(line.strip())
-        if m:
-            text = line.strip()
-            return text[text.index(m.group(1)):]
-    return ""
+    message = [lines[i].rstrip()[m.start(1):]]
+    size = len(message[0])
+    for line in lines[i + 1:]:
+        if _LOG_LINE.match(line) or line.startswith(_MESSAGE_END) or size > MESSAGE_BYTES:
+            break
+        message.append(line.rstrip())
+        size += len(line) + 1
+    while len(message) > 1 and not message[-1].strip():
+        message.pop()
+    return "\n".join(message)[:MESSAGE_BYTES]
+
+
+def last_exception(path: Path | str | None, scan_bytes: int = SCAN_BYTES, chunk_bytes: int = 2**20) -> str:
+    """The exception a program died of, from its whole stderr log (:func:`exception_line`),
+    whatever its length and however much was logged after it: the log is searched backwards
+    from its end (at most ``scan_bytes``) for the last ``Traceback`` line, and read forward from
+    there. "" when there is none or the file cannot be read."""
+    if path is None:
+        return ""
+    marker = b"\n" + TRACEBACK.encode()
+    fallback, seen = "", set[int]()
+    try:
+        with open(path, "rb") as fh:
+            pos = fh.seek(0, 2)
+            stop = max(0, pos - scan_bytes)
+            while pos > stop:
+                base = max(0, max(stop, pos - chunk_bytes) - 1)  # one byte before: its newline
+                fh.seek(base)
+                data = fh.read(pos + len(marker) - base)
+                if base == 0:
+                    data, base = b"\n" + data, -1  # the file's first line starts after a virtual newline
+                hit = data.rfind(marker)
+                while hit >= 0:
+                    line_at = base + hit + 1  # where the Traceback line starts in the file
+                    if line_at not in seen:  # (chunks overlap by a marker's length)
+                        seen.add(line_at)
+                        found, side = _exception_at(fh, line_at, chunk_bytes)
+                        if found and not side:
+                            return found
+                        fallback = fallback or found
+                    hit = data.rfind(marker, 0, hit)
+                pos = base + 1
+    except OSError:
+        return fallback
+    return fallback
+
+
+def _exception_at(fh: BinaryIO, line_at: int, read_bytes: int) -> tuple[str, bool]:
+    """:func:`traceback_exception` of the traceback at byte ``line_at`` of ``fh``, and whether
+    a thread's excepthook or the unraisable hook printed it (the line before it says so)."""
+    fh.seek(max(0, line_at - 4096))
+    before = fh.read(line_at - max(0, line_at - 4096)).decode("utf-8", errors="replace").splitlines()
+    text = fh.read(MESSAGE_BYTES + read_bytes).decode("utf-8", errors="replace")
+    return traceback_exception(text.splitlines()), bool(before) and before[-1].startswith(_SIDE_TRACEBACKS)
+
 
 
 def sigterm_received(rt: TaskRuntime) -> bool:
@@ -153,7 +240,7 @@ def gpu_oom_of(rt: TaskRuntime, text: str) -> tuple[str, dict[str, object]] | No
 def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Backend[Any], *, code: int | None,
                     now: float, message: str, killed: bool = False, preemption_notice: bool = False) -> Failure:
     """The failure record of ``rt``'s current attempt with what explains it: the exception line
-    (the error file's, else the stderr tail's), a GPU out-of-memory (:func:`gpu_oom_of`: then no
+    (the error file's, else the stderr log's: :func:`last_exception`), a GPU out-of-memory (:func:`gpu_oom_of`: then no
     peer error), a peer error and the likely culprit, the peak RSS and whether it was likely
     killed for memory.
 
@@ -169,8 +256,8 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
     """
     attempt = rt.current
     tail = tail_lines(attempt.stderr_path)
-    if not message:
-        message = exception_line(tail)
+    if not message:  # the whole log: a TF traceback is longer than the tail, and its message kilobytes long
+        message = last_exception(attempt.stderr_path)
     oom = gpu_oom_of(rt, message + "\n" + tail)
     if oom is not None:  # its own root cause: a retry would run out the same way
         message = f"{message}; {oom[0]}" if message else oom[0]
