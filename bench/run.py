@@ -3,7 +3,8 @@
 Sections (in order): ``tf`` (throughput and launch -> first step, orchestrated vs
 hand-launched, interleaved), ``recovery`` (MWMS and PSS worker SIGKILL with warm spares:
 detection, recovery time and its ratio to the cold start, steps lost), ``hang`` (a frozen worker:
-detection), ``footprint`` (orchestrator RSS and CPU during a 5-task job), ``client`` (per-task
+detection, default settings), ``beats`` (how late heartbeats arrive on a loaded machine:
+``bench/heartbeat_gaps.py``), ``footprint`` (orchestrator RSS and CPU during a 5-task job), ``client`` (per-task
 cost of the health client), ``ingest`` (heartbeats/s into the HealthServer), ``scale``
 (detection with many simulated tasks), ``checkpoint`` (throughput cost of ``--checkpoint-every``
 10 / 50 against per epoch; steps lost to a preemption and to a SIGKILL with
@@ -19,7 +20,8 @@ results stay as they are).
 ``--quick`` runs every section once with the fewest runs and shortest jobs that still give every
 figure: a smoke test of every code path, 7 TensorFlow jobs (jobs with the same arguments are
 shared between sections), ~3.5 minutes on this 2-core machine, every section but those in
-``FULL_ONLY`` (``preemption``: its one preemption is two cold starts, 48-80 s here by the load;
+``FULL_ONLY`` (``beats``: about a minute of deliberately overloaded cores; ``preemption``: its one
+preemption is two cold starts, 48-80 s here by the load;
 ``--quick --only preemption`` runs it); its figures are not comparable to
 a full run's. Exit status: 0 when every section ran and every figure has at least
 one value, 1 otherwise (a section that raised, or a figure with no value), so CI catches a
@@ -40,15 +42,17 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import client_cost, ingest, preemption
+from bench import client_cost, heartbeat_gaps, ingest, preemption
 from bench.stats import markdown_table, meets, ratios, summarize
 from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, run_hand, run_orchestrated
+from orchestrator.spec.supervision import SupervisionSpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
-SECTIONS = ("tf", "recovery", "hang", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild", "preemption")
-FULL_ONLY = ("preemption",)  # left out of --quick unless named by --only: over a minute on these 2 shared cores
+SECTIONS = ("tf", "recovery", "hang", "beats", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild",
+            "preemption")
+FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
 
 
 def _r(value, digits: int = 1):
@@ -273,13 +277,14 @@ class Suite:
 
     # -- 3: hang detection --------------------------------------------------------------------
     def hang(self) -> None:
+        """A worker frozen (SIGSTOP) mid-training, with the default settings: fault -> hung decision."""
         runs = 1 if self.quick else 3
-        timeout = 4.0
+        timeout = SupervisionSpec().heartbeat_timeout_s
         decision, recorded = [], []
         for _ in range(runs):
             r = self._orchestrated("hang", ["--workers", "2", "--epochs", "2" if self.quick else "3",
-                                            "--heartbeat-timeout", str(timeout),
-                                  "--restart-policy", "never", "--inject-fault", "worker:1:stop@step=30"], "worker-0")
+                                            "--restart-policy", "never", "--inject-fault", "worker:1:stop@step=30"],
+                                   "worker-0")
             fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
             hung_line = next((t for t, line in r.events if "worker-1 is hung" in line), None)
             s = r.summary or {}
@@ -291,9 +296,17 @@ class Suite:
                 recorded.append(s["failures"][0]["wall_time"] - fault[2])
             log(f"hang: decision {decision[-1]:.2f} s after the freeze, failure recorded after the stack dump "
                 f"{recorded[-1] if recorded else None}")
+        details = {"failure_recorded_after_stack_dump_s": summarize(recorded), "heartbeat_timeout_s": timeout}
         self.add("3", "detect_hang_tf", f"detection of a frozen (SIGSTOP) MWMS worker, heartbeat timeout {timeout:g} s "
-                 "(fault -> decision)", "s", decision, f"<= {timeout + 1:g}",
-                 {"failure_recorded_after_stack_dump_s": summarize(recorded), "heartbeat_timeout_s": timeout})
+                 "(fault -> decision)", "s", decision, f"<= {timeout + 1:g}", details)
+        self.add("3", "detect_hang_default", "detection of a frozen (SIGSTOP) MWMS worker with the default settings "
+                 f"(heartbeat timeout {timeout:g} s; the runs of detect_hang_tf): fault -> hung decision", "s",
+                 decision, "<= 5", details)
+
+    # -- 3b: heartbeat gaps under load --------------------------------------------------------
+    def beats(self) -> None:
+        """How late heartbeats arrive while the machine is loaded (:mod:`bench.heartbeat_gaps`)."""
+        heartbeat_gaps.section(self)
 
     # -- 6: footprint -------------------------------------------------------------------------
     def _footprint_samples(self, runs, label: str) -> tuple[list, list, list]:

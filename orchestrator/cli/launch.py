@@ -100,7 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="seconds before the first restart, doubling each time up to 30 (default: the first "
                      "restart at once, then 1 s doubling)")
     sup.add_argument("--heartbeat-timeout", type=float, default=None,
-                     help="a task silent this long is hung (default 10 s)")
+                     help="a task past start-up silent this long is hung (default 4 s)")
     sup.add_argument("--stall-timeout", type=float, default=None,
                      help="a training task whose step does not advance this long is hung (default 60 s)")
     sup.add_argument("--startup-timeout", type=float, default=None,

@@ -100,7 +100,13 @@ class SupervisionSpec:
         backoff_s: wait before the first restart, seconds; doubles with each restart. None
             (default): the first restart waits nothing, the next ones 1 s, doubling.
         backoff_max_s: cap of that wait, seconds.
-        heartbeat_timeout_s: a running task with no heartbeat for this long is hung.
+        heartbeat_timeout_s: a task past start-up (training, serving, evaluating, saving,
+            finishing) with no heartbeat for this long is hung. Default 4 s: a frozen task is
+            found within 4 s, against a worst gap between heartbeats of 1.5 s past start-up on a
+            loaded machine (``python -m bench.heartbeat_gaps``: 2 tasks and 4 busy processes on
+            2 cores, TF ops, tracing, saving). A task still initializing is judged by
+            ``startup_timeout_s`` alone: loading TensorFlow holds the GIL, which the heartbeat
+            thread needs, for seconds.
         stall_timeout_s: a task reporting ``training`` whose step does not advance for this
             long is hung.
         startup_timeout_s: a task that has not reached training or serving this long after
@@ -128,7 +134,7 @@ class SupervisionSpec:
     max_restarts: int = 3
     backoff_s: float | None = None
     backoff_max_s: float = 30.0
-    heartbeat_timeout_s: float = 10.0
+    heartbeat_timeout_s: float = 4.0
     stall_timeout_s: float = 60.0
     startup_timeout_s: float = 180.0
     deadline_s: float | None = None
@@ -216,7 +222,7 @@ def _exit_codes(value: object) -> tuple[int, ...]:
 FIX_EXAMPLES = {
     "backoff_s": "e.g. --restart-backoff 1",
     "backoff_max_s": "e.g. supervision: {backoff_max_s: 30} in the spec file (it has no flag)",
-    "heartbeat_timeout_s": "e.g. --heartbeat-timeout 10",
+    "heartbeat_timeout_s": "e.g. --heartbeat-timeout 4",
     "stall_timeout_s": "e.g. --stall-timeout 60",
     "startup_timeout_s": "e.g. --startup-timeout 180",
     "deadline_s": "e.g. --deadline 600",

@@ -13,7 +13,10 @@ Rules and their sources:
   the coordinator (the chief, or worker 0 without one: TF ``multi_worker_util.is_chief``)
   exits 0; ``all-workers`` (default under MWMS, as torchrun and TF's multi_process_runner),
   every chief and worker exits 0.
-* Hang (:func:`hang_reason`): no heartbeat for ``heartbeat_timeout_s``; training with no new
+* Hang (:func:`hang_reason`): no heartbeat for ``heartbeat_timeout_s`` once past start-up (a task
+  still ``initializing`` is judged by ``startup_timeout_s`` alone: loading TensorFlow's shared
+  libraries holds the GIL, and so the heartbeat thread, for seconds: up to 13.5 s measured on a
+  loaded 2-core machine, ``bench/heartbeat_gaps.py``); training with no new
   step for ``stall_timeout_s``; not training or serving ``startup_timeout_s`` after start;
   optionally, post-training work (``finishing``) longer than ``finish_timeout_s``: it is
   never a training stall. A timeout is passed when the time since is strictly greater.
@@ -275,8 +278,10 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
     """Why a live task counts as hung at ``now``, or None.
 
     Checked in this order: start-up (no working phase ``startup_timeout_s`` after start),
-    heartbeat (none for ``heartbeat_timeout_s``), stall (``training`` without a new step for
-    ``stall_timeout_s``). A task that does not report is never hung: only its exit is watched.
+    heartbeat (none for ``heartbeat_timeout_s``, past start-up only: while it is initializing,
+    importing TensorFlow holds the heartbeat thread off the GIL for seconds), stall (``training``
+    without a new step for ``stall_timeout_s``). A task that does not report is never hung: only
+    its exit is watched.
     """
     if not watch.reports and watch.heartbeat_at is None:
         return None
@@ -287,7 +292,7 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
         since = now - watch.started_at
         if since > s.startup_timeout_s:
             return f"not training or serving {since:.1f} s after its start (startup timeout {s.startup_timeout_s:g} s)"
-    if watch.heartbeat_at is None:
+    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
         return None
     silent = now - watch.heartbeat_at
     if silent > s.heartbeat_timeout_s:
@@ -314,7 +319,7 @@ def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | Non
     times: list[float] = []
     if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
         times.append(watch.started_at + s.startup_timeout_s)
-    if watch.heartbeat_at is not None:
+    if watch.heartbeat_at is not None and watch.phase in WORKING_PHASES:
         times.append(watch.heartbeat_at + s.heartbeat_timeout_s)
         if watch.phase == "training" and watch.progress_at is not None:
             times.append(watch.progress_at + s.stall_timeout_s)

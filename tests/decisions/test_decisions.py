@@ -185,6 +185,14 @@ TIMEOUTS = SupervisionSpec.create(heartbeat_timeout_s=10.0, stall_timeout_s=60.0
         (TaskWatch(True, 10.0, heartbeat_at=190.0, phase="initializing", progress_at=11.0), 191.0,
          "not training or serving"),
         (TaskWatch(True, 10.0, heartbeat_at=190.0, phase="training", progress_at=185.0, step=0), 191.0, None),
+        # a task still initializing (importing TensorFlow holds the GIL: its heartbeats come seconds
+        # late) is judged by the startup timeout alone, not by the heartbeat timeout
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="initializing", progress_at=100.0), 170.0, None),
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="initializing", progress_at=100.0), 180.5,
+         "not training or serving 180.5 s after its start"),
+        # past start-up it is: training, evaluating, saving, finishing alike
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="evaluating", progress_at=100.0), 110.5, "no heartbeat"),
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="finishing", progress_at=100.0), 110.5, "no heartbeat"),
         # a program that does not report is watched by its exit only
         (TaskWatch(False, 0.0), 10_000.0, None),
         # a task that reported done is exiting: its heartbeats stop on the way out (the success

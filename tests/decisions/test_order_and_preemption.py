@@ -154,7 +154,8 @@ class DeafBackend(FakeBackend):
 
 
 def test_a_save_that_does_not_finish_within_the_grace_is_reported(tmp_path):
-    h = Harness(tmp_path, spec_of(workers=2))
+    # tasks saving do not beat in this harness: a heartbeat timeout longer than the grace
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"heartbeat_timeout_s": 10.0}))
     h.sup.backend = h.backend = DeafBackend(h.clock)
     h.sup = type(h.sup)(h.sup.plan, h.backend, h.store, h.view, clock=h.clock, stop_timeout_s=1.0,
                         preemption_grace_s=5.0)

@@ -261,7 +261,9 @@ def test_a_sigterm_from_outside_too_late_to_matter_is_said_not_swallowed(tmp_pat
 
 
 def test_a_second_failure_of_a_pss_worker_waits_for_a_new_rejoin_not_the_old_count(tmp_path):
-    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    # the ps is silent through these 7 fake seconds: a heartbeat timeout longer than that
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1,
+                                  supervision={"heartbeat_timeout_s": 10.0}))
     h.all_beat(step=5)
     h.tick()
     h.exit("worker-1", -signal.SIGKILL)
@@ -380,7 +382,8 @@ def test_a_stalled_step_is_a_hang_and_the_furthest_behind_is_blamed_first(tmp_pa
 
 
 def test_an_evaluator_failure_never_fails_the_job_nor_uses_the_jobs_restarts(tmp_path):
-    h = Harness(tmp_path, spec_of(workers=1, evaluator=1, supervision={"max_restarts": 1}))
+    # the restarted evaluator never beats in these 5 s steps: a heartbeat timeout longer than them
+    h = Harness(tmp_path, spec_of(workers=1, evaluator=1, supervision={"max_restarts": 1, "heartbeat_timeout_s": 10.0}))
     h.all_beat(step=1)
     h.tick()
     for step in range(2, 5):
