@@ -59,7 +59,7 @@ its own at start (:func:`orchestrator.task.jobset.tf_config_from_jobset`) from t
 first four come from the pod's own labels, which the JobSet controller sets on every pod
 (``labelAndAnnotateObject`` in jobset's ``jobset_controller.go``), through the downward API
 (:data:`JOBSET_LABELS`); Kubernetes itself sets ``JOB_COMPLETION_INDEX`` in the pods of an
-Indexed Job; the renderer writes the last three literally.
+Indexed Job; the renderer writes the last four literally.
 
 =================================  ==========================================================
 Variable                           Meaning
@@ -75,6 +75,9 @@ Variable                           Meaning
                                    ``<jobset>-<rjob>-<jobIdx>-<podIdx>.<subdomain>``)
 ``ORCH_JOBSET_CLUSTER``            JSON task type -> task count, e.g. ``{"chief": 1, "worker": 2, "ps": 1}``
 ``ORCH_JOBSET_PORT``               the port every task's ``tf.distribute`` server binds
+``ORCH_JOBSET_PEER_WAIT_S``        how long a pod waits, before TensorFlow starts, for its peers'
+                                   names to resolve (default 300; 0: no wait;
+                                   :func:`orchestrator.task.jobset.wait_for_peers`)
 =================================  ==========================================================
 
 Files the orchestrator writes into a task's directory (``ORCH_TASK_DIR``):
@@ -127,6 +130,10 @@ JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 JOBSET_SUBDOMAIN = "ORCH_JOBSET_SUBDOMAIN"
 JOBSET_CLUSTER = "ORCH_JOBSET_CLUSTER"
 JOBSET_PORT = "ORCH_JOBSET_PORT"
+JOBSET_PEER_WAIT_S = "ORCH_JOBSET_PEER_WAIT_S"
+JOBSET_PEER_WAIT_DEFAULT_S = 300.0
+"""Default of ``ORCH_JOBSET_PEER_WAIT_S`` (the renderer writes it; a pod without it uses it): the
+pods of a set start within seconds of each other once scheduled, minutes when images are pulled."""
 
 JOBSET_LABELS = {
     JOBSET_NAME: "jobset.sigs.k8s.io/jobset-name",

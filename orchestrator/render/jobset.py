@@ -199,6 +199,7 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
         {"name": env.JOBSET_CLUSTER, "value": json.dumps({t: spec.count(t) for t in types}, separators=(",", ":"))},
         {"name": env.JOBSET_SUBDOMAIN, "value": name},
         {"name": env.JOBSET_PORT, "value": str(TFJOB_PORT)},
+        {"name": env.JOBSET_PEER_WAIT_S, "value": f"{env.JOBSET_PEER_WAIT_DEFAULT_S:g}"},
     ]
     environment += [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
                     for var, label in env.JOBSET_LABELS.items()]

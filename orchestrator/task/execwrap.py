@@ -33,7 +33,9 @@ wrapper stays as the program's parent, in the task's process group:
   ``step=`` faults fire in :func:`orchestrator.client.report` and the Keras callback.
 
 In a Kubernetes JobSet pod without ``TF_CONFIG`` it first computes it
-(:mod:`orchestrator.task.jobset`), so the program finds it in its environment.
+(:mod:`orchestrator.task.jobset`), so the program finds it in its environment, then waits
+(bounded by ``ORCH_JOBSET_PEER_WAIT_S``, saying which peer it waits for) until its peers' names
+resolve; past the bound it exits 1 naming them, and the program never starts.
 
 Without an orchestrator pid (containers, where there is no parent to watch) and without
 ``time=`` faults it simply ``exec`` s the program.
@@ -67,7 +69,7 @@ from orchestrator import env
 from orchestrator.net import can_listen
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
-from orchestrator.task.jobset import ensure_tf_config
+from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
 from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
 from orchestrator.task.spare import take_stdio
 
@@ -139,7 +141,8 @@ def main(argv: list[str]) -> int:
     Returns:
         The program's exit code; 127 when it cannot be run; 2 without a program or with an
         inconsistent JobSet environment (``TF_CONFIG`` is computed from it when absent:
-        :func:`orchestrator.task.jobset.ensure_tf_config`). When the
+        :func:`orchestrator.task.jobset.ensure_tf_config`); 1 when a JobSet pod's peers' names
+        never resolved. When the
         program dies of a signal, the wrapper dies of the same signal.
     """
     if argv[:1] == ["--spare"]:
@@ -155,9 +158,13 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         ensure_tf_config()  # a Kubernetes JobSet pod: the program inherits the computed TF_CONFIG
+        wait_for_jobset_peers()  # ... once its peers' names resolve (bounded, said on stderr)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except PeersUnresolved as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     orchestrator_pid = env.read_int(env.ORCHESTRATOR_PID)
     time_faults = FaultInjector.from_env().time_faults
     if env.read_flag(env.ADDRESS_FROM_TASK):  # Slurm: register a port of this node, get TF_CONFIG

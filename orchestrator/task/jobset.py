@@ -21,13 +21,23 @@ named after it (``chief``, ``worker``, ``ps``, ``evaluator``), each one Indexed 
 result in the environment of a task that has no ``TF_CONFIG`` (``python -m worker``,
 ``python -m ps`` and :mod:`orchestrator.task.execwrap` call it first), so TensorFlow's
 ``TFConfigClusterResolver`` reads it as if an operator had set it.
+
+Kubernetes creates a pod's DNS name only once the pod runs, so a pod that starts first finds
+its peers' names unknown, and TensorFlow would wait for them silently, up to its own timeouts.
+:func:`wait_for_jobset_peers` (called right after, by the same entrypoints) waits instead,
+before TensorFlow starts, for every peer's name to resolve, saying on stderr which peer it
+waits for and for how long, bounded by ``ORCH_JOBSET_PEER_WAIT_S`` (default
+:data:`PEER_WAIT_S`); past it the pod fails, naming the peers that never resolved.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Mapping, MutableMapping
+import socket
+import sys
+import time
+from typing import Callable, Mapping, MutableMapping, Sequence
 
 from orchestrator import env
 from orchestrator.spec.model import TASK_TYPES, TaskId
@@ -36,6 +46,12 @@ from orchestrator.spec.tfconfig import tf_config
 DEFAULT_PORT = 2222
 """The port of every task's ``tf.distribute`` server when ``ORCH_JOBSET_PORT`` is unset
 (the one Kubeflow's TFJob operator uses)."""
+PEER_WAIT_S = env.JOBSET_PEER_WAIT_DEFAULT_S
+"""Default seconds a JobSet pod waits for its peers' names (``ORCH_JOBSET_PEER_WAIT_S``)."""
+REPORT_EVERY_S = 10.0
+"""Seconds between two "still waiting" lines."""
+POLL_S = 0.5
+"""Seconds between two rounds of name look-ups."""
 
 
 def pod_hostname(jobset: str, replicated_job: str, job_index: int, pod_index: int, subdomain: str) -> str:
@@ -141,3 +157,120 @@ def ensure_tf_config(environ: MutableMapping[str, str] | None = None) -> bool:
         return False
     environ["TF_CONFIG"] = json.dumps(config, separators=(",", ":"))
     return True
+
+
+class PeersUnresolved(RuntimeError):
+    """A pod's peers' names did not resolve within the bound (the message names them)."""
+
+
+def resolves(host: str) -> bool:
+    """Whether ``host`` resolves now (``socket.getaddrinfo``: the system resolver, the one gRPC
+    uses by default on Linux), so a connection to it can be attempted."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
+
+
+def peers_of(config: Mapping) -> list[tuple[str, str]]:
+    """``(task name, host)`` of every other task in a TF_CONFIG's cluster, in cluster order;
+    none for an evaluator (it reads checkpoints: it connects to no peer)."""
+    me = config.get("task", {})
+    if me.get("type") == "evaluator":
+        return []
+    out = []
+    for task_type, addresses in config.get("cluster", {}).items():
+        for index, address in enumerate(addresses):
+            if (task_type, index) != (me.get("type"), me.get("index")):
+                out.append((f"{task_type}-{index}", address.rsplit(":", 1)[0]))
+    return out
+
+
+def wait_for_peers(peers: Sequence[tuple[str, str]], timeout_s: float, *, resolve: Callable[[str], bool] = resolves,
+                   say: Callable[[str], None] | None = None, poll_s: float = POLL_S,
+                   report_every_s: float = REPORT_EVERY_S, clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> float:
+    """Wait until every peer's host name resolves, at most ``timeout_s`` seconds.
+
+    Says (one line each) which peer it waits for when one does not resolve, again every
+    ``report_every_s`` seconds with how long it has waited, and when every peer resolves
+    after a wait; nothing when all resolve at once.
+
+    Args:
+        peers: ``(task name, host)`` pairs (:func:`peers_of`).
+        timeout_s: the bound, seconds (``ORCH_JOBSET_PEER_WAIT_S``).
+        resolve: host -> whether it resolves now (:func:`resolves`).
+        say: where the lines go (default: stderr, flushed).
+        poll_s: seconds between two rounds of look-ups.
+        report_every_s: seconds between two "still waiting" lines.
+        clock, sleep: monotonic seconds and a way to wait (tests pass a fake clock).
+
+    Returns:
+        Seconds waited.
+
+    Raises:
+        PeersUnresolved: a peer's name still does not resolve after ``timeout_s``.
+    """
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    started = clock()
+    pending = list(peers)
+    reported_at: float | None = None
+    while True:
+        pending = [(name, host) for name, host in pending if not resolve(host)]
+        waited = clock() - started
+        if not pending:
+            if reported_at is not None:
+                say(f"every peer's name resolves, after {waited:.1f} s")
+            return waited
+        name, host = pending[0]
+        more = f" and {len(pending) - 1} more peer(s)" if len(pending) > 1 else ""
+        if waited > timeout_s:
+            names = ", ".join(f"{n} ({h})" for n, h in pending)
+            raise PeersUnresolved(
+                f"peer name(s) did not resolve within {timeout_s:g} s ({env.JOBSET_PEER_WAIT_S}): {names}; is each "
+                "pod running (kubectl get pods -l jobset.sigs.k8s.io/jobset-name=...), and the JobSet's "
+                "network.enableDNSHostnames true? Raise the bound in the manifest when pods start slowly")
+        if reported_at is None:
+            say(f"waiting for peer {name} ({host}){more} to resolve in DNS (Kubernetes names a pod once it runs); "
+                f"at most {timeout_s:g} s ({env.JOBSET_PEER_WAIT_S})")
+            reported_at = clock()
+        elif clock() - reported_at >= report_every_s:
+            say(f"still waiting for peer {name} ({host}){more} after {waited:.0f} s of at most {timeout_s:g} s")
+            reported_at = clock()
+        sleep(min(poll_s, max(0.0, timeout_s - waited) + 0.01))
+
+
+def peer_wait_s(environ: Mapping[str, str]) -> float:
+    """``ORCH_JOBSET_PEER_WAIT_S`` (default :data:`PEER_WAIT_S`).
+
+    Raises:
+        ValueError: not a number of seconds >= 0 (the message names the variable).
+    """
+    raw = environ.get(env.JOBSET_PEER_WAIT_S, "")
+    if raw == "":
+        return PEER_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{env.JOBSET_PEER_WAIT_S}={raw!r} is not a number of seconds >= 0 (0: no wait), e.g. 300")
+    return value
+
+
+def wait_for_jobset_peers(environ: Mapping[str, str] | None = None, **kwargs) -> float:
+    """In a JobSet pod (``JOBSET_NAME`` set) whose ``TF_CONFIG`` is set: :func:`wait_for_peers`
+    for its peers, bounded by :func:`peer_wait_s`; elsewhere, nothing. Returns seconds waited.
+
+    Raises:
+        ValueError: a bad ``ORCH_JOBSET_PEER_WAIT_S``.
+        PeersUnresolved: from :func:`wait_for_peers`.
+    """
+    environ = os.environ if environ is None else environ
+    if not environ.get(env.JOBSET_NAME) or not environ.get("TF_CONFIG"):
+        return 0.0
+    timeout_s = peer_wait_s(environ)
+    if timeout_s == 0:
+        return 0.0
+    return wait_for_peers(peers_of(json.loads(environ["TF_CONFIG"])), timeout_s, **kwargs)

@@ -320,27 +320,33 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     """The common frame of every task entrypoint (``python -m worker``, ``python -m ps``).
 
     Sets ``TF_CONFIG`` from the JobSet environment when it is absent (Kubernetes,
-    :func:`orchestrator.task.jobset.ensure_tf_config`), reads the context, installs the runtime
+    :func:`orchestrator.task.jobset.ensure_tf_config`), reads the context, waits (bounded) for a
+    JobSet pod's peers' names (:func:`orchestrator.task.jobset.wait_for_jobset_peers`), installs the runtime
     (parent-death signal, stack dumps), starts the heartbeat stream, runs ``body(context, reporter)``,
     records an uncaught exception in the error file, and sends a final DONE heartbeat on success.
 
     Returns:
         0 on success, 2 when the environment is not a task's (no TF_CONFIG, or an
-        inconsistent JobSet environment: one line on stderr naming the variable); an exception propagates
+        inconsistent JobSet environment: one line on stderr naming the variable), 1 when a JobSet
+        pod's peers' names never resolved (one line naming them); an exception propagates
         (Python exits 1 with the traceback on stderr).
     """
     # grpc, protobuf and psutil (~20 MB) load here, not when the module is imported: execwrap
     # imports this module and stays resident as the parent of a user's program
     from orchestrator.proto import supervisor_pb2 as pb
-    from orchestrator.task.jobset import ensure_tf_config
+    from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
     from orchestrator.task.reporter import HeartbeatReporter
 
     try:
         ensure_tf_config()  # a Kubernetes JobSet pod computes its own TF_CONFIG
         context = TaskContext.from_env()
+        wait_for_jobset_peers()  # ... and waits, saying so, until its peers' names resolve
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except PeersUnresolved as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     install(context)
     FaultInjector.from_env().start_timers()
     if env.is_set(env.TASK_HEALTH_PORT):  # containers: the healthcheck probes it

@@ -26,6 +26,7 @@ def jobset_env(task_type: str = "worker", index: int = 1, **extra: str) -> dict[
         env.JOBSET_CLUSTER: json.dumps(COUNTS),
         env.JOBSET_SUBDOMAIN: "digits",
         env.JOBSET_PORT: "2222",
+        env.JOBSET_PEER_WAIT_S: "0",  # these names resolve nowhere but in the set (test_jobset_peer_wait.py)
     }
     environ.update(extra)
     return environ
