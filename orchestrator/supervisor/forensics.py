@@ -46,6 +46,10 @@ SCAN_BYTES = 64 * 2**20
 """How far back from its end a stderr log is searched for the last traceback."""
 MESSAGE_BYTES = 64 * 1024
 """At most this much of an exception's message is kept (a TF message runs to kilobytes)."""
+MAX_TRACEBACKS = 32
+"""At most this many tracebacks are read, from the last back (a log full of ignored exceptions)."""
+TRACEBACK_BYTES = 256 * 1024
+"""How much of a log is read from a ``Traceback`` line on: its frames, then its message."""
 
 
 def tail_lines(path: Path | str | None, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
@@ -117,11 +121,14 @@ def traceback_exception(lines: Sequence[str]) -> str:
     return "\n".join(message)[:MESSAGE_BYTES]
 
 
-def last_exception(path: Path | str | None, scan_bytes: int = SCAN_BYTES, chunk_bytes: int = 2**20) -> str:
+def last_exception(path: Path | str | None, scan_bytes: int = SCAN_BYTES, chunk_bytes: int = 2**20,
+                   max_tracebacks: int = MAX_TRACEBACKS) -> str:
     """The exception a program died of, from its whole stderr log (:func:`exception_line`),
     whatever its length and however much was logged after it: the log is searched backwards
-    from its end (at most ``scan_bytes``) for the last ``Traceback`` line, and read forward from
-    there. "" when there is none or the file cannot be read."""
+    from its end (at most ``scan_bytes``, ``chunk_bytes`` at a time) for the last ``Traceback``
+    line, and read forward from there (at most ``max_tracebacks`` of them, when the last ones
+    were printed for a thread or an ignored exception). "" when there is none or the file cannot
+    be read."""
     if path is None:
         return ""
     marker = b"\n" + TRACEBACK.encode()
@@ -141,7 +148,9 @@ def last_exception(path: Path | str | None, scan_bytes: int = SCAN_BYTES, chunk_
                     line_at = base + hit + 1  # where the Traceback line starts in the file
                     if line_at not in seen:  # (chunks overlap by a marker's length)
                         seen.add(line_at)
-                        found, side = _exception_at(fh, line_at, chunk_bytes)
+                        if len(seen) > max_tracebacks:
+                            return fallback
+                        found, side = _exception_at(fh, line_at)
                         if found and not side:
                             return found
                         fallback = fallback or found
@@ -152,14 +161,13 @@ def last_exception(path: Path | str | None, scan_bytes: int = SCAN_BYTES, chunk_
     return fallback
 
 
-def _exception_at(fh: BinaryIO, line_at: int, read_bytes: int) -> tuple[str, bool]:
+def _exception_at(fh: BinaryIO, line_at: int) -> tuple[str, bool]:
     """:func:`traceback_exception` of the traceback at byte ``line_at`` of ``fh``, and whether
     a thread's excepthook or the unraisable hook printed it (the line before it says so)."""
     fh.seek(max(0, line_at - 4096))
     before = fh.read(line_at - max(0, line_at - 4096)).decode("utf-8", errors="replace").splitlines()
-    text = fh.read(MESSAGE_BYTES + read_bytes).decode("utf-8", errors="replace")
+    text = fh.read(TRACEBACK_BYTES + MESSAGE_BYTES).decode("utf-8", errors="replace")
     return traceback_exception(text.splitlines()), bool(before) and before[-1].startswith(_SIDE_TRACEBACKS)
-
 
 
 def sigterm_received(rt: TaskRuntime) -> bool:

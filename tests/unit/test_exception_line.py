@@ -105,6 +105,15 @@ def test_a_traceback_the_program_survived_does_not_hide_the_one_it_died_of(tmp_p
     assert parse(tmp_path, only) == "ConnectionError: peer gone"
 
 
+def test_a_log_full_of_ignored_exceptions_is_read_only_so_far_back(tmp_path):
+    one_frame = FRAMES[:FRAMES.index("  File", 1)]
+    ignored = stderr("Exception ignored in: <function Iterator.__del__ at 0x7f>\n",
+                     "Traceback (most recent call last):\n", one_frame, "RuntimeError: ignored\n")
+    text = stderr("Traceback (most recent call last):\n", FRAMES, "KeyError: 'evaluator'\n", ignored * 40)
+    assert parse(tmp_path, text, max_tracebacks=50) == "KeyError: 'evaluator'"
+    assert parse(tmp_path, text, max_tracebacks=10) == "RuntimeError: ignored"  # the best of the last 10
+
+
 @pytest.mark.parametrize("line, expected", [
     ("KeyboardInterrupt", "KeyboardInterrupt"),
     ("StopIteration", "StopIteration"),
