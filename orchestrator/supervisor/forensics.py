@@ -25,9 +25,6 @@ from orchestrator.supervisor.states import Failure, TaskRuntime
 _TF_NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|E\d{4} [\d:.]+ +\d+ cuda_\w+\.cc:\d+\]|WARNING: All log messages before absl)"
 )
-_EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|KeyboardInterrupt)(?::.*)?$"
-)
 _EXCEPTION_HEADER = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)(?::(?: .*)?)?$")
 """The first line of the exception a traceback ends in: ``[module.]Name[: message]``."""
 _LOG_LINE = re.compile(
