@@ -13,11 +13,12 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
 
 from orchestrator.client import report  # noqa: E402
+from worker.data import DIGITS_FILE  # noqa: E402  (1,797 handwritten digits shipped with the orchestrator)
 
 
 def main() -> None:
@@ -35,8 +36,8 @@ def main() -> None:
 
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    digits = load_digits()
-    x, y = (digits.data / 16.0).astype("float32"), digits.target.astype("int32")
+    table = np.loadtxt(DIGITS_FILE, delimiter=",", dtype="float32")  # 64 pixels (0-16), then the label
+    x, y = table[:, :-1] / 16.0, table[:, -1].astype("int32")
 
     def dataset_fn():
         return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).repeat().batch(args.batch_size)

@@ -151,11 +151,11 @@ class Plan:
 
 SPARE_PRELOAD: Mapping[str, tuple[str, ...]] = {
     "worker": ("tensorflow", "tf_keras", "orchestrator.task.reporter", "worker.train", "worker.callbacks",
-               "worker.model", "sklearn.datasets", "sklearn.model_selection", "tensorboard.summary"),
+               "worker.model", "worker.data", "tensorboard.summary"),
 }
 """What a warm spare of a built-in task program imports while it waits (``python -m worker``):
 TensorFlow and tf-keras, and what the task would otherwise import on its way to the first
-step (the health client, scikit-learn for the embedded digits, TensorBoard's summary writers
+step (the health client, the data module, TensorBoard's summary writers
 for the ``TensorBoard`` callback). None of it starts TensorFlow's runtime."""
 
 EXECWRAP = "orchestrator.task.execwrap"

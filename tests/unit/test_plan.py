@@ -107,7 +107,6 @@ def test_train_examples_of_npz_and_tfrecord_data_are_read_cheaply(tmp_path):
 
 
 def test_the_digits_count_matches_the_task_programs_split():
-    pytest.importorskip("sklearn")
     from worker.data import load_digits_split
 
     assert all(len(load_digits_split(seed)[0]) == DIGITS_TRAIN_EXAMPLES for seed in (0, 1))
