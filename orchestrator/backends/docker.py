@@ -41,7 +41,7 @@ from orchestrator import env as envvars
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle, faulthandler_dump
 from orchestrator.backends.engine import connect
 from orchestrator.backends.image import ensure_image
-from orchestrator.backends.options import option
+from orchestrator.backends.options import check_orphan_timeout, option
 from orchestrator.errors import LaunchError
 from orchestrator.gpus import VISIBLE_ENV, uuids_in
 from orchestrator.spec.model import JobSpec, TaskId
@@ -145,6 +145,13 @@ class DockerOptions:
         base_image: base of that image (default ``$ORCH_DOCKER_BASE_IMAGE`` or python:3.11-slim).
         ca_bundle: CA bundle pip trusts while building the image (Python API only).
         progress: called with build output lines (Python API only; the CLI prints them).
+        orphan_timeout_s: seconds a task keeps running once it cannot reach its orchestrator
+            (no parent-death signal crosses into a container: its heartbeat watchdog), then it
+            kills itself; > 0. Short: a lost orchestrator frees the GPUs sooner; long: a task
+            outlives a longer network partition.
+
+    Raises:
+        SpecError: ``orphan_timeout_s`` is not > 0.
     """
 
     image: str | None = field(default=None, metadata=option(
@@ -154,6 +161,12 @@ class DockerOptions:
         "base of the project image (default $ORCH_DOCKER_BASE_IMAGE or python:3.11-slim)"))
     ca_bundle: str | None = field(default=None, metadata=option(None))
     progress: Callable[[str], None] | None = field(default=None, metadata=option(None))
+    orphan_timeout_s: float = field(default=ORPHAN_TIMEOUT_S, metadata=option(
+        f"seconds a task keeps running once its orchestrator is unreachable, then it stops itself (default "
+        f"{ORPHAN_TIMEOUT_S:g})", metavar="SECONDS"))
+
+    def __post_init__(self) -> None:
+        check_orphan_timeout(self.orphan_timeout_s)
 
 
 def device_requests(env: Mapping[str, str]) -> list[Any]:
@@ -192,6 +205,7 @@ class DockerBackend(Backend[Container]):
         self.base_image = options.base_image
         self.ca_bundle = options.ca_bundle
         self.progress = options.progress
+        self.orphan_timeout_s = options.orphan_timeout_s
         self.client: Any = None
         self.network: Any = None
         self.run_id = ""
@@ -279,7 +293,7 @@ class DockerBackend(Backend[Container]):
         environment = {
             **env,
             envvars.TASK_HEALTH_PORT: str(TASK_HEALTH_PORT),
-            envvars.ORPHAN_TIMEOUT_S: repr(ORPHAN_TIMEOUT_S),
+            envvars.ORPHAN_TIMEOUT_S: repr(self.orphan_timeout_s),
             "HOME": "/tmp",
         }
         environment.pop(envvars.ORCHESTRATOR_PID, None)

@@ -36,6 +36,17 @@ def option(help: str | None, *, metavar: str | None = None) -> dict[str, Any]:
     return {FLAG: help, METAVAR: metavar}
 
 
+def check_orphan_timeout(value: Any) -> None:
+    """The ``orphan_timeout_s`` option of the backends whose tasks run where no parent-death
+    signal reaches them (containers, other nodes): a number of seconds > 0.
+
+    Raises:
+        SpecError: naming the option and the fix.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SpecError("orphan_timeout_s", value, "must be a number of seconds > 0", "e.g. --orphan-timeout-s 30")
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """The options of a backend that takes none."""

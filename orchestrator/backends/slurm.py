@@ -59,7 +59,7 @@ from typing import Iterable, Mapping, Sequence
 from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, TaskHandle, faulthandler_dump
-from orchestrator.backends.options import option
+from orchestrator.backends.options import check_orphan_timeout, option
 from orchestrator.backends.placement import move_off, parse_node_list, place
 from orchestrator.backends.slurm_job import JobProbe
 from orchestrator.errors import LaunchError, SpecError
@@ -117,6 +117,12 @@ class SlurmOptions:
         health_host: address of this machine the nodes reach the health endpoint at (default:
             the source address of the route to the first node).
         environ: the environment to read ``SLURM_*`` from (default ``os.environ``; Python API only).
+        orphan_timeout_s: seconds a task keeps running once it cannot reach its orchestrator
+            (its heartbeat watchdog: a step on another node gets no parent-death signal), then it
+            kills itself; > 0.
+
+    Raises:
+        SpecError: ``orphan_timeout_s`` is not > 0.
     """
 
     tasks_per_node: int | None = field(default=None, metadata=option(
@@ -126,6 +132,12 @@ class SlurmOptions:
         "this machine's address the nodes reach the health endpoint at (default: the source address of the route "
         "to the first node; never a wildcard)", metavar="ADDRESS"))
     environ: Mapping[str, str] | None = field(default=None, metadata=option(None))
+    orphan_timeout_s: float = field(default=ORPHAN_TIMEOUT_S, metadata=option(
+        f"seconds a task keeps running once its orchestrator is unreachable, then it stops itself (default "
+        f"{ORPHAN_TIMEOUT_S:g})", metavar="SECONDS"))
+
+    def __post_init__(self) -> None:
+        check_orphan_timeout(self.orphan_timeout_s)
 
 
 class SlurmBackend(Backend[SlurmStep]):
@@ -149,6 +161,7 @@ class SlurmBackend(Backend[SlurmStep]):
         self.tasks_per_node_option = options.tasks_per_node
         self.tasks_per_node = options.tasks_per_node or 1
         self.health_host = options.health_host or ""
+        self.orphan_timeout_s = options.orphan_timeout_s
         self.job_id = ""
         self.nodes: list[str] = []
         self.node_addr: dict[str, str] = {}
@@ -303,7 +316,7 @@ class SlurmBackend(Backend[SlurmStep]):
                 "--unbuffered", "--kill-on-bad-exit=0", "--quiet", "--export=ALL", f"--chdir={os.getcwd()}",
                 *srun_gpu_options(request.env), *request.argv]
         full_env = {**self.environ, **request.env, envvars.ADDRESS_FROM_TASK: "1",
-                    envvars.ORPHAN_TIMEOUT_S: repr(ORPHAN_TIMEOUT_S)}
+                    envvars.ORPHAN_TIMEOUT_S: repr(self.orphan_timeout_s)}
         full_env.pop(envvars.ORCHESTRATOR_PID, None)
         if envvars.GPUS in request.env:  # Slurm sets the step's own CUDA_VISIBLE_DEVICES
             full_env.pop("CUDA_VISIBLE_DEVICES", None)

@@ -168,7 +168,7 @@ def test_compose_up_runs_the_job_and_ends_with_the_coordinator(tmp_path, engine,
 def test_tasks_stop_when_the_orchestrator_is_sigkilled_and_the_next_run_removes_them(tmp_path, engine, image):
     launch = subprocess.Popen(
         orchestrator_cmd("launch", "--backend", "docker", "--image", image, "--workers", "2", "--epochs", "50",
-                         "--runs-dir", str(tmp_path), "--run-id", "orphans", "--quiet"),
+                         "--orphan-timeout-s", "5", "--runs-dir", str(tmp_path), "--run-id", "orphans", "--quiet"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=test_env(), start_new_session=True,
     )
     label = {"label": f"{LABEL_RUN}=orphans"}
@@ -179,7 +179,8 @@ def test_tasks_stop_when_the_orchestrator_is_sigkilled_and_the_next_run_removes_
         assert len(pids) == 2
         launch.send_signal(signal.SIGKILL)
         assert launch.wait(10) == -signal.SIGKILL
-        # no parent-death signal in a container: the heartbeat watchdog ends each task
+        # no parent-death signal in a container: the heartbeat watchdog ends each task, --orphan-timeout-s after
+        # the orchestrator went silent
         wait_until(lambda: all(c.status == "exited" for c in engine.containers.list(all=True, filters=label)), 120, 0.5,
                    "the orphaned containers to stop")
         assert_no_process_left(pids)

@@ -64,7 +64,7 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
         Capability.REMOTE: ("register_address", "prepare_restart"),
         Capability.HOST_FILES: ()}
     assert slurm.supports(Capability.REMOTE) and not docker.supports(Capability.HOST_FILES)
-    assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None]
+    assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s"]
     assert [(o.name, o.type, o.default) for o in slurm.options][:2] == [("tasks_per_node", int, None),
                                                                         ("health_host", str, None)]
     assert local.options == () and all(info.summary for info in table.values())
@@ -99,10 +99,15 @@ def test_the_cli_flags_are_the_declared_options():
     parser = argparse.ArgumentParser()
     add_backend_arguments(parser)
     flags = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
-    declared = {o.flag: (name, o) for name, cls in BACKENDS.items() for o in describe(cls.options_type) if o.flag}
+    declared: dict[str, tuple[list[str], object]] = {}
+    for name, cls in BACKENDS.items():
+        for o in describe(cls.options_type):
+            if o.flag:
+                declared.setdefault(o.flag, ([], o))[0].append(name)
     assert set(declared) | {"--backend", "-h"} == set(flags)
-    for flag, (name, info) in declared.items():
-        assert flags[flag].help == f"{name}: {info.help}" and flags[flag].default is None
+    for flag, (owners, info) in declared.items():  # an option two backends declare is one flag naming both
+        assert flags[flag].help == f"{', '.join(owners)}: {info.help}" and flags[flag].default is None
+    assert declared["--orphan-timeout-s"][0] == ["docker", "slurm"] and flags["--orphan-timeout-s"].type is float
     assert flags["--tasks-per-node"].type is int and flags["--tasks-per-node"].metavar == "N"
     assert flags["--backend"].choices == sorted(BACKENDS)
     slurm = backend_options(_parse(["--backend", "slurm", "--tasks-per-node", "3", "--image", "ignored"]))
@@ -110,6 +115,17 @@ def test_the_cli_flags_are_the_declared_options():
     docker = backend_options(_parse(["--backend", "docker", "--image", "tf:1"]))
     assert isinstance(docker, DockerOptions) and docker.image == "tf:1" and docker.progress is not None
     assert backend_options(_parse([])) == NoOptions()
+
+
+def test_the_orphan_timeout_reaches_the_tasks_and_must_be_positive(capsys):
+    assert DockerOptions().orphan_timeout_s == SlurmOptions().orphan_timeout_s == 30.0
+    assert backend_options(_parse(["--backend", "docker", "--orphan-timeout-s", "5"])).orphan_timeout_s == 5.0
+    assert DockerBackend(DockerOptions(orphan_timeout_s=5)).orphan_timeout_s == 5.0
+    assert SlurmBackend(SlurmOptions(orphan_timeout_s=7.5, environ={})).orphan_timeout_s == 7.5
+    for bad in (0, -1, True, "5"):
+        for options in (DockerOptions, SlurmOptions):
+            with pytest.raises(SpecError, match="orphan_timeout_s=.*must be a number of seconds > 0"):
+                options(orphan_timeout_s=bad)
 
 
 @dataclass(frozen=True)
