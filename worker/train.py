@@ -52,6 +52,7 @@ import threading
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.task.formed import strategy_facts
 from orchestrator.task.runtime import exit_preempted, route_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
@@ -211,6 +212,7 @@ class Job:
             global_batch_size=self.global_batch,
             batch_size_per_replica=self.per_replica,
             replicas=self.replicas,
+            **strategy_facts(self.strategy),  # what it formed, compared with the plan (orchestrator.supervisor.formed)
             steps_per_epoch=self.steps_per_epoch,
             epochs=self.epochs,
         )

@@ -129,6 +129,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--finish-timeout", type=float, default=None,
                      help="a task that reported the end of training and has not exited this long after is hung "
                      "(default none: post-training work is never a stall)")
+    sup.add_argument("--allow-cluster-mismatch", action="store_true", default=None,
+                     help="a training task whose strategy formed another cluster than the planned one "
+                     "(replicas_in_sync 1 with 2 workers planned: a program that built its own) is a warning, "
+                     "not a failed job (default: it fails the job under multi_worker_mirrored)")
     add_backend_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")

@@ -14,6 +14,7 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from orchestrator.report.status import COLUMNS, columns, row, task_dict, title
+from orchestrator.supervisor import formed
 from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
 
 
@@ -118,6 +119,8 @@ class TableView:
             "global_batch_size": plan.spec.global_batch_size if plan.user_program is None else None,
             "tasks": [task_dict(t) for t in snapshot.tasks],
             "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
+            "warnings": [formed.warning(text, plan.spec) for text in formed.mismatches(
+                plan.spec, ((t.task, t.heartbeat.metrics if t.heartbeat else {}) for t in snapshot.tasks))],
         }
         return render_status(status, self._events)
 
@@ -142,4 +145,5 @@ def render_status(status: Mapping[str, Any], events: Sequence[str] = ()):
         table.add_row(*(cells[c] for c in cols), style=styles.get(str(task["state"]), ""))
     ready = [str(s["pid"]) for s in status.get("spares") or [] if s.get("state") == "ready"]
     spares = Text(f"warm spares: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")
-    return Group(table, spares, Text("\n".join(events), style="dim"))
+    warnings = Text("\n".join(status.get("warnings") or ()), style="bold red")  # stay while the job runs
+    return Group(table, spares, warnings, Text("\n".join(events), style="dim"))

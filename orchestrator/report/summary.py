@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import textwrap
 import time
 from pathlib import Path
 
-from orchestrator.plan import Plan, task_dir
+from orchestrator.plan import Plan
 from orchestrator.rundir import RunDir, write_json_atomic
-from orchestrator.spec.faults import ENV as FAULTS_ENV
+from orchestrator.supervisor import formed, rehearsal
 from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
 from orchestrator.supervisor.states import describe_exit, exit_fields
 
@@ -24,7 +23,8 @@ SUMMARY_FIELDS: dict[str, str] = {
     "run_id": "the run id, also the name of the run directory",
     "run_dir": "absolute path of the run directory",
     "status": "`Succeeded`, `Failed`, `Preempted` (saved and left; `launch --resume` continues it) or `Interrupted`",
-    "exit_code": "the orchestrator's exit code: 0 succeeded, 1 failed, 75 preempted, 130 interrupted",
+    "exit_code": "the orchestrator's exit code: 0 succeeded, 1 failed, 3 succeeded but an injected fault never "
+                 "fired, 75 preempted, 130 interrupted",
     "reason": "one line: why the job ended (`chief-0 exited 0`, the failure that ended it)",
     "wall_time_s": "seconds from the start to the end of the job",
     "started_at": "local start time, ISO 8601 with the UTC offset",
@@ -51,9 +51,14 @@ SUMMARY_FIELDS: dict[str, str] = {
     "failures": "every failure seen, recovered or not, in order (the fields of `root_cause`)",
     "lives": "each orchestrator lifetime of the run (`launch --resume` adds one): `life`, `started_at`, `ended_at`, "
              "`started_at_unix`, `ended_at_unix`, "
-             "`ended` (its final state), `cause`, `resumed_from_step`, `last_step`, `steps_lost`, `pid`",
+             "`ended` (its final state), `cause`, `resumed_from_step`, `last_step`, `steps_lost`, `pid`, "
+             "`global_batch_size` (as the coordinator reported it)",
     "late_failures": "failures after the job had succeeded (a warning, not a failure of the job)",
-    "faults": "each injected fault (`--inject-fault`) and whether it fired",
+    "faults": "each injected fault (`--inject-fault`) and whether it fired (one that never fired in a job that "
+              "succeeded: exit code 3, the rehearsal tested nothing)",
+    "cluster_check": "what the training tasks formed vs the plan: `checked` (MWMS and PSS), `planned_workers` "
+                     "(chief + workers), `formed` (task -> `replicas_in_sync`, `cluster_workers` it reported), "
+                     "`mismatches` (one line each), `allowed` (`--allow-cluster-mismatch`)",
     "spares": "each warm spare: pid, state (`used`, `stopped`, `died`, ...), the task it became",
     "tasks": "one entry per task (below)",
     "peak_gpu_memory_bytes": "the most GPU memory any task's devices held together during the job, or `null` "
@@ -225,6 +230,8 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "lives": [life.to_dict() for life in snapshot.lives],
         "late_failures": [f.to_dict() for f in snapshot.late_failures],
         "faults": fault_report(plan),
+        "cluster_check": formed.summary_field(spec, ((t.task, t.heartbeat.metrics if t.heartbeat else {})
+                                                     for t in snapshot.tasks)),
         "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
         "tasks": [task_dict(t) for t in snapshot.tasks],
         "peak_gpu_memory_bytes": max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)
@@ -236,26 +243,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
 def fault_report(plan: Plan) -> list[dict]:
     """Each injected fault (``--inject-fault``) and whether it fired: the task prints
     ``injecting fault: KIND at TRIGGER=N`` to its logs when it does (``orchestrator.task.faults``)."""
-    out = []
-    for tp in plan.tasks:
-        raw = tp.env.get(FAULTS_ENV)
-        if not raw:
-            continue
-        for fault in json.loads(raw):
-            directory = task_dir(plan.run_dir, int(fault["attempt"]), tp.task)
-            line = f"injecting fault: {fault['kind']} at {fault['trigger']}={float(fault['at']):g}"
-            fired = False
-            for name in ("stdout.log", "stderr.log"):
-                try:
-                    fired = fired or line in (directory / name).read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    pass
-            kind = fault["kind"] + (f"={fault['exit_code']}" if fault["kind"] == "exit" else "")
-            spec = f"{tp.task}:{kind}@{fault['trigger']}={float(fault['at']):g}"
-            if fault["attempt"]:
-                spec += f",attempt={fault['attempt']}"
-            out.append({"fault": spec, "fired": fired})
-    return out
+    return rehearsal.fault_report(plan)
 
 
 def write_summary(run_dir: Path, summary: dict) -> Path:
@@ -297,7 +285,9 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
     lines += _wrap("run dir", summary["run_dir"], width)
     if t is None:
         # after execwrap --
-        lines += _wrap("program", f"{' '.join(summary['program'][4:])} ({summary['strategy']})", width)
+        batch = m.get("global_batch_size")
+        lines += _wrap("program", f"{' '.join(summary['program'][4:])} ({summary['strategy']}"
+                       + (f", global batch {batch}" if batch else "") + ")", width)
     else:
         lines += _wrap("strategy", f"{summary['strategy']}, {t['loop']} loop, {t['replicas']} replica(s), global batch "
                        f"{t['global_batch_size']} = {t['batch_size_per_replica']} per replica"
@@ -340,6 +330,15 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
     for f in summary.get("late_failures", []):
         when = "after the job succeeded" if f["after_success"] else "after training ended"
         lines += _wrap("warning", f"{_failure_text(f)} ({when})", width)
+    for text in (summary.get("cluster_check") or {}).get("mismatches", []):
+        lines += _wrap("WARNING", f"{text}: the tasks did not train as one cluster"
+                       + (" (allowed: --allow-cluster-mismatch)" if summary["cluster_check"]["allowed"] else ""),
+                       width)
+    batches = [(life["global_batch_size"], life["life"]) for life in summary.get("lives") or []
+               if life.get("global_batch_size") is not None]
+    if len({b for b, _ in batches}) > 1:
+        lines += _wrap("WARNING", "the global batch changed between lives: "
+                       + ", ".join(f"{b} (life {n})" for b, n in batches), width)
     for fault in summary.get("faults", []):
         if not fault["fired"]:
             lines += _wrap("warning", f"the injected fault {fault['fault']} did not fire: the rehearsal tested nothing",

@@ -82,6 +82,7 @@ FLAG_FIELDS = {
     "success_policy": "supervision.success_policy",
     "spares": "supervision.spares",
     "preemption_exit_codes": "supervision.preemption_exit_codes",
+    "allow_cluster_mismatch": "supervision.allow_cluster_mismatch",
     "checkpoint_every": "training.checkpoint_every",
     "threads": "training.threads",
 }

@@ -128,6 +128,10 @@ class SupervisionSpec:
             its save); a program whose ``TerminationConfig(exit_fn=...)`` exits with another code
             lists it here (``--preemption-exit-codes 143,42,7``). A death by SIGTERM that the
             orchestrator did not send counts too.
+        allow_cluster_mismatch: a training task whose strategy formed another cluster than the
+            planned one (``replicas_in_sync 1`` with 2 workers planned: a program that built its
+            own cluster) is a warning, not a failed job; default False: under MWMS it fails the
+            job (:mod:`orchestrator.supervisor.formed`).
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -142,6 +146,7 @@ class SupervisionSpec:
     finish_timeout_s: float | None = None
     spares: int | None = None
     preemption_exit_codes: tuple[int, ...] = (143, 42)
+    allow_cluster_mismatch: bool = False
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -163,6 +168,9 @@ class SupervisionSpec:
             fields["success_policy"] = SuccessPolicy.parse(fields["success_policy"])
         if fields.get("preemption_exit_codes") is not None:
             fields["preemption_exit_codes"] = _exit_codes(fields["preemption_exit_codes"])
+        allow = fields.get("allow_cluster_mismatch")
+        if isinstance(allow, int) and not isinstance(allow, bool) and allow in (0, 1):  # a store_true flag: 1
+            fields["allow_cluster_mismatch"] = bool(allow)
         spec = cls(restart_policy=policies, **fields)
         spec.validate()
         return spec
@@ -180,6 +188,9 @@ class SupervisionSpec:
                             "e.g. --spares 2, or --spares 0")
         for name in ("heartbeat_timeout_s", "stall_timeout_s", "startup_timeout_s"):
             _seconds(name, getattr(self, name))
+        if not isinstance(self.allow_cluster_mismatch, bool):
+            raise SpecError("allow_cluster_mismatch", self.allow_cluster_mismatch, "must be true or false",
+                            "e.g. allow_cluster_mismatch: true, or --allow-cluster-mismatch")
         for name in ("deadline_s", "finish_timeout_s"):
             if getattr(self, name) is not None:
                 _seconds(name, getattr(self, name))

@@ -35,12 +35,14 @@ from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import decisions, forensics
 from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.failures import FailureHandling
+from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.hangs import HangChecks, watch
 from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
+from orchestrator.supervisor.rehearsal import Rehearsal, checked_success
 from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, phase_name, task_snapshot
 from orchestrator.supervisor.spares import spare_request
 from orchestrator.supervisor.states import (
@@ -131,6 +133,7 @@ class Supervisor(FailureHandling):
         self._rotation_reported = (plan.spec.strategy is Strategy.PARAMETER_SERVER and coordinator is not None
                                    and coordinator.plan.reports_heartbeats)
         self._spares = spare_request(plan)
+        self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
 
     # -- control from outside ------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -194,12 +197,16 @@ class Supervisor(FailureHandling):
                 self._stop(self._live(), f"stopped: {self._interrupt}")
             elif self.preemption.requested and self.preemption.deadline is None:
                 self._preemption(now)
+            elif self._formed.failure is not None:  # N solo trainings are not one N-worker job
+                self._set_state(JobState.FAILED, EXIT_FAILED, self._formed.failure)
+                self._stop(self._live(), "stopped: the tasks did not form the planned cluster")
             elif self.policy.deadline_s is not None and now - self.started_at >= self.policy.deadline_s:
                 self._set_state(JobState.FAILED, EXIT_FAILED,
                                 f"the job deadline of {self.policy.deadline_s:g} s passed")
                 self._stop(self._live(), "stopped: job deadline passed")
         self._poll(now)
         self._take_heartbeats(now)
+        self._event(*self._rehearsal.watch(self.tasks, now))
         self._check_hangs(now)
         self._decide(now)
         self._start_due_restarts(now)
@@ -233,6 +240,8 @@ class Supervisor(FailureHandling):
                 self._set_state(JobState.INTERRUPTED, EXIT_INTERRUPTED, self._interrupt)
             else:
                 self._set_state(JobState.FAILED, EXIT_FAILED, "no task is left running")
+        if self.state is JobState.SUCCEEDED:  # what it formed and what its rehearsal tested
+            self._set_state(*checked_success(self.reason, self._formed.failure, self._rehearsal.untested))
         self.ended_at = self.clock()
         self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time())
         self._persist()
@@ -338,8 +347,10 @@ class Supervisor(FailureHandling):
                                 "resumed_from_step": int(resumed) if resumed is not None else None,
                                 "coordinator": self.plan.spec.coordinator.name}
         if rt.task == self.plan.spec.coordinator and self.lives.coordinator_beat(
-                hb.step if hb.HasField("step") else None, note["resumed_from_step"], record.received_at):
+                hb.step if hb.HasField("step") else None, note["resumed_from_step"], record.received_at,
+                hb.metrics.get("global_batch_size")):
             self._persist()  # a SIGKILLed orchestrator's resume knows how far training got
+        self._event(*self.lives.take_warnings(), *self._formed.beat(rt.task, a.number, hb.metrics))
         if hb.HasField("step") and hb.step != a.last_step:
             if hb.step > 0 and self.book.all_resumed:
                 self._trained = True  # spares start (again) only once training runs: they never slow a (re)start

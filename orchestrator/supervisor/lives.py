@@ -48,6 +48,9 @@ class Life:
         steps_lost: steps trained in this life that the next one trained again (None until a
             next life resumed).
         pid: the orchestrator's pid.
+        global_batch_size: the global batch (examples per step) the coordinator reported in
+            this life (the built-in worker, ``report(global_batch_size=)``, the Keras callback);
+            None when not reported.
     """
 
     number: int
@@ -59,6 +62,7 @@ class Life:
     last_step: int | None = None
     steps_lost: int | None = None
     pid: int = 0
+    global_batch_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +77,7 @@ class Life:
             "last_step": self.last_step,
             "steps_lost": self.steps_lost,
             "pid": self.pid,
+            "global_batch_size": self.global_batch_size,
         }
 
     @classmethod
@@ -87,6 +92,7 @@ class Life:
             last_step=data.get("last_step"),
             steps_lost=data.get("steps_lost"),
             pid=int(data.get("pid") or 0),
+            global_batch_size=data.get("global_batch_size"),
         )
 
 
@@ -178,6 +184,18 @@ def every_life(carried: Carried, life: Life) -> tuple[Life, ...]:
 
 
 
+def batch_change(earlier: tuple[Life, ...], global_batch_size: int | None) -> str | None:
+    """The warning when this life trains with another global batch than the latest earlier
+    life that reported one (the learning rate, steps per epoch and the data each step sees
+    change with it); None when it is the same, or either is unknown."""
+    before = next((life for life in reversed(earlier) if life.global_batch_size is not None), None)
+    if before is None or global_batch_size is None or before.global_batch_size == global_batch_size:
+        return None
+    return (f"WARNING: the global batch changed from {before.global_batch_size} (life {before.number}) to "
+            f"{global_batch_size} in this resumed run: steps mean other examples now (the learning rate and "
+            "steps per epoch that suited the old batch may not suit this one)")
+
+
 class LifeBook:
     """This life of the run as it goes: what it carried over, the step it resumed from, the
     coordinator's last step, when the record was last persisted.
@@ -196,14 +214,22 @@ class LifeBook:
         self.last_step: int | None = None
         self.persist_every_s = persist_every_s
         self.persisted_at: float | None = None
+        self._warnings: list[str] = []
 
     def started(self, at: float) -> None:
         self.life = replace(self.life, started_at=at)
 
-    def coordinator_beat(self, step: int | None, resumed_from_step: int | None, now: float) -> bool:
-        """The coordinator reported ``step`` (and, after a resume, the step it resumed from);
-        returns True when the record should be persisted now."""
+    def coordinator_beat(self, step: int | None, resumed_from_step: int | None, now: float,
+                         global_batch_size: float | None = None) -> bool:
+        """The coordinator reported ``step`` (and, after a resume, the step it resumed from, and
+        its global batch); returns True when the record should be persisted now."""
         due = False
+        if global_batch_size is not None and int(global_batch_size) != self.life.global_batch_size:
+            self.life = replace(self.life, global_batch_size=int(global_batch_size))
+            change = batch_change(self.carried.lives, self.life.global_batch_size)
+            if change:
+                self._warnings.append(change)
+            due = True
         if resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
             self.life = replace(self.life, resumed_from_step=resumed_from_step)
             due = True
@@ -211,6 +237,11 @@ class LifeBook:
             self.last_step = step
             due = due or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
         return due
+
+    def take_warnings(self) -> list[str]:
+        """The warnings about this life found since the last call (a changed global batch)."""
+        out, self._warnings = self._warnings, []
+        return out
 
     def close(self, state: str, preempted: str | None, ended_at: float) -> None:
         self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=self.last_step)

@@ -117,6 +117,10 @@ class RecoveryBook:
         """:meth:`resumed`, as the events to show: ``worker-1 training again 2.1 s after the
         failure, resumed from step 40`` (``doing``: training or serving)."""
         texts = []
+        if resumed_from_step is not None:  # said after the first step (the Keras callback: at its first batch)
+            latest = next((r for r in reversed(self.recoveries) if task in r.tasks), None)
+            if latest is not None and latest.resumed_at is not None and latest.resumed_from_step is None:
+                latest.resumed_from_step = resumed_from_step
         for r in self.resumed(task, at, scope, rejoined=rejoined, resumed_from_step=resumed_from_step):
             if rejoined:
                 text = f"{task} back in {coordinator}'s rotation {at - r.detected_at:.1f} s after the failure"

@@ -29,6 +29,9 @@ EXIT_PREEMPTED = 75
 ("a temporary failure: the user is invited to retry"), distinct from a failure (1), bad input (2)
 and Ctrl-C (130). Its state is saved; ``launch --resume RUN_ID`` continues it."""
 EXIT_INTERRUPTED = 130
+EXIT_UNTESTED = 3
+"""The CLI's exit code for a rehearsal that tested nothing: the job succeeded, but one of its
+injected faults (``--inject-fault``) never fired (:mod:`~orchestrator.supervisor.rehearsal`)."""
 
 
 class JobState(str, enum.Enum):

@@ -12,6 +12,7 @@ import tf_keras as keras
 from tf_keras.src.utils import tf_utils
 
 from orchestrator.task import reporting
+from orchestrator.task.formed import strategy_facts
 
 
 def _loss(logs) -> float | None:
@@ -25,7 +26,14 @@ class ReportCallback(keras.callbacks.Callback):
     index of the last batch of what ran (with ``steps_per_execution`` > 1 the index jumps by
     that many), counted from 0 in each epoch, so each call adds the batches since the last
     one. After a ``BackupAndRestore`` resume it starts from ``initial epoch x steps`` when
-    ``fit`` knows its steps per epoch, else from 0.
+    ``fit`` knows its steps per epoch, else from 0, and reports ``resumed_from_step``: where
+    ``fit`` really resumed, the initial epoch's steps plus the index of its first batch (a
+    ``save_freq=N`` backup resumes inside an epoch: ``fit`` passes that index to
+    ``on_train_batch_begin``).
+
+    When training begins it reports what the model's strategy formed (``replicas_in_sync``,
+    ``cluster_workers``: :func:`orchestrator.task.formed.strategy_facts`) and the global
+    batch size when it knows one.
 
     Args:
         interval_s: least seconds between two loss fetches (RemoteValues under PSS).
@@ -43,6 +51,7 @@ class ReportCallback(keras.callbacks.Callback):
         self._step = 0  # global steps done
         self._epoch_batches = 0  # batches done in the current epoch
         self._begun = False
+        self._resume_pending = False  # the first batch of this fit is still to come
         self._last = (time.monotonic(), 0)
 
     def _global_batch(self) -> int | None:
@@ -63,11 +72,22 @@ class ReportCallback(keras.callbacks.Callback):
             return {"examples_per_second": steps_per_s * batch}
         return {"steps_per_second": steps_per_s}
 
+    def _formed(self) -> dict:
+        """What the model's strategy formed, and the global batch when known."""
+        model = getattr(self, "model", None)
+        facts: dict = strategy_facts(getattr(model, "distribute_strategy", None)) if model is not None else {}
+        batch = self._global_batch()
+        if batch:
+            facts["global_batch_size"] = batch
+        return facts
+
     def on_train_begin(self, logs=None):
         self._begun = False
+        self._resume_pending = True
         self._step, self._epoch_batches = 0, 0
         self._last = (time.monotonic(), 0)
-        reporting.report(step=0)  # phase training, sent at once: a hang in the first steps is a stall
+        # phase training, sent at once: a hang in the first steps is a stall
+        reporting.report(step=0, **self._formed())
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -78,7 +98,18 @@ class ReportCallback(keras.callbacks.Callback):
             if epoch and steps:
                 self._step = epoch * int(steps)
                 self._last = (time.monotonic(), self._step)
-                reporting.report(step=self._step, resumed_from_step=self._step)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self._resume_pending:
+            return
+        self._resume_pending = False
+        # fit's first batch index after a mid-epoch BackupAndRestore (save_freq=N) is the
+        # number of batches of this epoch the backup had done
+        resumed = self._step + int(batch)
+        if resumed:
+            self._step, self._epoch_batches = resumed, int(batch)
+            self._last = (time.monotonic(), self._step)
+            reporting.report(step=resumed, resumed_from_step=resumed)
 
     def on_train_batch_end(self, batch, logs=None):
         done = int(batch) + 1

@@ -20,9 +20,11 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from typing import Any
 
 from orchestrator import env
 from orchestrator.task.faults import FaultInjector
+from orchestrator.task.formed import CLUSTER_WORKERS, GLOBAL_BATCH_SIZE, REPLICAS_IN_SYNC, strategy_facts
 
 _lock = threading.Lock()
 _reporter = None
@@ -90,7 +92,9 @@ def _on_step(step: int | None) -> None:
 
 
 def report(step: int | None = None, loss: float | None = None, *, epoch: int | None = None,
-           examples_per_second: float | None = None, **metrics: float) -> None:
+           examples_per_second: float | None = None, strategy: Any = None, replicas_in_sync: int | None = None,
+           cluster_workers: int | None = None, global_batch_size: int | None = None,
+           resumed_from_step: int | None = None, **metrics: float) -> None:
     """Report training progress of this task (thread-safe, cheap: sent with the next heartbeat;
     the first report, which moves the task to phase ``training``, is sent at once).
 
@@ -99,12 +103,30 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
         loss: latest training loss.
         epoch: epochs completed.
         examples_per_second: throughput of this task (examples/s).
+        strategy: the ``tf.distribute`` strategy the program trains with: sends its
+            ``replicas_in_sync`` and ``cluster_workers`` (:func:`orchestrator.task.formed.strategy_facts`),
+            which the orchestrator compares with its plan (docs/failure-handling.md).
+        replicas_in_sync: ``strategy.num_replicas_in_sync``, when not passing ``strategy``.
+        cluster_workers: the chief and workers in the cluster the strategy resolved.
+        global_batch_size: examples per step across all replicas; kept in ``summary.json`` and
+            ``run.json``, and a resume that trains with another one is warned about.
+        resumed_from_step: after a restart, the step training really resumed at (what the
+            restored checkpoint had done).
         **metrics: any other numbers (e.g. ``accuracy=0.93``, ``steps_per_second=12.5``);
             they land in summary.json.
 
     Raises:
         InjectedFault: when a ``raise@step=N`` fault of this task fires (``--inject-fault``).
     """
+    if strategy is not None:
+        facts = strategy_facts(strategy)
+        replicas_in_sync = facts.get(REPLICAS_IN_SYNC, replicas_in_sync) if replicas_in_sync is None \
+            else replicas_in_sync
+        cluster_workers = facts.get(CLUSTER_WORKERS, cluster_workers) if cluster_workers is None else cluster_workers
+    for name, value in ((REPLICAS_IN_SYNC, replicas_in_sync), (CLUSTER_WORKERS, cluster_workers),
+                        (GLOBAL_BATCH_SIZE, global_batch_size), ("resumed_from_step", resumed_from_step)):
+        if value is not None:
+            metrics[name] = int(value)
     _on_step(step)
     reporter = _get()
     if reporter is None:

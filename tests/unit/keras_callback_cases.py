@@ -32,13 +32,16 @@ def callback(params: dict, **options):
 
 
 def run_fit(cb, epochs: int, batches: list[int], logs=None) -> None:
-    """What ``Model.fit`` calls: ``batches`` are the indices passed to on_train_batch_end per epoch."""
+    """What ``Model.fit`` calls: ``batches`` are the indices passed to on_train_batch_end per epoch
+    (the last batch of each execution); on_train_batch_begin gets the first one."""
     cb.on_train_begin()
     for epoch in range(epochs):
         cb.on_epoch_begin(epoch)
+        first = 0
         for batch in batches:
-            cb.on_train_batch_begin(batch)
+            cb.on_train_batch_begin(first)
             cb.on_train_batch_end(batch, {"loss": 0.5})
+            first = batch + 1
         cb.on_epoch_end(epoch, {"loss": 0.4, "accuracy": 0.8})
     cb.on_train_end(logs or {"loss": 0.3, "accuracy": 0.9})
 
@@ -76,9 +79,44 @@ def test_a_resumed_fit_counts_from_its_initial_epoch(reports):
     cb = callback({"epochs": 3, "steps": 10, "verbose": 0})
     cb.on_train_begin()
     cb.on_epoch_begin(2)  # BackupAndRestore resumed after 2 epochs
+    cb.on_train_batch_begin(0)
     cb.on_train_batch_end(0, {"loss": 0.5})
     assert reports[1] == ("report", {"step": 20, "resumed_from_step": 20})
     assert reports[-1][1]["step"] == 21
+
+
+def test_a_fit_resumed_inside_an_epoch_reports_the_step_it_really_resumed_at(reports):
+    # BackupAndRestore(save_freq=10), 25 steps per epoch: the backup after step 30 resumes fit in
+    # epoch 1 at batch index 5 (fit passes it to on_train_batch_begin), not at the boundary, 25
+    cb = callback({"epochs": 4, "steps": 25, "verbose": 0})
+    cb.on_train_begin()
+    cb.on_epoch_begin(1)
+    cb.on_train_batch_begin(5)
+    cb.on_train_batch_end(5, {"loss": 0.5})
+    resumed = [kw for kind, kw in reports if kind == "report" and "resumed_from_step" in kw]
+    assert resumed == [{"step": 30, "resumed_from_step": 30}]
+    assert reports[-1][1]["step"] == 31
+    for batch in range(6, 25):
+        cb.on_train_batch_begin(batch)
+        cb.on_train_batch_end(batch, {"loss": 0.5})
+    cb.on_epoch_end(1, {"loss": 0.4})
+    assert reports[-1][1]["step"] == 50 and reports[-1][1]["epoch"] == 2
+
+
+def test_training_begins_with_what_the_strategy_formed_and_the_global_batch(reports):
+    import tensorflow as tf
+    import tf_keras as keras
+
+    model = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])  # the default strategy
+    cb = callback({"epochs": 1, "steps": 4, "verbose": 0}, batch_size=64)
+    cb.set_model(model)
+    cb.on_train_begin()
+    assert reports[0] == ("report", {"step": 0, "replicas_in_sync": 1, "cluster_workers": 1,
+                                     "global_batch_size": 64})
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # no TF_CONFIG: a cluster of this process alone
+    from orchestrator.task.formed import strategy_facts
+
+    assert strategy_facts(strategy) == {"replicas_in_sync": 1, "cluster_workers": 1}
 
 
 def test_throughput_is_examples_per_second_with_a_batch_size_else_steps_per_second(reports):
