@@ -206,8 +206,8 @@ class Supervisor(FailureHandling):
                 self._stop(self._live(), "stopped: job deadline passed")
         self._poll(now)
         self._take_heartbeats(now)
-        self._event(*self._rehearsal.watch(self.tasks, now))
         self._check_hangs(now)
+        self._event(*self._rehearsal.watch(self.tasks, now))  # before a restart replaces an ended attempt
         self._decide(now)
         self._start_due_restarts(now)
         if self.preemption.deadline is not None and not self.state.terminal:
