@@ -1,0 +1,65 @@
+"""A user's MWMS program that builds its own cluster: it overwrites ``TF_CONFIG`` with a hard-coded
+single-worker cluster (as a script copied from a one-machine tutorial does), so every task of an
+N-worker job trains alone. tf-keras ``fit`` with the orchestrator's Keras callback, synthetic data.
+
+    python tests/programs/user_own_cluster.py [--report]
+
+``--report``: a custom loop that says what it formed with ``report(strategy=...)`` instead of the
+callback. Each task prints ``replicas_in_sync N`` once its strategy exists. It imports
+``orchestrator.client`` before it rewrites ``TF_CONFIG``, so its heartbeats name the task the
+orchestrator started.
+"""
+
+import argparse
+import json
+import os
+import socket
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+from orchestrator.client import keras_callback, report  # noqa: E402 - reports as the task the job planned
+
+
+def own_tf_config() -> str:
+    """A one-worker cluster on a free port of this machine: the program's own, not the job's."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}"]}, "task": {"type": "worker", "index": 0}})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--report", action="store_true")
+    args = parser.parse_args()
+    os.environ["TF_CONFIG"] = own_tf_config()
+
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    print("replicas_in_sync", strategy.num_replicas_in_sync, flush=True)
+    global_batch = 8 * strategy.num_replicas_in_sync
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(global_batch)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    ds = ds.with_options(options)
+    with strategy.scope():
+        model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(2)])
+        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if args.report:
+        report(step=0, strategy=strategy, global_batch_size=global_batch)
+        for step in range(1, 5):
+            loss = model.train_on_batch(x[:global_batch], y[:global_batch])
+            report(step=step, loss=float(loss))
+    else:
+        model.fit(ds, epochs=1, steps_per_epoch=4, verbose=0, callbacks=[keras_callback(batch_size=global_batch)])
+    print("trained", flush=True)
+
+
+if __name__ == "__main__":
+    main()
