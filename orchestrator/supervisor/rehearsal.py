@@ -124,7 +124,7 @@ class Rehearsal:
                                ran_s=now - a.started_at)
             if text is None:
                 left.append((task, fault))
-            else:
+            elif not fired(self.plan, task, fault):  # it fired before its step reached us (exit, kill)
                 texts.append(text)
         self._pending = left
         return texts

@@ -47,7 +47,7 @@ def test_a_fault_that_did_not_fire_is_reported(tmp_path):
         orchestrator_cmd("launch", "--plain", "--workers", "1", "--runs-dir", str(tmp_path),
                          "--inject-fault", "worker:0:kill@time=300", "--", sys.executable, "-c", "pass"),
         cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 3, result.stdout + result.stderr  # the rehearsal tested nothing (issue 21)
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert summary["faults"] == [{"fault": "worker:0:kill@time=300", "fired": False}]
     assert "the injected fault worker:0:kill@time=300 did not fire" in result.stdout
