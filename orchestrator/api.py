@@ -332,7 +332,8 @@ class Outcome:
 
     Attributes:
         status: ``Succeeded``, ``Failed`` or ``Interrupted``.
-        exit_code: what the CLI would exit with: 0, 1 or 130.
+        exit_code: what the CLI would exit with: 0, 1, 3 (succeeded, but an injected fault never
+            fired: the rehearsal tested nothing), 75 or 130.
         summary: ``summary.json`` as a dict.
         result: the job's final snapshot (root cause, failures, recoveries, lives, wall time).
     """

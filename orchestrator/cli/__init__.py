@@ -1,6 +1,7 @@
 """Command line: ``python -m orchestrator <subcommand>``; each subcommand returns an exit code.
 
-Exit codes: 0 succeeded, 1 job failed, 2 bad input (nothing started), 130 interrupted.
+Exit codes: 0 succeeded, 1 job failed, 2 bad input (nothing started), 3 succeeded but an injected
+fault never fired (``launch``), 75 preempted (``launch``), 130 interrupted.
 """
 
 from __future__ import annotations

@@ -31,8 +31,9 @@ def add_parser(subparsers) -> None:
         "launch",
         help="run a distributed TensorFlow job on this machine",
         description="Plan a cluster, start one process per task with its TF_CONFIG, supervise it over gRPC "
-        "health, and report. Exit codes: 0 succeeded, 1 job failed, 2 bad input, 75 preempted (state saved: "
-        "continue it with --resume RUN_ID), 130 interrupted.",
+        "health, and report. Exit codes: 0 succeeded, 1 job failed, 2 bad input, 3 succeeded but an injected "
+        "fault never fired (the rehearsal tested nothing), 75 preempted (state saved: continue it with --resume "
+        "RUN_ID), 130 interrupted.",
     )
     add_arguments(p)
     p.set_defaults(func=run_launch)
@@ -180,7 +181,7 @@ def _resumable(args: argparse.Namespace) -> dict:
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    """Run ``launch``. Returns the exit code (0, 1, 2, 75 or 130)."""
+    """Run ``launch``. Returns the exit code (0, 1, 2, 3, 75 or 130)."""
     spec = spec_from_args(args)
     if args.web is not None:
         parse_bind(args.web, allow_public=args.web_public)  # bad input before anything, --dry-run too
