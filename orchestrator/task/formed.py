@@ -14,32 +14,35 @@ from typing import Any
 REPLICAS_IN_SYNC = "replicas_in_sync"
 """Heartbeat metric: ``strategy.num_replicas_in_sync`` of the task's strategy."""
 CLUSTER_WORKERS = "cluster_workers"
-"""Heartbeat metric: the chief and workers in the cluster the task's strategy resolved (1 for
-a strategy of this process alone)."""
+"""Heartbeat metric: the chief and workers in the cluster the task's strategy resolved (absent
+for a strategy without a cluster resolver)."""
 GLOBAL_BATCH_SIZE = "global_batch_size"
 """Heartbeat metric: examples per training step across every replica in sync."""
 
 
-def cluster_workers(strategy: Any) -> int:
-    """The chief and workers of the cluster ``strategy`` resolved: its ``cluster_resolver``'s
-    cluster spec (MultiWorkerMirroredStrategy, ParameterServerStrategy), 1 without one (the
-    default strategy, MirroredStrategy: this process alone)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
+def cluster_workers(strategy: Any) -> int | None:
+    """The chief and workers of the cluster ``strategy`` resolved (its cluster resolver's cluster
+    spec: MultiWorkerMirroredStrategy, ParameterServerStrategy); None when it has no resolver
+    (the default strategy, MirroredStrategy) or the resolver cannot say."""
+    # ParameterServerStrategy keeps its resolver on itself, not on ``extended`` where the public
+    # ``cluster_resolver`` property looks (TF 2.21 parameter_server_strategy_v2.py)
+    resolver = getattr(strategy, "cluster_resolver", None) or getattr(strategy, "_cluster_resolver", None)
     if resolver is None:
-        return 1
+        return None
     try:
         spec = resolver.cluster_spec().as_dict()
-    except Exception:  # noqa: BLE001 - a resolver that cannot say: this process alone
-        return 1
+    except Exception:  # noqa: BLE001 - a resolver that cannot say: unknown, nothing to compare
+        return None
     count = sum(len(spec.get(kind) or ()) for kind in ("chief", "master", "worker"))
-    return max(count, 1)
+    return count or 1  # an empty cluster spec: this process alone
 
 
 def strategy_facts(strategy: Any) -> dict[str, int]:
     """``{"replicas_in_sync": R, "cluster_workers": W}`` of a ``tf.distribute`` strategy (the
-    metrics :func:`orchestrator.client.report` sends with ``strategy=``); ``{}`` for an object
-    that is not one."""
+    metrics :func:`orchestrator.client.report` sends with ``strategy=``; ``cluster_workers`` only
+    when it has a cluster resolver); ``{}`` for an object that is not one."""
     replicas = getattr(strategy, "num_replicas_in_sync", None)
     if replicas is None:
         return {}
-    return {REPLICAS_IN_SYNC: int(replicas), CLUSTER_WORKERS: cluster_workers(strategy)}
+    workers = cluster_workers(strategy)
+    return {REPLICAS_IN_SYNC: int(replicas), **({CLUSTER_WORKERS: workers} if workers is not None else {})}

@@ -36,6 +36,8 @@ def test_mwms_two_workers_train_to_high_accuracy(tmp_path):
     assert summary["metrics"]["steps"] == 5 * summary["metrics"]["steps_per_epoch"]
     assert summary["training"]["global_batch_size"] == 32
     assert [t["state"] for t in summary["tasks"]] == ["Succeeded", "Succeeded"]
+    assert summary["cluster_check"]["formed"] == {f"worker-{i}": {"replicas_in_sync": 2, "cluster_workers": 2}
+                                                  for i in range(2)}  # formed as planned (issue 21)
     run_dir = tmp_path / "mwms"
     assert (run_dir / "model" / "saved_model.pb").exists()
     assert not (run_dir / "attempt-0" / "worker-1" / "scratch-model").exists()
@@ -55,6 +57,8 @@ def test_pss_chief_worker_ps_train_and_the_servers_are_stopped(tmp_path):
                       "ps:0": ("Stopped", "SIGTERM")}
     ps = next(t for t in summary["tasks"] if t["task"] == "ps:0")
     assert ps["last_heartbeat"]["phase"] == "serving"
+    check = summary["cluster_check"]  # the coordinator's resolver sees the planned chief + worker (issue 21)
+    assert check["formed"]["chief-0"]["cluster_workers"] == 2 and not check["mismatches"], check
     assert (tmp_path / "pss" / "model" / "saved_model.pb").exists()
 
 

@@ -111,12 +111,23 @@ def test_training_begins_with_what_the_strategy_formed_and_the_global_batch(repo
     cb = callback({"epochs": 1, "steps": 4, "verbose": 0}, batch_size=64)
     cb.set_model(model)
     cb.on_train_begin()
-    assert reports[0] == ("report", {"step": 0, "replicas_in_sync": 1, "cluster_workers": 1,
-                                     "global_batch_size": 64})
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # no TF_CONFIG: a cluster of this process alone
+    # no cluster resolver: replicas only (under MWMS, 1 replica of 2 planned workers is a mismatch)
+    assert reports[0] == ("report", {"step": 0, "replicas_in_sync": 1, "global_batch_size": 64})
     from orchestrator.task.formed import strategy_facts
 
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # no TF_CONFIG: a cluster of this process alone
     assert strategy_facts(strategy) == {"replicas_in_sync": 1, "cluster_workers": 1}
+
+    class Resolver:  # what ParameterServerStrategy keeps on itself, not on ``extended``
+        def cluster_spec(self):
+            return tf.train.ClusterSpec({"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]})
+
+    class PssLike:
+        num_replicas_in_sync = 1
+        cluster_resolver = None
+        _cluster_resolver = Resolver()
+
+    assert strategy_facts(PssLike()) == {"replicas_in_sync": 1, "cluster_workers": 3}
 
 
 def test_throughput_is_examples_per_second_with_a_batch_size_else_steps_per_second(reports):
