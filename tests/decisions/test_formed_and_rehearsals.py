@@ -184,7 +184,7 @@ def test_a_step_fault_is_said_after_the_task_ran_a_while_without_a_step(tmp_path
 
 def test_a_step_fault_of_an_attempt_killed_as_hung_without_a_step_is_said(tmp_path):
     h = fault_harness(tmp_path, ["worker:0:kill@step=5"])
-    h.beat("worker-0", phase="initializing")
+    h.beat("worker-0", phase="training", loss=0.5)  # past start-up, but no step
     h.tick(11.0)  # no heartbeat for 11 s: hung, killed and restarted in this same look
     assert h.task("worker-0").attempt == 1
     (said,) = [e for e in h.view.events if "never fire" in e]
