@@ -70,6 +70,7 @@ from orchestrator.net import can_listen
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
+from orchestrator.task.pinning import pin_self
 from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
 from orchestrator.task.spare import take_stdio
 
@@ -167,6 +168,7 @@ def main(argv: list[str]) -> int:
         return 1
     orchestrator_pid = env.read_int(env.ORCHESTRATOR_PID)
     time_faults = FaultInjector.from_env().time_faults
+    pin_self()  # the task's cores (ORCH_CPUS): the program and what it starts inherit them
     if env.read_flag(env.ADDRESS_FROM_TASK):  # Slurm: register a port of this node, get TF_CONFIG
         try:
             take_cluster(TaskContext.from_env())  # sets TF_CONFIG; the program binds the port itself
