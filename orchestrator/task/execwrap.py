@@ -198,7 +198,8 @@ def _install_handlers() -> None:
 def _program_env(orchestrator_pid: int) -> dict[str, str]:
     """The program's environment: this wrapper's, with itself as the pid not to outlive and
     without the ``time=`` faults (the wrapper fires those)."""
-    program_env = {k: v for k, v in os.environ.items() if k not in (env.SPARE_PRELOAD, env.SPARE_MODULE)}
+    program_env = {k: v for k, v in os.environ.items() if k not in (env.SPARE_PRELOAD, env.SPARE_MODULE,
+                                                                    env.SPARE_READY_FILE)}
     if orchestrator_pid > 0:  # the program's parent is now this wrapper: it must not outlive it
         program_env[env.ORCHESTRATOR_PID] = str(os.getpid())
     if FAULTS_ENV in program_env:
