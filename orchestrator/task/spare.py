@@ -118,7 +118,7 @@ def preload_in_background(names: str, ready_file: str, label: str) -> threading.
             with open(ready_file + ".tmp", "w") as fh:
                 fh.write(f"{os.getpid()}\n")
             os.replace(ready_file + ".tmp", ready_file)
-        print(f"spare for {label}: ready (pid {os.getpid()}; imported at {policy})", flush=True)
+        print(f"spare for {label}: ready (pid {os.getpid()}), imported at {policy}", flush=True)
         _mark("spare-ready")
 
     thread = threading.Thread(target=run, name="spare-preload", daemon=True)
