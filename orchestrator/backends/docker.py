@@ -193,8 +193,7 @@ class DockerBackend(Backend[Container]):
     summary = ("one container per task on a private network (needs a Docker engine and "
                "pip install -e '.[docker]')")
     options_type = DockerOptions
-    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS,
-                              Capability.HOST_CPUS})
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS, Capability.HOST_CPUS})
     python = "python"
     """The interpreter in the image: task commands are run inside the containers."""
     parent_death_signal = False

@@ -348,15 +348,11 @@ def spare_count(strategy: Strategy, trainers: int, requested: int | None, builti
 
 
 def spares_start_at(first_step_at: float, cold_start_s: float) -> float:
-    """When a job's warm spares start: once it has trained for as long as a start takes
-    (``cold_start_s``: its first attempt's start -> first step, the time a spare's own
-    imports take on this machine), counted from the first step after each (re)start.
-
-    A spare started sooner could not be ready before then anyway, a job shorter than that
-    never pays for one, and the (re)start itself, the tracing of the first steps and the first
-    epoch's warm-up run without it. While it imports, a spare runs at the lowest CPU priority
-    (:mod:`orchestrator.task.spare`), so it takes only cycles training leaves idle.
-    """
+    """When a job's warm spares start: once it has trained as long as a start takes
+    (``cold_start_s``: its first attempt's start -> first step), counted from the first step
+    after each (re)start. A spare started sooner could not be ready sooner, a shorter job never
+    pays for one, and the start and the first steps' tracing run without it (issue 23). It
+    imports at the lowest CPU priority (:mod:`orchestrator.task.spare`)."""
     return first_step_at + max(0.0, cold_start_s)
 
 
