@@ -1,7 +1,9 @@
 """``python -m bench [--quick] [--only SECTION ...]``: the whole benchmark suite.
 
 Sections (in order): ``tf`` (throughput and launch -> first step, orchestrated vs
-hand-launched, interleaved), ``recovery`` (MWMS and PSS worker SIGKILL with warm spares:
+hand-launched, interleaved), ``colocated`` (MWMS 2 workers pinned to their own cores over one
+process with the same global batch on the same cores), ``recovery`` (MWMS and PSS worker SIGKILL
+with warm spares:
 detection, recovery time and its ratio to the cold start, steps lost), ``hang`` (a frozen worker:
 detection, default settings), ``beats`` (how late heartbeats arrive on a loaded machine:
 ``bench/heartbeat_gaps.py``), ``footprint`` (orchestrator RSS and CPU during a 5-task job), ``client`` (per-task
@@ -18,7 +20,7 @@ writes its own section of that file and ``suite-<sections>.json``, keeping the f
 results stay as they are).
 
 ``--quick`` runs every section once with the fewest runs and shortest jobs that still give every
-figure: a smoke test of every code path, 7 TensorFlow jobs (jobs with the same arguments are
+figure: a smoke test of every code path, 8 TensorFlow jobs (jobs with the same arguments are
 shared between sections), ~3.5 minutes on this 2-core machine, every section but those in
 ``FULL_ONLY`` (``beats``: about a minute of deliberately overloaded cores; ``preemption``: its one
 preemption is two cold starts, 48-80 s here by the load;
@@ -50,8 +52,8 @@ from orchestrator.spec.supervision import SupervisionSpec
 RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
-SECTIONS = ("tf", "recovery", "hang", "beats", "footprint", "client", "ingest", "scale", "checkpoint", "hogwild",
-            "preemption")
+SECTIONS = ("tf", "colocated", "recovery", "hang", "beats", "footprint", "client", "ingest", "scale", "checkpoint",
+            "hogwild", "preemption")
 FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
 
 
@@ -181,6 +183,35 @@ class Suite:
                      o_first)
             self.add("2", f"first_step_{topo.name}_hand", f"launch -> first step hand-launched, {label}", "s", h_first)
             self._footprint_samples(orch, f"{topo.name} ({label})")
+
+    # -- co-located tasks (issue 23, item 1) ----------------------------------------------------
+    def colocated(self) -> None:
+        """MWMS with 2 workers on this machine (defaults: each pinned to its own cores,
+        threads from them) over one process training the same model with the same global batch
+        (32: ``--workers 1 --batch-size 32``, every core) on the same cores; runs interleaved
+        in alternating order, each its median per-epoch examples/s after the first epoch."""
+        rounds = 1 if self.quick else 3
+        epochs = 2 if self.quick else 8
+        cases = {"mwms2": ["--workers", "2", "--epochs", str(epochs)],  # = the tf section's args (--quick reuses it)
+                 "one": ["--workers", "1", "--batch-size", "32", "--epochs", str(epochs)]}
+        rates: dict[str, list] = {k: [] for k in cases}
+        pinning = []
+        for i in range(rounds):
+            for name in (("mwms2", "one") if i % 2 == 0 else ("one", "mwms2")):
+                r = self._orchestrated(f"coloc-{name}", cases[name], "worker-0")
+                rates[name].append(r.coordinator.examples_per_second())
+                if name == "mwms2":
+                    try:
+                        pinning.append(json.loads((r.run_dir / "plan.json").read_text()).get("cpus"))
+                    except (OSError, ValueError):
+                        pinning.append(None)
+                log(f"colocated {name}: {rates[name][-1]} examples/s (global batch {r.coordinator.global_batch})")
+        self.add("11", "colocated_mwms2_over_one_process",
+                 "MWMS 2 workers on this machine / one process, same model and global batch (32), same cores",
+                 "ratio", ratios(rates["mwms2"], rates["one"]), ">= 0.9",
+                 {"mwms2_examples_per_s": summarize(rates["mwms2"]), "one_process_examples_per_s":
+                  summarize(rates["one"]), "mwms2_cpus": pinning[0] if pinning else None, "epochs": epochs,
+                  "measured": "coordinator's epoch-end markers, epoch 1 excluded; defaults (pinned, spares on)"})
 
     # -- 3, 4: SIGKILL detection and recovery with warm spares --------------------------------
     def recovery(self) -> None:

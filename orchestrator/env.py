@@ -49,6 +49,12 @@ Variable                       Meaning
 ``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.gpus`
                                reads instead of NVML (tests, demos; docs/gpus.md); tasks inherit
                                it on the local backend, so their heartbeats sample the same devices
+``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.cpus`): it sets its
+                               own affinity to them before it imports TensorFlow; unset: not pinned
+``ORCH_SERVICE_CPUS``          cores kept off the training tasks' (the health client's thread and the
+                               warm spares run there); unset: none are kept
+``ORCH_SPARE_READY_FILE``      warm spares only: the file it creates once its imports are done (the
+                               backend hands a task only to a spare that has it)
 ``ORCH_SPARE_MODULE``          warm spares only: the built-in task program it becomes (``worker``)
 ``ORCH_SPARE_PRELOAD``         warm spares only: modules it imports while it waits (``tensorflow,...``;
                                ``tf_keras?``: when installed); never in a user's program's environment
@@ -122,6 +128,9 @@ GPUS = "ORCH_GPUS"
 FAKE_GPUS = "ORCH_FAKE_GPUS"
 SPARE_MODULE = "ORCH_SPARE_MODULE"
 SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
+SPARE_READY_FILE = "ORCH_SPARE_READY_FILE"
+CPUS = "ORCH_CPUS"
+SERVICE_CPUS = "ORCH_SERVICE_CPUS"
 
 JOBSET_NAME = "JOBSET_NAME"
 JOBSET_REPLICATED_JOB = "JOBSET_REPLICATED_JOB_NAME"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from orchestrator import env
+from orchestrator.cpus import CpuPlan
 from orchestrator.errors import SpecError
 from orchestrator.placement import NO_GPUS, Placement, TaskGpus
 from orchestrator.rundir import ERROR_FILE, RunDir
@@ -80,6 +81,8 @@ class Plan:
         warnings: what looks wrong but is allowed (:func:`plan_warnings`), one line each;
             ``launch`` prints them on stderr, ``plan.json`` and the dry run list them.
         placement: every task's GPUs.
+        cpus: every task's cores and threads (:mod:`orchestrator.cpus`); not pinned on a
+            backend whose tasks run elsewhere.
     """
 
     run_id: str
@@ -92,6 +95,7 @@ class Plan:
     token: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
     placement: Placement = NO_GPUS
+    cpus: CpuPlan = field(default_factory=lambda: CpuPlan(reason="tasks run on other machines"))
 
     @functools.cached_property
     def _by_task(self) -> dict[TaskId, TaskPlan]:
@@ -127,6 +131,7 @@ class Plan:
             "strategy": self.spec.strategy.value,
             "cluster": dict(self.cluster),
             "threads_per_task": self.threads_per_task,
+            "cpus": self.cpus.to_dict(),
             **builtin,
             "health_address": self.health_address,
             "warnings": list(self.warnings),
@@ -263,6 +268,7 @@ def make_plan(
     faults: Sequence[Fault] = (),
     commands: Mapping[str, Sequence[str]] | None = None,
     placement: Placement = NO_GPUS,
+    cpus: CpuPlan | None = None,
 ) -> Plan:
     """Build the plan of a job.
 
@@ -284,6 +290,9 @@ def make_plan(
             it runs through ``python -m orchestrator.task.execwrap --``.
         placement: every task's GPUs (:func:`orchestrator.placement.place`); their
             ``CUDA_VISIBLE_DEVICES`` lands in each task's env.
+        cpus: every task's cores and threads (:func:`orchestrator.cpus.assign_cores`) on a
+            backend whose tasks run on this machine; their ``ORCH_CPUS`` and thread limits land
+            in each task's env. None: not pinned, ``threads`` for every task.
 
     Returns:
         The plan.
@@ -292,6 +301,8 @@ def make_plan(
         KeyError: when a task of the spec has no address.
     """
     threads = threads_per_task(spec, cores or available_cores())
+    if cpus is not None and cpus.threads:
+        threads = max(cpus.threads.values())
     training_options = dataclasses.asdict(spec.training)
     if training_options.get("data"):  # tasks may run in another directory
         training_options["data"] = os.path.abspath(training_options["data"])
@@ -309,7 +320,8 @@ def make_plan(
         else:
             argv = (python, "-m", module)
         mine = [f for f in faults if f.task == task]
-        task_env = build_task_env(common, tf_config=tf_config_json(addresses, task), gpus=placement.env(task),
+        task_env = build_task_env(common, tf_config=tf_config_json(addresses, task),
+                                  gpus={**placement.env(task), **(cpus.env(task) if cpus else {})},
                                   faults=encode_faults(mine) if mine else None)
         tasks.append(
             TaskPlan(
@@ -335,6 +347,7 @@ def make_plan(
         token=token,
         warnings=tuple(plan_warnings(spec, commands)) + placement.warnings,
         placement=placement,
+        **({"cpus": cpus} if cpus is not None else {}),
     )
 
 

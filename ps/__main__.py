@@ -1,6 +1,10 @@
 """``python -m ps``: entrypoint of parameter-server tasks."""
 
-from orchestrator.task.runtime import run_task
-from ps.server import serve
+from orchestrator.task.pinning import pin_self
+
+pin_self()  # the task's own cores (ORCH_CPUS), before TensorFlow starts a thread
+
+from orchestrator.task.runtime import run_task  # noqa: E402
+from ps.server import serve  # noqa: E402
 
 raise SystemExit(run_task(serve))

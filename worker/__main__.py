@@ -1,6 +1,10 @@
 """``python -m worker``: entrypoint of chief and worker tasks."""
 
-from orchestrator.task.runtime import run_task
-from worker.train import train
+from orchestrator.task.pinning import pin_self
+
+pin_self()  # the task's own cores (ORCH_CPUS), before TensorFlow starts a thread
+
+from orchestrator.task.runtime import run_task  # noqa: E402
+from worker.train import train  # noqa: E402
 
 raise SystemExit(run_task(train))

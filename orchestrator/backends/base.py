@@ -203,6 +203,9 @@ class Capability(enum.Enum):
     """Tasks run on this machine's GPUs: the orchestrator places each on its own devices by UUID
     (:func:`orchestrator.placement.place` over :func:`orchestrator.gpus.discover`). Without it the
     backend's scheduler assigns the devices from the counts asked (Slurm: ``srun --gpus-per-task``)."""
+    HOST_CPUS = "host-cpus"
+    """Tasks run on this machine's cores: the orchestrator pins each training task to its own
+    (:func:`orchestrator.cpus.assign_cores` over this process's affinity; ``--no-pin`` turns it off)."""
 
 
 class LifecycleHooks:

@@ -193,7 +193,7 @@ class DockerBackend(Backend[Container]):
     summary = ("one container per task on a private network (needs a Docker engine and "
                "pip install -e '.[docker]')")
     options_type = DockerOptions
-    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS})
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS, Capability.HOST_CPUS})
     python = "python"
     """The interpreter in the image: task commands are run inside the containers."""
     parent_death_signal = False
@@ -312,7 +312,7 @@ class DockerBackend(Backend[Container]):
                 working_dir="/tmp",
                 volumes={str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
                 network=self.network.name,
-                device_requests=device_requests(env),
+                device_requests=device_requests(env), cpuset_cpus=env.get(envvars.CPUS) or None,  # orchestrator.cpus
                 networking_config={
                     self.network.name: self.client.api.create_endpoint_config(aliases=[task.name])
                 },

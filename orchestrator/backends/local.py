@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 import psutil
@@ -87,8 +88,14 @@ class _Spare:
 
     popen: subprocess.Popen[bytes]
     argv: tuple[str, ...]
+    ready_file: Path
     state: str = "ready"
     task: str = ""
+
+    @property
+    def imported(self) -> bool:
+        """Its imports are done (:mod:`orchestrator.task.spare` created its ready file)."""
+        return self.ready_file.exists()
 
 
 def _field(task: TaskId) -> str:
@@ -105,7 +112,8 @@ class LocalBackend(Backend[LocalProcess]):
     name = "local"
     summary = "one process per task on this machine (default)"
     capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.SPARES,
-                              Capability.HOST_PROCESSES, Capability.HOST_FILES, Capability.HOST_GPUS})
+                              Capability.HOST_PROCESSES, Capability.HOST_FILES, Capability.HOST_GPUS,
+                              Capability.HOST_CPUS})
 
     def __init__(self, options: NoOptions | None = None) -> None:
         self.ports = PortReservations()
@@ -367,8 +375,10 @@ class LocalBackend(Backend[LocalProcess]):
     def keep_spares(self, request: SpareRequest) -> None:
         """Keep ``request.count`` spares ready (:mod:`orchestrator.task.spare`; for a user's
         program ``request.command``, the spare mode of :mod:`orchestrator.task.execwrap`), fewer
-        when this machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`).
-        Each spare is in its own session, its stdin a pipe: the assignment, or its end."""
+        when this machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`,
+        one task's worth kept free). Each spare is in its own session, its stdin a pipe: the
+        assignment, or its end; it imports at the lowest CPU priority (``SCHED_IDLE``) and
+        creates its ready file ``spare-N.ready`` in ``request.log_dir`` once it can take a task."""
         for spare in self._spares:
             if spare.state == "ready" and spare.popen.poll() is not None:
                 spare.state = "died"
@@ -395,22 +405,27 @@ class LocalBackend(Backend[LocalProcess]):
         request.log_dir.mkdir(parents=True, exist_ok=True)
         for _ in range(min(missing, fits)):
             number = len(self._spares)
+            ready_file = request.log_dir / f"spare-{number}.ready"
             with open(request.log_dir / f"spare-{number}.log", "ab") as out:
                 try:
-                    popen = subprocess.Popen(command, env=env,
+                    popen = subprocess.Popen(command, env={**env, envvars.SPARE_READY_FILE: str(ready_file)},
                                              stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True,
                                              close_fds=True)
                 except OSError as exc:
                     log.warning("cannot start a spare: %s", exc)
                     return
-            self._spares.append(_Spare(popen, tuple(request.argv)))
+            self._spares.append(_Spare(popen, tuple(request.argv), ready_file))
 
     def _take_spare(self, argv: tuple[str, ...]) -> _Spare | None:
+        """A spare for ``argv`` whose imports are done; None when there is none: a cold start
+        then, since a spare still importing does so at the lowest CPU priority
+        (``SCHED_IDLE``) and would be starved by the very restart it stands in for."""
         for spare in self._spares:
             if spare.state == "ready" and spare.argv == tuple(argv):
-                if spare.popen.poll() is None:
+                if spare.popen.poll() is not None:
+                    spare.state = "died"
+                elif spare.imported:
                     return spare
-                spare.state = "died"
         return None
 
     def spares(self) -> list[SpareInfo]:

@@ -85,7 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
                      "restart budget and failure history (flags given must agree with the run's, but --deadline)")
     run.add_argument("--threads-per-task", type=int, default=None,
-                     help="TF intra-op threads per task (default cores / tasks)")
+                     help="TF intra-op threads per task (default: a training task's cores, docs/local.md)")
+    run.add_argument("--no-pin", action="store_true", default=None,
+                     help="do not pin each training task to its own cores (local and docker backends; "
+                          "docs/local.md)")
     run.add_argument("--heartbeat-interval", type=float, default=None, help="seconds between heartbeats (default 1)")
     run.add_argument("--stop-timeout", type=float, default=10.0,
                      help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
@@ -227,6 +230,8 @@ def run_launch(args: argparse.Namespace) -> int:
     print_warnings(job.plan.warnings)
     if job.plan.placement.any and not args.json:
         print(job.plan.placement.describe(), flush=True)
+    if job.plan.cpus.pinned and not args.json:
+        print(job.plan.cpus.describe(), flush=True)
     if job.web_url is not None:
         print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)
     if view is None:

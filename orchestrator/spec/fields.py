@@ -39,6 +39,8 @@ def spec_fields(spec: JobSpec) -> dict[str, Any]:
         out["gpus_per_task"] = dict(spec.gpus_per_task)
     if spec.share_gpus:
         out["share_gpus"] = True
+    if not spec.pin_cpus:
+        out["pin_cpus"] = False
     if spec.addresses is not None:
         grouped: dict[str, list[str]] = {}
         for task in sorted(spec.addresses, key=lambda t: (t.task_type, t.task_index)):

@@ -12,6 +12,7 @@ The format (docs/reference/spec.md) mirrors :class:`JobSpec` field by field::
     threads_per_task: null
     gpus_per_task: {worker: 1, evaluator: 0}     # or one count for chief and worker: gpus_per_task: 1
     share_gpus: false
+    pin_cpus: true
     training: {epochs: 5, batch_size_per_replica: 16, steps_per_epoch: null, learning_rate: 0.005, seed: 0}
     supervision: {restart_policy: {worker: on-failure}, max_restarts: 3, ...}
     addresses: {worker: ["127.0.0.1:62221", "127.0.0.1:62222"]}
@@ -41,7 +42,7 @@ from orchestrator.spec.supervision import SupervisionSpec
 TOP_KEYS = (
     "description", "strategy", "chief", "workers", "ps", "evaluator",
     "heartbeat_interval_s", "threads_per_task", "training", "supervision", "addresses",
-    "gpus_per_task", "share_gpus",
+    "gpus_per_task", "share_gpus", "pin_cpus",
 )
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingSpec))
 SUPERVISION_KEYS = tuple(f.name for f in dataclasses.fields(SupervisionSpec))
@@ -288,6 +289,8 @@ def overrides_from_flags(args: object) -> dict:
         out.setdefault("supervision", {})["restart_policy"] = policies
     if getattr(args, "share_gpus", None):
         out["share_gpus"] = True
+    if getattr(args, "no_pin", None):
+        out["pin_cpus"] = False
     gpus = getattr(args, "gpus_per_task", None)
     if gpus is not None:
         out["gpus_per_task"] = gpus
@@ -357,7 +360,7 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         if exc.field.startswith("supervision."):
             raise
         raise SpecError("supervision." + exc.field, exc.value, exc.problem, exc.fix) from None
-    extra = {k: fields[k] for k in ("heartbeat_interval_s", "threads_per_task", "share_gpus")
+    extra = {k: fields[k] for k in ("heartbeat_interval_s", "threads_per_task", "share_gpus", "pin_cpus")
              if fields.get(k) is not None}
     if "gpus_per_task" in fields:  # the flag's count over the file's roles
         gpus = gpu_counts(raw.get("gpus_per_task"), strategy)

@@ -191,6 +191,8 @@ class JobSpec:
             out gets the node's GPUs split evenly (:mod:`orchestrator.placement`); ps and
             evaluator left out get none.
         share_gpus: tasks may share a device (``--share-gpus``), then with memory growth on.
+        pin_cpus: pin each training task to its own cores on a backend whose tasks run on
+            this machine (:mod:`orchestrator.cpus`); False: ``--no-pin``.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -205,6 +207,7 @@ class JobSpec:
     addresses: Mapping[TaskId, str] | None = None
     gpus_per_task: Mapping[str, int] = field(default_factory=dict)
     share_gpus: bool = False
+    pin_cpus: bool = True
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -325,6 +328,8 @@ class JobSpec:
                                 "e.g. --gpus-per-task 1 (0: no GPU)")
         if not isinstance(self.share_gpus, bool):
             raise SpecError("share_gpus", self.share_gpus, "must be true or false", "e.g. share_gpus: true")
+        if not isinstance(self.pin_cpus, bool):
+            raise SpecError("pin_cpus", self.pin_cpus, "must be true or false", "e.g. pin_cpus: false")
 
     def _validate_training_for_strategy(self) -> None:
         """Training options that only some strategies take.

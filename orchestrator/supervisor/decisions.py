@@ -347,6 +347,15 @@ def spare_count(strategy: Strategy, trainers: int, requested: int | None, builti
     return trainers if strategy is Strategy.MULTI_WORKER_MIRRORED else 1
 
 
+def spares_start_at(first_step_at: float, cold_start_s: float) -> float:
+    """When a job's warm spares start: once it has trained as long as a start takes
+    (``cold_start_s``: its first attempt's start -> first step), counted from the first step
+    after each (re)start. A spare started sooner could not be ready sooner, a shorter job never
+    pays for one, and the start and the first steps' tracing run without it (issue 23). It
+    imports at the lowest CPU priority (:mod:`orchestrator.task.spare`)."""
+    return first_step_at + max(0.0, cold_start_s)
+
+
 def culprit_order(steps: Sequence[int | None]) -> list[int]:
     """Indices of hung tasks, the one furthest behind first (peers blocked in a collective
     stall with the task that stopped first; a task with no step yet counts as furthest)."""

@@ -126,7 +126,8 @@ class Supervisor(FailureHandling):
         self._restart_at: dict[str, float] = {}  # task name -> when to start its next attempt
         self._exit_code = EXIT_FAILED
         self._next_view_at = 0.0
-        self._trained = False  # a task reported a training step: spares may start
+        self._spares_at: float | None = None  # when the spares start (decisions.spares_start_at); None: not yet
+        self._cold_start_s: float | None = None  # the first attempt's start -> first step
         coordinator = self._by_task.get(plan.spec.coordinator)
         # PSS with the built-in coordinator: it says when a restarted worker is back in its
         # rotation; that, not the worker's server being up again, ends the worker's recovery
@@ -212,7 +213,8 @@ class Supervisor(FailureHandling):
         self._start_due_restarts(now)
         if self.preemption.deadline is not None and not self.state.terminal:
             self._preemption(now)
-        if self._trained and self._spares is not None and not self.state.terminal and not self.preemption.requested:
+        if (self._spares is not None and self._spares_at is not None and now >= self._spares_at
+                and not self.state.terminal and not self.preemption.requested):
             self.backend.keep_spares(self._spares)
         if self._trainers_deadline is not None and now >= self._trainers_deadline and not self.state.terminal:
             self._trainers_deadline = None
@@ -290,6 +292,8 @@ class Supervisor(FailureHandling):
         a.error_file = directory / ERROR_FILE
         a.started_at = a.progress_at = self.clock()
         a.state = TaskState.STARTING
+        if a.number > 0:
+            self._spares_at = None  # a restart: the spares it left start again once it trains
         self._checks.reschedule(rt, self.policy)
         self._event(f"{rt.task.name} started (pid {a.pid}, attempt {a.number})")
 
@@ -352,8 +356,11 @@ class Supervisor(FailureHandling):
             self._persist()  # a SIGKILLed orchestrator's resume knows how far training got
         self._event(*self.lives.take_warnings(), *self._formed.beat(rt.task, a.number, hb.metrics))
         if hb.HasField("step") and hb.step != a.last_step:
-            if hb.step > 0 and self.book.all_resumed:
-                self._trained = True  # spares start (again) only once training runs: they never slow a (re)start
+            if hb.step > 0 and self.book.all_resumed and self._spares_at is None:
+                # spares start (again) only once training has run as long as a start takes
+                if self._cold_start_s is None:
+                    self._cold_start_s = record.received_at - (a.started_at or record.received_at)
+                self._spares_at = decisions.spares_start_at(record.received_at, self._cold_start_s)
             a.last_step, a.progress_at = hb.step, record.received_at
             self._event(*self.book.note(rt.task.name, record.received_at, RestartScope.GROUP, **note))
         if hb.phase in (pb.PHASE_SERVING, pb.PHASE_TRAINING):

@@ -70,6 +70,7 @@ from orchestrator.net import can_listen
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
+from orchestrator.task.pinning import pin_self
 from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
 from orchestrator.task.spare import take_stdio
 
@@ -167,6 +168,7 @@ def main(argv: list[str]) -> int:
         return 1
     orchestrator_pid = env.read_int(env.ORCHESTRATOR_PID)
     time_faults = FaultInjector.from_env().time_faults
+    pin_self()  # the task's cores (ORCH_CPUS): the program and what it starts inherit them
     if env.read_flag(env.ADDRESS_FROM_TASK):  # Slurm: register a port of this node, get TF_CONFIG
         try:
             take_cluster(TaskContext.from_env())  # sets TF_CONFIG; the program binds the port itself
@@ -196,7 +198,8 @@ def _install_handlers() -> None:
 def _program_env(orchestrator_pid: int) -> dict[str, str]:
     """The program's environment: this wrapper's, with itself as the pid not to outlive and
     without the ``time=`` faults (the wrapper fires those)."""
-    program_env = {k: v for k, v in os.environ.items() if k not in (env.SPARE_PRELOAD, env.SPARE_MODULE)}
+    program_env = {k: v for k, v in os.environ.items() if k not in (env.SPARE_PRELOAD, env.SPARE_MODULE,
+                                                                    env.SPARE_READY_FILE)}
     if orchestrator_pid > 0:  # the program's parent is now this wrapper: it must not outlive it
         program_env[env.ORCHESTRATOR_PID] = str(os.getpid())
     if FAULTS_ENV in program_env:

@@ -32,6 +32,7 @@ from orchestrator import env
 from orchestrator.gpus import sample_visible
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+from orchestrator.task.pinning import pin_self
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,7 @@ class HeartbeatReporter:
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
     def _run(self) -> None:
+        pin_self(variable=env.SERVICE_CPUS)  # this thread only: off the training cores where some are kept
         assert self._channel is not None
         stub = pb_grpc.SupervisorStub(self._channel)
         backoff_s = 0.2

@@ -10,13 +10,23 @@ that work in advance, then waits on its stdin for the identity of the task it be
    and ``ORCH_SPARE_PRELOAD`` (comma-separated modules to import now, e.g.
    ``tensorflow,tf_keras,worker.train``; a name ending in ``?`` is imported when installed);
    its output goes to its own log until assigned;
-2. imports the preload modules; TensorFlow's runtime is not started (no op has run), so
-   TF_CONFIG and the strategy are read only after the assignment;
+2. imports the preload modules in a thread of its own at the lowest CPU priority
+   (``SCHED_IDLE``: it runs only on cycles no other thread of the machine wants, so a
+   training job does not feel it), on the cores kept off the training tasks when there are
+   some (``ORCH_SERVICE_CPUS``), and creates ``ORCH_SPARE_READY_FILE`` when done (the backend
+   hands a task only to a ready spare). The main thread never lowers its priority: an
+   unprivileged thread cannot leave ``SCHED_IDLE`` (the kernel allows it only when
+   ``RLIMIT_NICE`` permits nice 0, and its default is 0: measured, ``EPERM`` as a user, fine as
+   root), but it never needs to: the task runs on the main thread, at normal priority, and so
+   do the thread pools TensorFlow starts with its first op. TensorFlow's runtime is not started
+   by the imports (no op has run), so TF_CONFIG and the strategy are read only after the
+   assignment;
 3. reads ONE line of JSON from stdin: ``{"env": {...}, "stdout": PATH, "stderr": PATH}``:
    the task attempt's whole orchestrator environment (TF_CONFIG, attempt, task dir, token,
    faults) and its log files;
-4. updates ``os.environ``, points its stdout and stderr at the task's log files, and runs
-   the module as ``python -m MODULE`` would (``runpy``), exiting with its exit code.
+4. updates ``os.environ``, pins itself to the task's cores (``ORCH_CPUS``), points its stdout
+   and stderr at the task's log files, and runs the module as ``python -m MODULE`` would
+   (``runpy``), exiting with its exit code.
 
 A user's program (``python -m orchestrator.task.spare -- SCRIPT ARGS`` or ``-- -m MODULE ARGS``,
 started by the spare mode of :mod:`orchestrator.task.execwrap`, which stays its parent): the
@@ -39,10 +49,13 @@ import json
 import os
 import runpy
 import sys
+import threading
 import time
+import traceback
 import types
 
 from orchestrator import env
+from orchestrator.task.pinning import pin_self
 from orchestrator.task.runtime import die_with_orchestrator
 
 MODULE_ENV = env.SPARE_MODULE
@@ -64,6 +77,53 @@ def preload(names: str) -> None:
         except ModuleNotFoundError as exc:
             if not optional or exc.name != name.rstrip("?"):
                 raise
+
+
+def lowest_priority() -> str:
+    """Put the calling thread at the lowest CPU priority (``SCHED_IDLE``; where that policy is
+    missing, nice 19 for the thread: Linux's ``setpriority(PRIO_PROCESS, 0)`` is per thread).
+    Threads it starts inherit it; other threads of the process keep theirs. Lowering needs no
+    privilege.
+
+    Returns:
+        What was set: ``SCHED_IDLE``, ``nice 19``, or ``unchanged (why)``.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "SCHED_IDLE"
+    except (AttributeError, OSError) as exc:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 19)
+            return "nice 19"
+        except (AttributeError, OSError):
+            return f"unchanged ({exc})"
+
+
+def preload_in_background(names: str, ready_file: str, label: str) -> threading.Thread:
+    """Import ``names`` (:func:`preload`) in a thread at the lowest priority
+    (:func:`lowest_priority`), pinned to ``ORCH_SERVICE_CPUS`` when set; then create
+    ``ready_file`` (when given). An import that fails ends the process with status 1 (the
+    backend counts it as a spare that died)."""
+    def run() -> None:
+        policy = lowest_priority()
+        pin_self(variable=env.SERVICE_CPUS)
+        _mark("spare-start")
+        try:
+            preload(names)
+        except BaseException:  # noqa: BLE001 - visible in the spare's log, and the spare ends
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        if ready_file:
+            with open(ready_file + ".tmp", "w") as fh:
+                fh.write(f"{os.getpid()}\n")
+            os.replace(ready_file + ".tmp", ready_file)
+        print(f"spare for {label}: ready (pid {os.getpid()}), imported at {policy}", flush=True)
+        _mark("spare-ready")
+
+    thread = threading.Thread(target=run, name="spare-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def take_stdio(assignment: dict) -> None:
@@ -131,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # like every task: die with the orchestrator (a user's spare: with its wrapper), even in the imports below
     die_with_orchestrator(env.read_int(env.ORCHESTRATOR_PID))
-    _mark("spare-start")
-    preload(env.read(PRELOAD_ENV))
-    print(f"spare for {module or ' '.join(program_argv or [])}: ready (pid {os.getpid()})", flush=True)
-    _mark("spare-ready")
+    importing = preload_in_background(env.read(PRELOAD_ENV), env.read(env.SPARE_READY_FILE),
+                                      module or " ".join(program_argv or []))
     line = sys.stdin.readline()
     if not line.strip():
-        return 0  # not needed: the job ended
+        sys.stdout.flush()
+        os._exit(0)  # not needed: the job ended (at once, even in the middle of an import)
     assignment = json.loads(line)
+    importing.join()  # the backend hands tasks to ready spares only; a user's wrapper may not wait
     _mark("assigned")
     if program_argv:
         os.environ.clear()  # the program's whole environment, as its wrapper would have started it with
@@ -146,10 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)  # a task's stdin
         os.close(devnull)
+        pin_self()
         take_stdio(assignment)
         run_program(program_argv)
         return 0
     os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
+    pin_self()
     take_stdio(assignment)
     sys.argv = [module]
     try:

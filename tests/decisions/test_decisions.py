@@ -20,6 +20,7 @@ from orchestrator.supervisor.decisions import (
     restart_scope,
     retry_verdict,
     spare_count,
+    spares_start_at,
 )
 from orchestrator.supervisor.states import TaskState, describe_exit
 
@@ -274,3 +275,9 @@ def test_the_likely_culprit_is_the_task_that_stopped_progressing_first(candidate
 )
 def test_spare_count_follows_the_restart_scope(strategy, trainers, requested, builtin, count):
     assert spare_count(strategy, trainers, requested, builtin) == count
+
+
+def test_spares_start_once_the_job_has_trained_as_long_as_its_start_took():
+    # first step 9 s after the start (a cold start of 9 s): spares from 9 s of training on
+    assert spares_start_at(first_step_at=109.0, cold_start_s=9.0) == 118.0
+    assert spares_start_at(first_step_at=50.0, cold_start_s=-1.0) == 50.0  # a clock step backwards: at once

@@ -19,11 +19,14 @@ import pytest
 from orchestrator.api import Job, run
 from orchestrator.backends.base import SpareRequest
 from orchestrator.backends.local import MAX_SPARE_DEATHS, LocalBackend
+from orchestrator.cpus import plan_cpus
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.spec import JobSpec
+from orchestrator.spec.model import TaskId
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import Supervisor
+from orchestrator.task.pinning import parse_cpus
 from tests.conftest import REPO, all_pids, assert_no_process_left, wait_until
 
 PROGRAM = (sys.executable, "-m", "tests.programs.task")
@@ -37,7 +40,7 @@ def job_with_spares(tmp_path, spares: int | None) -> Job:
     store = HeartbeatStore()
     server = HealthServer("t0ken", store, backend.release_port).start()
     plan = make_plan(spec, backend.allocate(spec), run_id="r", run_dir=tmp_path / "r", health_address=server.address,
-                     token="t0ken", orchestrator_pid=os.getpid())
+                     token="t0ken", orchestrator_pid=os.getpid(), cpus=plan_cpus(spec))
     plan = dataclasses.replace(plan, tasks=tuple(dataclasses.replace(tp, argv=PROGRAM) for tp in plan.tasks))
     plan.run_dir.mkdir(parents=True)
     return Job(plan, Supervisor(plan, backend, store, stop_timeout_s=5.0), server, store)
@@ -48,7 +51,7 @@ def test_a_group_restart_takes_the_ready_spares(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     # attempt 0: worker-1 waits until two spares exist, then dies like a SIGKILLed task (137)
     monkeypatch.setenv("TEST_BEHAVIOR_worker_0_0", "serve")
-    monkeypatch.setenv("TEST_BEHAVIOR_worker_1_0", "exit-when:spares/spare-*.log:2:137")
+    monkeypatch.setenv("TEST_BEHAVIOR_worker_1_0", "exit-when:spares/spare-*.ready:2:137")
     monkeypatch.setenv("TEST_BEHAVIOR", "succeed")
     job = job_with_spares(tmp_path, spares=None)  # default: the MWMS group, 2
     result, summary = run(job)
@@ -62,6 +65,11 @@ def test_a_group_restart_takes_the_ready_spares(tmp_path, monkeypatch):
     assert all(t["attempts"] == 2 for t in tasks.values())
     out = (job.plan.run_dir / "attempt-1" / "worker-1" / "stdout.log").read_text()
     assert "worker-1 behavior=succeed" in out  # the spare became worker-1, attempt 1, and logged where it should
+    # it runs the task at normal priority (its imports ran at SCHED_IDLE in another thread) on the task's cores
+    assert f"policy={os.SCHED_OTHER}" in out
+    planned = job.plan.task_plan(TaskId("worker", 1)).env.get("ORCH_CPUS")
+    if planned:
+        assert f"cpus={','.join(map(str, parse_cpus(planned)))} " in out
     assert json.loads((job.plan.run_dir / "summary.json").read_text())["spares"] == summary["spares"]
 
 
@@ -176,6 +184,42 @@ def _become(backend, request, tmp_path: Path, **env: str):
     program = wait_until(lambda: re.search(r"^program (\{.*\})$", (log_dir / "stdout.log").read_text(), re.M), 30,
                          what="the program's first line")
     return handle, json.loads(program[1]), log_dir
+
+
+def _policies(pid: int) -> dict[int, int]:
+    """Thread id -> scheduling policy of every thread of ``pid``."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out[int(tid)] = os.sched_getscheduler(int(tid))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_a_spare_imports_at_sched_idle_and_gets_no_task_before_its_imports_are_done(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.chdir(REPO)
+    backend = LocalBackend()
+    request = _user_spare(tmp_path, ("tests.programs.slow_import",), "serve")  # a 30 s import
+    handle = None
+    try:
+        backend.keep_spares(request)
+        (spare,) = backend.spares()
+        interpreter = _interpreter(spare.pid)
+        policies = wait_until(lambda: (p := _policies(interpreter)) and os.SCHED_IDLE in p.values() and p, 30,
+                              what="the spare's importing thread")
+        assert policies[interpreter] == os.SCHED_OTHER  # the main thread, which will run the task, is not lowered
+        handle, program, _ = _become(backend, request, tmp_path)
+        # still importing: the task starts cold instead of waiting on a starved import
+        assert handle.pid != spare.pid and program["preloaded"] is False
+        assert backend.spares()[0].state == "ready" and not (request.log_dir / "spare-0.ready").exists()
+    finally:
+        if handle is not None:
+            backend.stop([handle], timeout_s=5.0)
+        backend.close()
+    assert_no_process_left([spare.pid, interpreter])
 
 
 def test_a_users_program_runs_in_its_spare_as_python_would_run_it_and_keeps_execwraps_stops(tmp_path, monkeypatch):

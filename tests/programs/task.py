@@ -37,7 +37,9 @@ def body(context, reporter) -> None:
         forever.wait()
     reporter.update(phase=pb.PHASE_TRAINING, step=1, loss=0.5)
     port = reporter.release_port()
-    print(f"{context.name} behavior={behavior} port={port}", flush=True)
+    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0)))) if hasattr(os, "sched_getaffinity") else ""
+    print(f"{context.name} behavior={behavior} port={port} cpus={cpus} "
+          f"policy={os.sched_getscheduler(0) if hasattr(os, 'sched_getscheduler') else ''}", flush=True)
     forever = threading.Event()
     if behavior.startswith("succeed-when-ready:"):  # N serving peers wrote their ready file
         behavior = "succeed-when:attempt-*/*/ready:" + behavior.split(":")[1]

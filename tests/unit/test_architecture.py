@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("health", ("orchestrator.health",)),  # the gRPC server tasks report to
     ("render", ("orchestrator.render",)),  # Compose file, TFJob: text for other engines
     ("backends", ("orchestrator.backends",)),  # what starts processes: local, docker, image, ports
-    ("plan", ("orchestrator.plan", "orchestrator.placement", "orchestrator.taskenv")),  # spec + addresses -> plan
+    ("plan", ("orchestrator.plan", "orchestrator.placement", "orchestrator.cpus", "orchestrator.taskenv")),  # -> plan
     ("shared", SHARED),  # also the bottom of the task side
 )
 

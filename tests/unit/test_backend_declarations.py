@@ -55,9 +55,10 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
         Capability.LIFECYCLE: ("close",), Capability.PORTS: ("release_port", "reserve_again"),
         Capability.DIAGNOSTICS: ("sample", "dump_stacks", "oom_killed", "memory_total_bytes"),
         Capability.SPARES: ("keep_spares", "spares"),
-        Capability.HOST_PROCESSES: (), Capability.HOST_FILES: (), Capability.HOST_GPUS: ()}
+        Capability.HOST_PROCESSES: (), Capability.HOST_FILES: (), Capability.HOST_GPUS: (), Capability.HOST_CPUS: ()}
     assert docker.capabilities == {Capability.LIFECYCLE: ("open", "close"),
-                                   Capability.DIAGNOSTICS: ("dump_stacks", "oom_killed"), Capability.HOST_GPUS: ()}
+                                   Capability.DIAGNOSTICS: ("dump_stacks", "oom_killed"), Capability.HOST_GPUS: (),
+                                   Capability.HOST_CPUS: ()}
     assert slurm.capabilities == {
         Capability.LIFECYCLE: ("open", "close"), Capability.PORTS: ("reserve_again",),
         Capability.DIAGNOSTICS: ("dump_stacks", "job_preempted"),

@@ -1,0 +1,49 @@
+"""A task's own cores: ``ORCH_CPUS`` (:mod:`orchestrator.cpus` plans them) made its affinity.
+
+The task side's half of pinning: :func:`pin_self` runs first thing in ``python -m worker``,
+``python -m ps``, :mod:`orchestrator.task.execwrap` (a user's program inherits it) and a warm
+spare when it takes a task over, before TensorFlow starts any thread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from orchestrator import env
+
+
+def parse_cpus(text: str) -> tuple[int, ...]:
+    """The cores of a cpu list (``0-3,8``, as :func:`orchestrator.cpus.format_cpus` writes it); () for an empty one.
+
+    Raises:
+        ValueError: text that is not a cpu list.
+    """
+    out: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if first < 0 or last < first:
+            raise ValueError(f"bad cpu range {part!r}")
+        out.extend(range(first, last + 1))
+    return tuple(sorted(set(out)))
+
+
+def pin_self(environ: Mapping[str, str] | None = None, variable: str = env.CPUS) -> tuple[int, ...]:
+    """Set the calling thread's affinity (``sched_setaffinity(0)``: threads it starts later
+    inherit it) to the cores of ``variable`` (``ORCH_CPUS``); called by a task before it
+    imports TensorFlow, so every pool TensorFlow starts runs there. Nothing when the variable is
+    unset or empty, or the platform has no affinity.
+
+    Returns:
+        The cores set; () when none were.
+    """
+    text = (os.environ if environ is None else environ).get(variable, "")
+    if not text or not hasattr(os, "sched_setaffinity"):
+        return ()
+    try:
+        cpus = parse_cpus(text)
+        os.sched_setaffinity(0, cpus)
+    except (ValueError, OSError):
+        return ()  # a core this process may not use (another cpuset): it runs unpinned, as without the variable
+    return cpus
