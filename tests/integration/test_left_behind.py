@@ -1,0 +1,71 @@
+"""Nothing a task started outlives the task (issue 21, item 1): a user's program that starts a
+daemon in its own session (``start_new_session=True``), run as a user runs it
+(``python -m orchestrator launch ... -- python tests/programs/user_daemon.py``). The wrapper is a
+child subreaper, so the orphaned daemon stays its descendant; it is ended when the program exits
+and when the job is stopped, and the report and ``summary.json`` count it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, all_pids, alive, assert_no_process_left, orchestrator_cmd, test_env, wait_until
+
+LAUNCH_TIMEOUT_S = 60
+
+
+def _launch(tmp_path: Path, run_id: str, mode: str) -> subprocess.Popen:
+    return subprocess.Popen(orchestrator_cmd("launch", "--workers", "1", "--strategy", "mirrored", "--plain",
+                                             "--runs-dir", str(tmp_path), "--run-id", run_id, "--spares", "0",
+                                             "--", sys.executable, "tests/programs/user_daemon.py", mode),
+                            cwd=REPO, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _daemon_pid(task_dir: Path) -> int:
+    path = task_dir / "daemon.pid"
+    wait_until(lambda: path.exists(), LAUNCH_TIMEOUT_S, what="the program started its daemon")
+    return int(path.read_text())
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"launch did not end within {LAUNCH_TIMEOUT_S} s:\n{out[-3000:]}")
+    return proc.returncode, out
+
+
+def _check(tmp_path: Path, run_id: str, daemon: int, out: str) -> dict:
+    summary = json.loads((tmp_path / run_id / "summary.json").read_text())
+    (task,) = summary["tasks"]
+    assert [e["pid"] for e in task["left_behind"]] == [daemon], task["left_behind"]
+    assert "time.sleep(300)" in task["left_behind"][0]["cmdline"]
+    assert f"ended 1 process the task left behind (pid {daemon}:" in out, out[-3000:]
+    assert not alive(daemon), f"the daemon pid {daemon} outlived its job"
+    assert_no_process_left(all_pids(summary))  # the daemon's pid is among them now
+    return summary
+
+
+def test_a_daemon_in_its_own_session_does_not_outlive_a_job_that_succeeded(tmp_path):
+    proc = _launch(tmp_path, "daemon", "succeed")
+    daemon = _daemon_pid(tmp_path / "daemon" / "attempt-0" / "worker-0")
+    code, out = _finish(proc)
+    assert code == 0 and "Job Succeeded" in out, out[-3000:]
+    _check(tmp_path, "daemon", daemon, out)
+
+
+def test_a_daemon_in_its_own_session_does_not_outlive_a_job_stopped_while_it_runs(tmp_path):
+    proc = _launch(tmp_path, "stopped", "wait")
+    daemon = _daemon_pid(tmp_path / "stopped" / "attempt-0" / "worker-0")
+    assert alive(daemon)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: every task is stopped (SIGTERM, then SIGKILL), then it exits 130
+    code, out = _finish(proc)
+    assert code == 130, out[-3000:]
+    _check(tmp_path, "stopped", daemon, out)
