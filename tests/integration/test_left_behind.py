@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, all_pids, alive, assert_no_process_left, orchestrator_cmd, test_env, wait_until
+from tests.conftest import REPO, alive, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
 
 LAUNCH_TIMEOUT_S = 60
 
@@ -43,6 +43,13 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
 
 
 def _check(tmp_path: Path, run_id: str, daemon: int, out: str) -> dict:
+    try:
+        return _checked(tmp_path, run_id, daemon, out)
+    finally:  # a daemon that outlived the job must not outlive the test too
+        assert_no_process_left([daemon], timeout_s=0.0)
+
+
+def _checked(tmp_path: Path, run_id: str, daemon: int, out: str) -> dict:
     summary = json.loads((tmp_path / run_id / "summary.json").read_text())
     (task,) = summary["tasks"]
     assert [e["pid"] for e in task["left_behind"]] == [daemon], task["left_behind"]
@@ -69,3 +76,13 @@ def test_a_daemon_in_its_own_session_does_not_outlive_a_job_stopped_while_it_run
     code, out = _finish(proc)
     assert code == 130, out[-3000:]
     _check(tmp_path, "stopped", daemon, out)
+
+
+def test_a_daemon_of_a_program_that_ignores_sigterm_is_killed_with_the_stopped_task(tmp_path):
+    # the wrapper SIGKILLs the program's group after its grace: first what runs outside it
+    proc = _launch(tmp_path, "stubborn", "stubborn")
+    daemon = _daemon_pid(tmp_path / "stubborn" / "attempt-0" / "worker-0")
+    proc.send_signal(signal.SIGINT)
+    code, out = _finish(proc)
+    assert code == 130, out[-3000:]
+    _check(tmp_path, "stubborn", daemon, out)
