@@ -78,7 +78,7 @@ from orchestrator.net import can_listen
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
-from orchestrator.task.leftovers import become_subreaper, end_descendants
+from orchestrator.task.leftovers import become_subreaper, end_descendants, reap_orphans
 from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
 from orchestrator.task.spare import take_stdio
 
@@ -232,7 +232,9 @@ def _program_env(orchestrator_pid: int) -> dict[str, str]:
 
 
 def _supervise(program: subprocess.Popen, time_faults: list[dict]) -> int:
-    """Fire the ``time=`` faults on the running program, wait for it, exit the way it did."""
+    """Fire the ``time=`` faults on the running program, wait for it, end what it left behind,
+    exit the way it did."""
+    reap_orphans(program.pid)
     for fault in time_faults:
         timer = threading.Timer(float(fault["at"]), _fire, args=(fault, program))
         timer.daemon = True

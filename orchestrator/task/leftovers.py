@@ -21,6 +21,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Iterable
 
 from orchestrator import env
@@ -45,6 +47,43 @@ def become_subreaper() -> bool:
         return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+ORPHAN_REAP_INTERVAL_S = 1.0
+"""Seconds between two reaps of the program's orphans that exited while it runs (no zombies pile up)."""
+
+
+def _children() -> list[int]:
+    """Pids of this process's children (``/proc/self/task/*/children``; [] where it cannot be read)."""
+    pids: list[int] = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
+                pids += [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+    return pids
+
+
+def reap_orphans(program_pid: int, interval_s: float = ORPHAN_REAP_INTERVAL_S) -> threading.Thread:
+    """Start a daemon thread that reaps, every ``interval_s`` seconds, the children of this
+    subreaper that exited, other than the program (its exit is the task's, for ``Popen.wait``):
+    orphans of the program come here when their parent ends, and an orphan that then exits
+    would stay a zombie until the task ends. Returns the thread."""
+    def loop() -> None:
+        while True:
+            time.sleep(interval_s)
+            for pid in _children():
+                if pid == program_pid:
+                    continue
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=loop, name="orphan-reaper", daemon=True)
+    thread.start()
+    return thread
 
 
 def _describe(proc) -> dict[str, object] | None:

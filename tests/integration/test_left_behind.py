@@ -7,13 +7,16 @@ and when the job is stopped, and the report and ``summary.json`` count it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
+from orchestrator import env
 from tests.conftest import REPO, alive, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
 
 LAUNCH_TIMEOUT_S = 60
@@ -86,3 +89,31 @@ def test_a_daemon_of_a_program_that_ignores_sigterm_is_killed_with_the_stopped_t
     code, out = _finish(proc)
     assert code == 130, out[-3000:]
     _check(tmp_path, "stubborn", daemon, out)
+
+
+def test_orphans_that_exit_while_the_program_runs_are_reaped_not_left_as_zombies(tmp_path):
+    # the wrapper is their parent now: it must reap them, or zombies pile up while the program runs
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    source = (f"import subprocess, time, os; subprocess.run(['sh', '-c', 'sleep 0.2 &'])\n"
+              f"open({str(ready)!r}, 'w').write(str(os.getpid()))\n"
+              f"deadline = time.monotonic() + 30\n"
+              f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline: time.sleep(0.05)")
+    environ = {**os.environ, "PYTHONPATH": str(REPO), env.ORCHESTRATOR_PID: str(os.getpid()),
+               env.TASK_DIR: str(tmp_path)}
+    environ.pop("ORCH_FAULTS", None)
+    wrapper = psutil.Popen([sys.executable, "-m", "orchestrator.task.execwrap", "--", sys.executable, "-c", source],
+                           cwd=REPO, env=environ, start_new_session=True)
+    try:
+        wait_until(lambda: ready.exists() and ready.read_text(), 30, what="the program to start its orphan")
+        program = int(ready.read_text())
+
+        def orphans() -> list[int]:  # the wrapper's children other than the program: the orphan, alive or a zombie
+            return [c.pid for c in wrapper.children() if c.pid != program]
+
+        wait_until(lambda: orphans() == [], 10, what="the exited orphan reaped by the wrapper")
+        release.touch()
+        assert wrapper.wait(timeout=10) == 0
+    finally:
+        if wrapper.poll() is None:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+            wrapper.wait(10)
