@@ -164,6 +164,13 @@ preemption notice): of several workers that exit preempted together (TF's
 ``PreemptionCheckpointHandler`` makes every worker save and exit), it names the one that was
 preempted."""
 
+LEFT_BEHIND_FILE = "left-behind.jsonl"
+"""File in a task's directory: one JSON line ``{"pid", "cmdline", "by"}`` per process the task's
+program left running (a daemon in its own session, a child it never waited for) that was ended
+for it: by the wrapper of a user's program (``by``: ``wrapper``), a child subreaper
+(``PR_SET_CHILD_SUBREAPER``), when the program exited or was stopped, or by the local backend
+(``by``: ``backend``) when the wrapper could not (it was SIGKILLed). The report counts them."""
+
 PREEMPTED_EXIT_CODE = 143
 """Exit code of a task that received SIGTERM from outside (``docker stop``, a Kubernetes
 eviction, Slurm preemption, a spot reclaim) and exited on purpose: the built-in trainers after

@@ -54,6 +54,7 @@ def all_pids(summary: dict) -> list[int]:
     pids = [t["pid"] for t in summary["tasks"]]
     pids += [a["pid"] for t in summary["tasks"] for a in t.get("earlier_attempts", [])]
     pids += [s["pid"] for s in summary.get("spares") or []]
+    pids += [e["pid"] for t in summary["tasks"] for e in t.get("left_behind") or []]  # what the tasks left running
     return [p for p in pids if p]
 
 

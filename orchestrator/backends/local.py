@@ -249,7 +249,9 @@ class LocalBackend(Backend[LocalProcess]):
         """Exit code (negative: killed by that signal), or None while running.
 
         When the task's process exits, whatever it left in its process group (background
-        children of a user's program) is killed: a task is its whole group.
+        children of a user's program) is killed: a task is its whole group; and so is any process
+        of the task seen in a sample that still runs elsewhere (the wrapper of a user's program
+        ends those itself, :mod:`orchestrator.task.leftovers`, unless it was SIGKILLed).
         """
         code = process.process.poll()
         if code is not None and not process.group_reaped:
@@ -258,6 +260,7 @@ class LocalBackend(Backend[LocalProcess]):
                 os.killpg(process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            _end_left_behind(process, [p for pid, p in process.sampled.items() if pid != process.pid])
         return code
 
     def wait(self, process: LocalProcess, timeout_s: float) -> int | None:
@@ -306,6 +309,7 @@ class LocalBackend(Backend[LocalProcess]):
             pending = [p for p in pending if p.process.poll() is None]
             if pending:
                 time.sleep(0.05)
+        trees = {p.pid: _descendants(p) for p in pending}  # before the SIGKILL: orphans then go to init
         for p in pending:
             if timeout_s > 0:  # 0: an immediate stop (a group restart), SIGKILL is the plan, not news
                 log.warning("pid %d did not stop within %.1f s of SIGTERM; sending SIGKILL", p.pid, timeout_s)
@@ -321,6 +325,7 @@ class LocalBackend(Backend[LocalProcess]):
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            _end_left_behind(p, trees.get(p.pid, ()))
 
     def sample(self, process: LocalProcess) -> ProcessSample | None:
         """CPU (percent of a core) and RSS (bytes) of the task's process and every process it
@@ -453,6 +458,42 @@ class LocalBackend(Backend[LocalProcess]):
                 except OSError:
                     pass
         self.ports.close()
+
+
+def _descendants(process: LocalProcess) -> list[psutil.Process]:
+    """Every process of the task now (its tree, in whatever session) and any seen in a sample."""
+    try:
+        procs: list[psutil.Process] = list(psutil.Process(process.pid).children(recursive=True))
+    except psutil.Error:
+        procs = []
+    known = {p.pid for p in procs}
+    return procs + [p for pid, p in process.sampled.items() if pid != process.pid and pid not in known]
+
+
+def _end_left_behind(process: LocalProcess, procs: Iterable[psutil.Process]) -> None:
+    """SIGKILL those of ``procs`` still running after the task's group was killed (psutil checks
+    each is still the process it saw: no pid reuse), and list them in the task's
+    :data:`orchestrator.env.LEFT_BEHIND_FILE` (``by``: ``backend``)."""
+    ended = []
+    for proc in procs:
+        try:
+            if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(proc.cmdline()) or proc.name()
+            proc.kill()
+        except psutil.Error:
+            continue
+        ended.append((proc, {"pid": proc.pid, "cmdline": cmdline, "by": "backend"}))
+    if not ended:
+        return
+    psutil.wait_procs([proc for proc, _ in ended], timeout=5.0)
+    log.warning("%s: killed %d process(es) it left behind: %s", process.task.name, len(ended),
+                ", ".join(f"pid {e['pid']}" for _, e in ended))
+    try:
+        with open(process.stdout_path.parent / env.LEFT_BEHIND_FILE, "a", encoding="utf-8") as out:
+            out.writelines(json.dumps(e) + "\n" for _, e in ended)
+    except OSError as exc:
+        log.debug("cannot write the left-behind list of pid %d: %s", process.pid, exc)
 
 
 def _mark_stop_requested(process: LocalProcess) -> None:

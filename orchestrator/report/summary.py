@@ -11,6 +11,7 @@ from pathlib import Path
 from orchestrator.plan import Plan
 from orchestrator.rundir import RunDir, write_json_atomic
 from orchestrator.supervisor import formed, rehearsal
+from orchestrator.supervisor.forensics import left_behind_text
 from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
 from orchestrator.supervisor.states import describe_exit, exit_fields
 
@@ -89,6 +90,8 @@ TASK_FIELDS: dict[str, str] = {
     "gpus": "its GPUs, or `null` for none: `count`, `devices` (UUIDs), the last sample's `utilization_percent` "
             "(mean), `memory_used_bytes` and `memory_total_bytes` (its devices together), `peak_memory_bytes` "
             "over the job, `samples` per device",
+    "left_behind": "processes its attempts left running that were ended for it (a daemon in its own session): "
+                   "`pid`, `cmdline`, `by` (`wrapper` or `backend`), `attempt`; empty when none",
 }
 """Every field of an entry of ``summary.json``'s ``tasks`` (what :func:`task_dict` returns)."""
 
@@ -150,6 +153,7 @@ def task_dict(t: TaskSnapshot) -> dict:
         "process_sample": sample,
         "earlier_attempts": [dict(h) for h in t.history],
         "gpus": gpus_dict(t) if t.gpu_count or t.gpus else None,
+        "left_behind": [dict(e) for e in t.left_behind],
     }
 
 
@@ -315,6 +319,9 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
         head = f"    {task['task']:<12} {task['state']:<11} {task['exit'] or '-':<15} "
         lines += textwrap.wrap(f"{task['reason'] or '-'}{restarts}", width=width, initial_indent=head,
                                subsequent_indent=" " * len(head), break_on_hyphens=False)
+    for task in summary["tasks"]:
+        if task.get("left_behind"):
+            lines += _wrap("cleanup", f"{task['task']}: {left_behind_text(task['left_behind'])}", width)
     for r in summary.get("recoveries", []):
         line = f"{r['scope']} restart of {', '.join(r['tasks'])} after {r['cause']}"
         if r["detection_to_resumed_training_s"] is not None:

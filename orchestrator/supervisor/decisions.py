@@ -35,7 +35,12 @@ Rules and their sources:
   coordinator re-dispatches its closures); a ps or the coordinator failing restarts the
   whole cluster from the last checkpoint. The evaluator restarts alone, never fails the job.
 * Order (:func:`exit_order`, :func:`cause_first`): of exits seen in one look, deaths by a
-  signal are handled first; of failures seen together, the one that got the preemption notice.
+  signal are handled first; of failures seen together, the one that got the preemption notice;
+  a preemption is named after the task that received the notice (:func:`preempted_task`), even
+  when a peer that only saved and exited is seen first.
+* Late notice (:func:`late_notice`): a SIGTERM from outside that reaches a task after its
+  training ended, whether sent to its wrapper's pid or to its whole process group, is a notice
+  that came too late to matter, not a failure: the task counts as succeeded, with a note.
 """
 
 from __future__ import annotations
@@ -379,6 +384,32 @@ def cause_first(notices: Sequence[bool]) -> list[int]:
     notice itself first (every MWMS worker saves and exits when one is preempted: the others
     are its consequence), otherwise in the order given (stable)."""
     return sorted(range(len(notices)), key=lambda i: not notices[i])
+
+
+def preempted_task(cause: str, notice: bool, noticed: Sequence[str]) -> str:
+    """The task a preemption is named after: the cause itself when it received the notice
+    (``notice``), else the first of the training tasks that did (``noticed``: their names, in
+    plan order; every MWMS worker saves and exits when one is preempted, and the one seen first
+    may be a peer); ``cause`` when none did."""
+    return cause if notice or not noticed else noticed[0]
+
+
+def late_notice(*, preemption_exit: bool, notice: bool, ended: str) -> str:
+    """The note for a task that exited on a SIGTERM from outside after training ended, or "".
+
+    Args:
+        preemption_exit: it exited preempted (the spec's ``preemption_exit_codes``: SIGTERM, 143, 42).
+        notice: it received the SIGTERM from outside itself (its ``sigterm-received`` marker:
+            through its wrapper's pid or its whole process group alike).
+        ended: why training counts as ended (:func:`training_ended`), "" when it does not.
+
+    Returns:
+        "" when it is not a late notice; otherwise why it counts as succeeded: nothing is left
+        to checkpoint or restart, so a late notice is never a failure (issue 21).
+    """
+    if not (preemption_exit and notice and ended):
+        return ""
+    return f"received SIGTERM from outside after training ended ({ended}): a late notice, not a failure"
 
 
 def fatal_after_training(failed: Sequence[TaskId], *, trainers: Sequence[TaskId], coordinator: TaskId,

@@ -37,6 +37,9 @@ from orchestrator.supervisor.states import (
 class FailureHandling:
     """The failure half of the supervision loop (see the module docstring)."""
 
+    _preempted: str = ""
+    """While a restart is decided: the task that received the preemption notice, when not the cause's."""
+
     if TYPE_CHECKING:  # the loop's records and actions this part uses
         plan: Plan
         backend: Backend[Any]
@@ -83,6 +86,11 @@ class FailureHandling:
         coordinator, spec = self._by_task[self.plan.spec.coordinator], self.plan.spec
         phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
                   for r in (coordinator, self._by_task[training[0].task]) if r.task.task_type != "evaluator"]
+        if not training[0].preemption_notice and self.policy.preemption_code(training[0].exit_code):
+            noticed = [rt.task.name for rt in self.tasks if rt.task.task_type != "evaluator"
+                       and rt.current.process is not None and forensics.sigterm_received(rt)]
+            culprit = decisions.preempted_task(training[0].task.name, False, noticed)
+            self._preempted = culprit if culprit != training[0].task.name else ""
         action = decisions.failure_action(
             [f.task for f in training], job_preempted=training[0].preemption_notice and bool(
                 forensics.all_got_sigterm(self.tasks) or self.backend.job_preempted()),
@@ -103,6 +111,19 @@ class FailureHandling:
         else:
             assert action.scope is not None
             self._maybe_restart(training[0], action.tasks, action.scope, now, job_restart=True)
+        self._preempted = ""
+
+    def _late_notice(self, rt: TaskRuntime, code: int) -> str:
+        """The note when ``rt`` exited on a SIGTERM from outside after training ended
+        (:func:`~orchestrator.supervisor.decisions.late_notice`), else ""."""
+        if self.preemption.requested or rt.task.task_type == "evaluator" or not self.policy.preemption_code(code):
+            return ""
+        coordinator = self._by_task[self.plan.spec.coordinator]
+        phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
+                  for r in ((coordinator, rt) if rt is not coordinator else (rt,))]
+        ended = decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
+                                         phases)
+        return decisions.late_notice(preemption_exit=True, notice=forensics.sigterm_received(rt), ended=ended)
 
     def _fail(self, cause: Failure, why_not: str) -> None:
         """End the job as Failed because of ``cause``, the failure that ended it (the root cause)."""
@@ -137,13 +158,16 @@ class FailureHandling:
         self._trained = False
         coordinator = self._by_task.get(self.plan.spec.coordinator)
         await_rotation = self._rotation_reported and awaits_rotation(tasks, coordinator)
-        self.book.open(Recovery(cause=cause, scope=scope, tasks=names, detected_at=now, await_rotation=await_rotation))
+        culprit = self._preempted
+        self.book.open(Recovery(cause=cause, scope=scope, tasks=names, detected_at=now, await_rotation=await_rotation,
+                                preempted=culprit))
         if scope is RestartScope.GROUP:
             self._set_state(JobState.RESTARTING)
             # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace
             self._stop(self._live(), f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)
         self._event(f"{plan.label}: {', '.join(names)} in {plan.delay_s:.1f} s "
-                    f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)})")
+                    f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)}"
+                    + (f"; {culprit} was the one preempted" if culprit else "") + ")")
         for task in tasks:
             rt = self._by_task[task]
             if rt.current.process is not None:  # not already waiting for its next attempt

@@ -14,10 +14,10 @@ import signal
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Mapping, Sequence
 
 from orchestrator.backends.base import Backend
-from orchestrator.env import SIGTERM_RECEIVED_FILE, TRAINING
+from orchestrator.env import LEFT_BEHIND_FILE, SIGTERM_RECEIVED_FILE, TRAINING
 from orchestrator.rundir import STACKS_FILE
 from orchestrator.supervisor import decisions, gpu
 from orchestrator.supervisor.states import Failure, TaskRuntime
@@ -172,6 +172,35 @@ def sigterm_received(rt: TaskRuntime) -> bool:
     (its runtime got a SIGTERM from outside: a preemption notice)."""
     path = rt.current.stdout_path
     return path is not None and (Path(path).parent / SIGTERM_RECEIVED_FILE).exists()
+
+
+def take_left_behind(rt: TaskRuntime) -> str:
+    """Read what the ended attempt of ``rt`` left behind (:data:`orchestrator.env.LEFT_BEHIND_FILE`,
+    written by its wrapper or the local backend) into ``rt.left_behind``; the event to show, or ""."""
+    path = rt.current.stdout_path
+    if path is None:
+        return ""
+    try:
+        lines = (Path(path).parent / LEFT_BEHIND_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ""
+    ended = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry not in ended:
+            ended.append({**entry, "attempt": rt.current.number})
+    rt.left_behind += [e for e in ended if e not in rt.left_behind]
+    return f"{rt.task.name}: {left_behind_text(ended)}" if ended else ""
+
+
+def left_behind_text(ended: Sequence[Mapping[str, object]]) -> str:
+    """``ended 1 process the task left behind (pid 123: python -m daemon)``."""
+    n = len(ended)
+    listed = ", ".join(f"pid {e.get('pid')}: {e.get('cmdline', '')}" for e in ended)
+    return f"ended {n} process{'es' if n != 1 else ''} the task left behind ({listed})"
 
 
 def all_got_sigterm(tasks: Sequence[TaskRuntime]) -> bool:

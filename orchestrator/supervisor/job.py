@@ -404,13 +404,18 @@ class Supervisor(FailureHandling):
         a.exit_code, a.ended_at = code, now
         verdict = decisions.classify_exit(code, stop_requested=a.stop_requested,
                                           serves_forever=rt.plan.serves_forever, task_type=rt.task.task_type)
+        if left := forensics.take_left_behind(rt):
+            self._event(left)
+        late = self._late_notice(rt, code) if verdict.state is TaskState.FAILED else ""
+        if late:
+            verdict = decisions.ExitVerdict(TaskState.SUCCEEDED)
         if verdict.state is TaskState.STOPPED:
             a.state = TaskState.STOPPED
             self._event(f"{rt.task.name} stopped ({describe_exit(code)})")
         elif verdict.state is TaskState.SUCCEEDED:
-            a.state, a.reason = TaskState.SUCCEEDED, "exited 0"
-            self._event(f"{rt.task.name} succeeded")
-            if forensics.sigterm_received(rt) and not self.preemption.requested:  # too late to matter: say so
+            a.state, a.reason = TaskState.SUCCEEDED, f"{describe_exit(code)}: {late}" if late else "exited 0"
+            self._event(f"{rt.task.name} succeeded" + (f" ({a.reason})" if late else ""))
+            if not late and forensics.sigterm_received(rt) and not self.preemption.requested:  # too late: say so
                 self._event(f"{rt.task.name} received SIGTERM from outside (a preemption notice) but finished first")
             if not self.state.terminal:
                 spec = self.plan.spec

@@ -34,6 +34,8 @@ class Recovery:
         resumed_from_step: the step training resumed from (BackupAndRestore), when reported.
         await_rotation: a PSS worker restarted while the built-in coordinator trained: its
             recovery ends when the coordinator has it back in its rotation, not when it serves.
+        preempted: a preemption whose notice reached another task than ``cause``'s (a peer that
+            saved and exited was seen first): the task that received it, named first in the record.
     """
 
     cause: Failure
@@ -44,6 +46,7 @@ class Recovery:
     resumed_at: float | None = None
     resumed_from_step: int | None = None
     await_rotation: bool = False
+    preempted: str = ""
 
     def record(self, origin: float) -> RecoveryRecord:
         """The immutable record, times relative to ``origin`` (the job's start)."""
@@ -51,7 +54,8 @@ class Recovery:
             return None if t is None else t - origin
 
         return RecoveryRecord(
-            cause=self.cause.headline(),
+            cause=(f"{self.preempted} received SIGTERM from outside (a preemption notice): " if self.preempted
+                   else "") + self.cause.headline(),
             scope=self.scope.value,
             tasks=tuple(self.tasks),
             detected_at_s=self.detected_at - origin,

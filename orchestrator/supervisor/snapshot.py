@@ -81,6 +81,8 @@ class TaskSnapshot:
         gpu_sample: its GPUs sampled by the backend, for a task that sends no heartbeats.
         peak_gpu_memory_bytes: the most GPU memory its devices held together in any sample
             of the job, bytes (None: never sampled).
+        left_behind: processes its attempts left running, ended for it: ``{"pid", "cmdline",
+            "by", "attempt"}`` each (:data:`orchestrator.env.LEFT_BEHIND_FILE`).
     """
 
     task: TaskId
@@ -103,6 +105,7 @@ class TaskSnapshot:
     gpu_devices: tuple[str, ...] = ()
     gpu_sample: tuple[GpuUsage, ...] = ()
     peak_gpu_memory_bytes: int | None = None
+    left_behind: tuple[Mapping[str, object], ...] = ()
 
     @property
     def name(self) -> str:
@@ -261,6 +264,7 @@ def task_snapshot(rt: TaskRuntime, now: float) -> TaskSnapshot:
         gpu_devices=tuple(g.uuid for g in rt.plan.gpus.devices),
         gpu_sample=a.sample.gpus if a.sample else (),
         peak_gpu_memory_bytes=rt.peak_gpu_memory_bytes,
+        left_behind=tuple(dict(e) for e in rt.left_behind),
     )
 
 

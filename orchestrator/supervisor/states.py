@@ -158,6 +158,8 @@ class TaskRuntime:
     restarts: int = 0
     history: list[dict[str, object]] = field(default_factory=list)
     peak_gpu_memory_bytes: int | None = None
+    left_behind: list[dict[str, object]] = field(default_factory=list)
+    """Processes its attempts left running and the wrapper or backend ended: ``{"pid", "cmdline", "by", "attempt"}``."""
     """The most GPU memory its devices held together in any sample of the job (every attempt)."""
 
     @property

@@ -22,6 +22,12 @@ wrapper stays as the program's parent, in the task's process group:
   gets the notice wherever it was sent (``docker stop`` and a Kubernetes eviction signal PID 1
   only). A program whose whole group was signalled then sees the notice twice; TensorFlow's
   ``PreemptionCheckpointHandler`` takes a second notice as the same one (it sets an event);
+* what the program leaves behind (:mod:`orchestrator.task.leftovers`): the wrapper is a child
+  subreaper, so a process the program started in a session of its own (a daemon) stays its
+  descendant even once orphaned; when the program has exited (or is stopped) the wrapper ends every
+  descendant still running (SIGTERM, then SIGKILL after :data:`~orchestrator.task.leftovers.LEFTOVER_GRACE_S`),
+  before it exits the way the program did, and lists them in ``left-behind.jsonl``
+  (:data:`orchestrator.env.LEFT_BEHIND_FILE`) for the report;
 * injected faults (``--inject-fault TASK:KIND@time=S``, :mod:`orchestrator.task.faults`):
   the wrapper fires the ``time=`` faults of its attempt on the program, from outside, S
   seconds after it started: ``kill`` SIGKILLs the group (the wrapper included: the task dies
@@ -38,7 +44,9 @@ In a Kubernetes JobSet pod without ``TF_CONFIG`` it first computes it
 resolve; past the bound it exits 1 naming them, and the program never starts.
 
 Without an orchestrator pid (containers, where there is no parent to watch) and without
-``time=`` faults it simply ``exec`` s the program.
+``time=`` faults it simply ``exec`` s the program: there the engine ends what it leaves behind (a
+container's PID namespace dies with its first process; a Slurm step's processes are tracked by
+its cgroup and killed at the step's end).
 
 **Spare mode** (``execwrap --spare -- python SCRIPT ARGS``, or ``python -m MODULE ARGS``): a warm
 spare for a user's program (``launch --spares N -- ...``, local backend). The wrapper starts at
@@ -70,6 +78,7 @@ from orchestrator.net import can_listen
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
+from orchestrator.task.leftovers import become_subreaper, end_descendants, reap_orphans
 from orchestrator.task.pinning import pin_self
 from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
 from orchestrator.task.spare import take_stdio
@@ -87,8 +96,23 @@ _exit_code: int | None = None
 _program: subprocess.Popen | None = None
 """The program, once started: where a preemption notice sent to this wrapper goes on to."""
 
+_stop_timer: threading.Timer | None = None
+"""The SIGKILL of the group a grace after the orchestrator's own SIGTERM (cancelled once the program exited)."""
+
+_ending = threading.Lock()
+"""Held while the wrapper ends what the program left behind: once taken, the group's SIGKILL waits for it."""
+
 
 def _kill_group(_signum=None, _frame=None) -> None:
+    """SIGKILL the group, this wrapper included; first what the program started outside it
+    (its own session or group: the kernel would hand it to init). While the wrapper is ending
+    those already (the program exited), leave the rest to it."""
+    if not _ending.acquire(blocking=False):
+        return
+    try:
+        end_descendants(outside_group_only=True, grace_s=0.0)
+    except Exception:  # noqa: BLE001 - the group's SIGKILL must happen whatever failed here
+        pass
     os.killpg(0, signal.SIGKILL)
 
 
@@ -97,9 +121,11 @@ def _on_sigterm(_signum, _frame) -> None:
     other is a preemption notice: say so (the marker file) and pass it on to the program."""
     task_dir = env.read(env.TASK_DIR)
     if task_dir and os.path.exists(os.path.join(task_dir, env.STOP_REQUESTED_FILE)):
-        timer = threading.Timer(STOP_GRACE_S, _kill_group)
-        timer.daemon = True
-        timer.start()
+        global _stop_timer
+        if _stop_timer is None:
+            _stop_timer = threading.Timer(STOP_GRACE_S, _kill_group)
+            _stop_timer.daemon = True
+            _stop_timer.start()
         return
     if task_dir:
         try:
@@ -180,6 +206,7 @@ def main(argv: list[str]) -> int:
             os.execvp(argv[0], argv)
         _install_handlers()
         die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
+        become_subreaper()  # orphans of the program come to this wrapper, which ends them
         global _program
         program = _program = subprocess.Popen(argv, env=_program_env(orchestrator_pid))
     except OSError as exc:
@@ -208,12 +235,18 @@ def _program_env(orchestrator_pid: int) -> dict[str, str]:
 
 
 def _supervise(program: subprocess.Popen, time_faults: list[dict]) -> int:
-    """Fire the ``time=`` faults on the running program, wait for it, exit the way it did."""
+    """Fire the ``time=`` faults on the running program, wait for it, end what it left behind,
+    exit the way it did."""
+    reap_orphans(program.pid)
     for fault in time_faults:
         timer = threading.Timer(float(fault["at"]), _fire, args=(fault, program))
         timer.daemon = True
         timer.start()
     code = program.wait()
+    if _stop_timer is not None:
+        _stop_timer.cancel()
+    if _ending.acquire(blocking=False):  # else the group is being SIGKILLed: this wrapper with it
+        end_descendants()  # nothing the program started outlives it, in whatever session
     if _exit_code is not None:
         return _exit_code
     if code < 0:  # die of the same signal, so the supervisor sees what the program saw
@@ -267,6 +300,7 @@ def spare(argv: list[str]) -> int:
     orchestrator_pid = env.read_int(env.ORCHESTRATOR_PID)
     signal.signal(signal.SIGUSR2, _kill_group)  # the orchestrator died: the group (the interpreter too) dies
     die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
+    become_subreaper()
     interpreter_env = dict(os.environ)
     if orchestrator_pid > 0:
         interpreter_env[env.ORCHESTRATOR_PID] = str(os.getpid())  # its PR_SET_PDEATHSIG watches this wrapper

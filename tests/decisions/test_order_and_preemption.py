@@ -23,6 +23,8 @@ from orchestrator.supervisor.decisions import (
     exit_order,
     failure_action,
     fatal_after_training,
+    late_notice,
+    preempted_task,
     restart_plan,
     training_ended,
 )
@@ -287,3 +289,53 @@ def test_a_pss_job_preemption_notices_the_coordinator_alone_so_its_workers_serve
     assert h.backend.stopped == [["worker-0", "worker-1", "ps-0"]]
     result = h.finish()
     assert result.state is JobState.PREEMPTED
+
+
+# -- issue 21, item 7: late notices and the task that was preempted ---------------------------
+
+@pytest.mark.parametrize("preemption_exit, notice, ended, late", [
+    (True, True, "worker-0 succeeded", True),  # SIGTERM to the group or to the wrapper's pid alike
+    (True, True, "", False),  # training still on: a preemption, restarted
+    (True, False, "worker-0 succeeded", False),  # no notice from outside: a failure after training
+    (False, True, "worker-1 reported finishing", False),  # exit 1: a failure, whatever the notice
+])
+def test_a_sigterm_from_outside_after_training_ended_is_a_late_notice_not_a_failure(preemption_exit, notice, ended,
+                                                                                     late):
+    note = late_notice(preemption_exit=preemption_exit, notice=notice, ended=ended)
+    assert bool(note) is late
+    if late:
+        assert ended in note and "not a failure" in note
+
+
+@pytest.mark.parametrize("cause, notice, noticed, named", [
+    ("worker-0", False, ["worker-1"], "worker-1"),  # worker-0 only saved and exited: worker-1 was signalled
+    ("worker-1", True, ["worker-1"], "worker-1"),
+    ("worker-0", False, [], "worker-0"),  # nobody got it: the cause is all there is
+])
+def test_a_preemption_is_named_after_the_task_that_received_the_notice(cause, notice, noticed, named):
+    assert preempted_task(cause, notice, noticed) == named
+
+
+def test_in_the_loop_a_sigterm_to_a_workers_group_after_training_ended_succeeds_with_a_note(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(phase="finishing", step=9)
+    h.tick()
+    h.exit("worker-0", 0)
+    h.tick()
+    (h.backend.latest("worker-1").stdout_path.parent / SIGTERM_RECEIVED_FILE).write_text("")
+    h.exit("worker-1", -signal.SIGTERM)  # the program died of it in its teardown
+    result = h.finish()
+    assert result.state is JobState.SUCCEEDED, result.reason
+    assert "late notice, not a failure" in h.task("worker-1").reason
+
+
+def test_in_the_loop_a_peer_seen_first_does_not_name_the_preemption(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=4)
+    h.tick()
+    (h.backend.latest("worker-1").stdout_path.parent / SIGTERM_RECEIVED_FILE).write_text("")
+    h.exit("worker-0", 42)  # TF's handler made worker-0 save and exit first
+    h.tick()
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.cause.startswith("worker-1 received SIGTERM from outside")
+    assert any("worker-1 was the one preempted" in e for e in h.view.events)

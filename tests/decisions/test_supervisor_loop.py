@@ -243,8 +243,9 @@ def test_a_worker_exiting_preempted_because_a_peer_was_says_which_peer(tmp_path)
     h.exit("worker-0", 143)  # worker-1 still saving
     h.tick(0.1)
     (recovery,) = h.sup.snapshot().recoveries
-    assert recovery.cause == ("worker-0 (attempt 0) failed: exit code 143 (preempted): worker-1 received SIGTERM "
-                              "from outside; every worker saved and exited")
+    assert recovery.cause == ("worker-1 received SIGTERM from outside (a preemption notice): worker-0 (attempt 0) "
+                              "failed: exit code 143 (preempted): worker-1 received SIGTERM from outside; every worker "
+                              "saved and exited")  # named after the one preempted (issue 21)
 
 
 def test_a_sigterm_from_outside_too_late_to_matter_is_said_not_swallowed(tmp_path):

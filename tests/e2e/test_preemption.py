@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,21 @@ def test_hogwild_threads_train_one_shared_model_to_high_accuracy(tmp_path, launc
     out = _log(launch.run_dir, 0, "worker-0")
     assert "hogwild, 2 threads on one model, no locks" in out and "epoch 3/3: mean loss" in out
     assert summary["tasks"][0]["last_heartbeat"]["loss"] is not None
+
+
+def test_a_users_preemption_is_named_after_the_worker_signalled_even_when_a_peer_exits_first(tmp_path, launches):
+    # issue 21, item 7: worker-1 got the SIGTERM; worker-0, which only saved and exited 42 with it,
+    # was seen first and named the preemption
+    launch = start(launches, tmp_path, "named", "--workers", "2", "--spares", "0", "--max-restarts", "0",
+                   "--", sys.executable, "tests/programs/user_preempt.py", "8", "--slow-exit")
+    pid = int(launch.wait_for(r"worker-1 started \(pid (\d+)")[1])  # the wrapper's pid, as `status` shows it
+    waiting = [tmp_path / "named" / "attempt-0" / f"worker-{i}" / "at-step-3" for i in range(2)]
+    wait_until(lambda: all(p.exists() for p in waiting), 120, what="both workers at step 3")
+    os.kill(pid, signal.SIGTERM)
+    wait_until((tmp_path / "named" / "attempt-0" / "worker-1" / "sigterm-received").exists, 10,
+               what="the wrapper took the notice")
+    (tmp_path / "named" / "go").write_text("")
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines[-30:])
+    (recovery,) = summary["recoveries"]
+    assert recovery["cause"].startswith("worker-1 received SIGTERM from outside"), recovery["cause"]

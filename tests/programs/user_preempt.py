@@ -2,14 +2,18 @@
 shows it: ``PreemptionCheckpointHandler`` with its default ``TerminationConfig`` (off Google
 Cloud: save at the next step, then ``sys.exit(42)``).
 
-    python tests/programs/user_preempt.py STEPS
+    python tests/programs/user_preempt.py STEPS [--slow-exit]
 
 Each step is a real all-reduce; the step counter is in the checkpoint, so a restarted attempt
 prints ``resumed from step N`` and reports it (``resumed_from_step``). The first attempt of
 every task writes ``at-step-3`` into its task directory and waits (bounded) at step 3 until
-``$ORCH_RUN_DIR/go`` exists, so a test can signal it while it is known to be training.
+``$ORCH_RUN_DIR/go`` exists, so a test can signal it while it is known to be training. With
+``--slow-exit`` the first attempt of worker 1 takes (bounded: 30 s) to exit after TF's handler
+saved (an ``atexit`` hook): its peers' preempted exits are seen first, as they can be anyway.
 """
 
+import atexit
+import json
 import os
 import sys
 import time
@@ -21,6 +25,9 @@ from orchestrator.client import report
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+    index = int(json.loads(os.environ["TF_CONFIG"])["task"]["index"])
+    if "--slow-exit" in sys.argv and index == 1 and os.environ.get("ORCH_ATTEMPT") == "0":
+        atexit.register(time.sleep, 30)  # runs after TF's handler's sys.exit(42)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
         total = tf.Variable(0.0)
