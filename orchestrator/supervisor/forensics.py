@@ -273,6 +273,9 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
         note, likely_oom = _memory_note(backend, rt)
         if note:
             message = f"{message}; {note}" if message else note
+    exception = ""
+    if not killed and code is not None and code >= 0 and not peer and not preemption_notice:
+        exception = error_message(attempt.error_file) or exception_line(tail)
     return Failure(
         task=rt.task,
         attempt=attempt.number,
@@ -288,6 +291,7 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
         likely_oom=likely_oom,
         preemption_notice=preemption_notice,
         gpu_oom=oom[1] if oom is not None else None,
+        exception=exception,
     )
 
 

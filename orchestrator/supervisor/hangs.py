@@ -27,7 +27,7 @@ def watch(rt: TaskRuntime) -> TaskWatch:
         heartbeat_at=a.heartbeat.received_at if a.heartbeat else None,
         phase=phase_name(a.heartbeat.heartbeat.phase) if a.heartbeat else None,
         progress_at=a.progress_at, step=a.last_step, trains=rt.task.task_type != "evaluator",
-        exiting=bool(a.heartbeat and a.heartbeat.heartbeat.exiting),
+        exiting=bool(a.heartbeat and a.heartbeat.heartbeat.exiting), finished_at=a.finished_at,
     )
 
 
