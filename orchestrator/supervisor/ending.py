@@ -109,7 +109,7 @@ class EndHandling:
         a.exit_code, a.ended_at = self.backend.wait(a.process, timeout_s=10.0), now
         a.state = TaskState.SUCCEEDED
         a.reason = f"finished, then stuck in its exit: killed ({why})"
-        self._warn(f"{rt.task.name} finished its work but was stuck in its exit, in {where}; killed {why}"
+        self._warn(f"{rt.task.name} finished its work but was stuck in its exit, in {where}; killed: {why}"
                    + (f"; stack dump in {stacks}" if stacks else ""))
         self._task_succeeded(rt, now)
 
