@@ -76,7 +76,8 @@ def test_an_evaluator_failing_with_the_same_keyerror_is_stopped_as_a_crash_loop_
 @pytest.mark.parametrize("mode, where", [
     ("train-then-stuck-thread", 'the main thread waits in threading._shutdown for the non-daemon thread "loader" in '
                                 "main.<locals>.load_forever (programs/user_endings.py:"),
-    ("train-then-stuck-atexit", 'the main thread "MainThread" in main.<locals>.flush_forever (programs/user_endings.py:'),
+    ("train-then-stuck-atexit", 'the main thread "MainThread" in main.<locals>.flush_forever '
+                                "(programs/user_endings.py:"),
 ])
 def test_a_trainer_that_finished_but_cannot_exit_is_killed_and_the_job_succeeds_naming_the_thread(
         tmp_path, mode, where):
