@@ -153,7 +153,7 @@ def test_an_evaluator_that_finishes_within_its_grace_loses_nothing(tmp_path):
 
 
 def test_an_evaluator_failing_with_the_same_error_is_a_crash_loop_and_a_warning(tmp_path):
-    h = Harness(tmp_path, spec_of(workers=1, evaluator=1, supervision={"max_restarts": 5}))
+    h = Harness(tmp_path, spec_of(workers=1, evaluator=1, supervision={"max_restarts": 5, "heartbeat_timeout_s": 30.0}))
     h.all_beat(step=1)
     h.tick()
     for attempt in range(3):
