@@ -262,8 +262,6 @@ class TaskWatch:
         trains: a chief or worker (the evaluator's evaluating is its main work, not post-training).
         exiting: its last heartbeat said its interpreter is exiting (a user's program's
             ``atexit``): the heartbeats stop there, and only its exit is watched from then on.
-        finished_at: when it first said its work is over
-            (:func:`~orchestrator.supervisor.exitrules.finished`); None until then.
     """
 
     reports: bool
@@ -274,7 +272,6 @@ class TaskWatch:
     step: int | None = None
     trains: bool = True
     exiting: bool = False
-    finished_at: float | None = None
 
 
 def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
@@ -317,8 +314,7 @@ def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | Non
     no time at or before it is. The loop keeps these in a heap, so a tick checks only the
     tasks whose deadline has passed (O(changes), not O(tasks))."""
     if (not watch.reports and watch.heartbeat_at is None) or watch.phase == "done" or watch.exiting:
-        # on its way out: only the exit grace of a finished task is left to check
-        return None if watch.finished_at is None else watch.finished_at + supervision.exit_grace_s
+        return None
     s = supervision
     times: list[float] = []
     if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor.decisions import POST_TRAINING_PHASES, TaskWatch
+from orchestrator.supervisor.decisions import POST_TRAINING_PHASES
 
 
 def crash_loop(errors: Sequence[tuple[int, str]], limit: int) -> int:
@@ -60,12 +60,12 @@ def finished(phase: str | None, exiting: bool) -> bool:
     return phase == "done" or (exiting and phase in POST_TRAINING_PHASES)
 
 
-def exit_overdue(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
-    """Why a finished task counts as stuck in its exit at ``now``, or None: strictly more than
-    ``exit_grace_s`` since it finished (``watch.finished_at``)."""
-    if watch.finished_at is None:
+def exit_overdue(finished_at: float | None, now: float, supervision: SupervisionSpec) -> str | None:
+    """Why a finished task (``finished_at``: when it finished, None while it has not) counts as
+    stuck in its exit at ``now``, or None: strictly more than ``exit_grace_s`` since it finished."""
+    if finished_at is None:
         return None
-    since = now - watch.finished_at
+    since = now - finished_at
     if since <= supervision.exit_grace_s:
         return None
     return f"still alive {since:.1f} s after it finished (exit grace {supervision.exit_grace_s:g} s)"

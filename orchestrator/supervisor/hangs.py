@@ -27,7 +27,7 @@ def watch(rt: TaskRuntime) -> TaskWatch:
         heartbeat_at=a.heartbeat.received_at if a.heartbeat else None,
         phase=phase_name(a.heartbeat.heartbeat.phase) if a.heartbeat else None,
         progress_at=a.progress_at, step=a.last_step, trains=rt.task.task_type != "evaluator",
-        exiting=bool(a.heartbeat and a.heartbeat.heartbeat.exiting), finished_at=a.finished_at,
+        exiting=bool(a.heartbeat and a.heartbeat.heartbeat.exiting),
     )
 
 
@@ -42,6 +42,9 @@ class HangChecks:
     def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec) -> None:
         """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says."""
         when = decisions.next_check_at(watch(rt), policy) if rt.current.started_at is not None else None
+        if rt.current.finished_at is not None:  # and its exit grace (exitrules.exit_overdue)
+            due = rt.current.finished_at + policy.exit_grace_s
+            when = due if when is None else min(when, due)
         self.schedule(rt.task.name, when)
 
     def schedule(self, name: str, when: float | None) -> None:

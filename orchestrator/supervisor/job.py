@@ -122,8 +122,7 @@ class Supervisor(FailureHandling, EndHandling):
         self.preemption = Preemption(o.preemption_grace_s)
         self._wake, self._force_stop = threading.Event(), threading.Event()
         self._grace_deadline: float | None = None
-        self._evaluator_deadline: float | None = None
-        self.warnings: list[str] = []  # said at the end: work lost or cut off, though the job did not fail
+        self._evaluator_deadline, self.warnings = None, []  # warnings: work lost or cut off, the job not failed
         self._trainers_deadline: float | None = None
         self._restart_at: dict[str, float] = {}  # task name -> when to start its next attempt
         self._exit_code = EXIT_FAILED
@@ -392,8 +391,7 @@ class Supervisor(FailureHandling, EndHandling):
             rt = self._by_name[name]
             if not rt.live:
                 continue
-            stuck = exitrules.exit_overdue(watch(rt), now, self.policy)
-            if stuck:
+            if stuck := exitrules.exit_overdue(rt.current.finished_at, now, self.policy):
                 self._stuck_in_exit(rt, now, stuck)
                 continue
             why = decisions.hang_reason(watch(rt), now, self.policy)
