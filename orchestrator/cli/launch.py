@@ -137,6 +137,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="a training task whose strategy formed another cluster than the planned one "
                      "(replicas_in_sync 1 with 2 workers planned: a program that built its own) is a warning, "
                      "not a failed job (default: it fails the job under multi_worker_mirrored)")
+    sup.add_argument("--evaluator-grace", type=float, default=None, metavar="S",
+                     help="after the job succeeded, the evaluator gets S seconds to evaluate the last checkpoint "
+                     "before it is stopped and its final evaluation is reported lost (default 120)")
+    sup.add_argument("--crash-loop-limit", type=int, default=None, metavar="N",
+                     help="a task failing with the same exception line on N consecutive attempts is not restarted "
+                     "again (a crash loop; default 3, 0: never)")
+    sup.add_argument("--exit-grace", type=float, default=None, metavar="S",
+                     help="a task that said it finished (done, or exiting after training ended) and is still alive S "
+                     "seconds later is stuck in its exit: killed, counted as succeeded, with a warning (default 30)")
     add_backend_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")

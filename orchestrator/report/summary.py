@@ -60,6 +60,9 @@ SUMMARY_FIELDS: dict[str, str] = {
     "cluster_check": "what the training tasks formed vs the plan: `checked` (MWMS and PSS), `planned_workers` "
                      "(chief + workers), `formed` (task -> `replicas_in_sync`, `cluster_workers` it reported), "
                      "`mismatches` (one line each), `allowed` (`--allow-cluster-mismatch`)",
+    "warnings": "what the job lost or cut off without failing, one line each: an evaluator stopped before its "
+                "last evaluation (`final evaluation lost`), a finished task stuck in its exit (the thread it was "
+                "stuck in), an evaluator that never evaluated (a crash loop: `the same error N times`)",
     "spares": "each warm spare: pid, state (`used`, `stopped`, `died`, ...), the task it became",
     "tasks": "one entry per task (below)",
     "peak_gpu_memory_bytes": "the most GPU memory any task's devices held together during the job, or `null` "
@@ -233,6 +236,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "failures": [dict(f) for f in snapshot.earlier_failures] + [f.to_dict() for f in snapshot.failures],
         "lives": [life.to_dict() for life in snapshot.lives],
         "late_failures": [f.to_dict() for f in snapshot.late_failures],
+        "warnings": list(snapshot.warnings),
         "faults": fault_report(plan),
         "cluster_check": formed.summary_field(spec, ((t.task, t.heartbeat.metrics if t.heartbeat else {})
                                                      for t in snapshot.tasks)),
@@ -346,6 +350,8 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
     if len({b for b, _ in batches}) > 1:
         lines += _wrap("WARNING", "the global batch changed between lives: "
                        + ", ".join(f"{b} (life {n})" for b, n in batches), width)
+    for text in summary.get("warnings", []):
+        lines += _wrap("warning", text, width)
     for fault in summary.get("faults", []):
         if not fault["fired"]:
             lines += _wrap("warning", f"the injected fault {fault['fault']} did not fire: the rehearsal tested nothing",

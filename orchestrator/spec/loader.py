@@ -84,6 +84,9 @@ FLAG_FIELDS = {
     "spares": "supervision.spares",
     "preemption_exit_codes": "supervision.preemption_exit_codes",
     "allow_cluster_mismatch": "supervision.allow_cluster_mismatch",
+    "evaluator_grace": "supervision.evaluator_grace_s",
+    "crash_loop_limit": "supervision.crash_loop_limit",
+    "exit_grace": "supervision.exit_grace_s",
     "checkpoint_every": "training.checkpoint_every",
     "threads": "training.threads",
 }

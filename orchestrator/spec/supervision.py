@@ -132,6 +132,17 @@ class SupervisionSpec:
             planned one (``replicas_in_sync 1`` with 2 workers planned: a program that built its
             own cluster) is a warning, not a failed job; default False: under MWMS it fails the
             job (:mod:`orchestrator.supervisor.formed`).
+        evaluator_grace_s: how long the evaluator may go on after the job succeeded, to evaluate
+            the last checkpoint (``tf_keras.utils.SidecarEvaluator`` ends after it); then it is
+            stopped, and the report says its final evaluation was lost. 0: stop it at once.
+        crash_loop_limit: a task failing with the same exception line on this many consecutive
+            attempts is in a crash loop and is not restarted again (a restart would fail the
+            same way); 0: never. A training task's crash loop fails the job; the evaluator's
+            leaves it ended, with a warning.
+        exit_grace_s: a task that said it finished (phase ``done``, or its interpreter exiting
+            after ``finishing``: training ended, outputs saved) and is still alive this long
+            after is stuck in its exit: its stacks are kept, it is killed, and it counts as
+            succeeded, with a warning naming the thread it was stuck in.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -147,6 +158,9 @@ class SupervisionSpec:
     spares: int | None = None
     preemption_exit_codes: tuple[int, ...] = (143, 42)
     allow_cluster_mismatch: bool = False
+    evaluator_grace_s: float = 120.0
+    crash_loop_limit: int = 3
+    exit_grace_s: float = 30.0
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -186,11 +200,16 @@ class SupervisionSpec:
                                         or not 0 <= self.spares <= 64):
             raise SpecError("spares", self.spares, "must be a whole number from 0 to 64",
                             "e.g. --spares 2, or --spares 0")
-        for name in ("heartbeat_timeout_s", "stall_timeout_s", "startup_timeout_s"):
+        for name in ("heartbeat_timeout_s", "stall_timeout_s", "startup_timeout_s", "exit_grace_s"):
             _seconds(name, getattr(self, name))
         if not isinstance(self.allow_cluster_mismatch, bool):
             raise SpecError("allow_cluster_mismatch", self.allow_cluster_mismatch, "must be true or false",
                             "e.g. allow_cluster_mismatch: true, or --allow-cluster-mismatch")
+        _seconds("evaluator_grace_s", self.evaluator_grace_s, allow_zero=True)
+        limit = self.crash_loop_limit
+        if not isinstance(limit, int) or isinstance(limit, bool) or not (limit == 0 or 2 <= limit <= 100):
+            raise SpecError("crash_loop_limit", limit, "must be 0 (never) or a whole number from 2 to 100",
+                            FIX_EXAMPLES["crash_loop_limit"])
         for name in ("deadline_s", "finish_timeout_s"):
             if getattr(self, name) is not None:
                 _seconds(name, getattr(self, name))
@@ -240,6 +259,9 @@ FIX_EXAMPLES = {
     "finish_timeout_s": "e.g. --finish-timeout 600",
     "spares": "e.g. --spares 2",
     "preemption_exit_codes": "e.g. --preemption-exit-codes 143,42",
+    "evaluator_grace_s": "e.g. --evaluator-grace 120",
+    "crash_loop_limit": "e.g. --crash-loop-limit 3, or 0 for never",
+    "exit_grace_s": "e.g. --exit-grace 30",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:

@@ -63,6 +63,7 @@ class FailureHandling:
         def request_preemption(self, reason: str) -> None: ...
         def _set_state(self, state: JobState, exit_code: int | None = None, reason: str = "") -> None: ...
         def _stop(self, tasks: list[TaskRuntime], reason: str, grace_s: float | None = None) -> None: ...
+        def _crash_loop(self, cause: Failure) -> str: ...
 
     def _decide(self, now: float) -> None:
         failures = self.log.take_new()
@@ -137,10 +138,11 @@ class FailureHandling:
         for the evaluator, which never fails the job, leave it ended). A preemption is never
         counted against ``max_restarts`` and never waits a backoff."""
         failed = self._by_task[cause.task]
-        plan = decisions.restart_plan(self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
-                                      restarts_used=self.restarts_used if job_restart else failed.restarts,
-                                      attempt=failed.current.number, peer=cause.peer_error,
-                                      gpu_oom=cause.gpu_oom is not None)
+        looping = self._crash_loop(cause)  # the same error again and again: no restart helps
+        plan = decisions.RestartPlan(False, looping) if looping else decisions.restart_plan(
+            self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
+            restarts_used=self.restarts_used if job_restart else failed.restarts, attempt=failed.current.number,
+            peer=cause.peer_error, gpu_oom=cause.gpu_oom is not None)
         placeable, note = (plan.retry, plan.why_not)
         if plan.retry:
             placeable, note = self.backend.prepare_restart(tasks)  # e.g. Slurm: move tasks off a lost node

@@ -290,8 +290,10 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
     """
     attempt = rt.current
     tail = tail_lines(attempt.stderr_path)
-    if not message:  # the whole log: a TF traceback is longer than the tail, and its message kilobytes long
+    from_log = not message
+    if from_log:  # the whole log: a TF traceback is longer than the tail, and its message kilobytes long
         message = last_exception(attempt.stderr_path)
+    exception = message if from_log else error_message(attempt.error_file)  # before notes are added to it
     oom = gpu_oom_of(rt, message + "\n" + tail)
     if oom is not None:  # its own root cause: a retry would run out the same way
         message = f"{message}; {oom[0]}" if message else oom[0]
@@ -302,6 +304,8 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
         note, likely_oom = _memory_note(backend, rt)
         if note:
             message = f"{message}; {note}" if message else note
+    if killed or code is None or code < 0 or peer or preemption_notice or oom is not None:
+        exception = ""  # a kill, a hang, a peer's consequence: no error of its own to compare
     return Failure(
         task=rt.task,
         attempt=attempt.number,
@@ -317,6 +321,7 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
         likely_oom=likely_oom,
         preemption_notice=preemption_notice,
         gpu_oom=oom[1] if oom is not None else None,
+        exception=exception,
     )
 
 

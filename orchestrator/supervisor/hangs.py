@@ -42,6 +42,9 @@ class HangChecks:
     def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec) -> None:
         """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says."""
         when = decisions.next_check_at(watch(rt), policy) if rt.current.started_at is not None else None
+        if rt.current.finished_at is not None:  # and its exit grace (exitrules.exit_overdue)
+            due = rt.current.finished_at + policy.exit_grace_s
+            when = due if when is None else min(when, due)
         self.schedule(rt.task.name, when)
 
     def schedule(self, name: str, when: float | None) -> None:

@@ -32,8 +32,9 @@ from orchestrator.plan import Plan, attempt_env
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.model import Strategy
-from orchestrator.supervisor import decisions, forensics
+from orchestrator.supervisor import decisions, exitrules, forensics
 from orchestrator.supervisor.decisions import RestartScope
+from orchestrator.supervisor.ending import EndHandling
 from orchestrator.supervisor.failures import FailureHandling
 from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.gpu import usages_of
@@ -49,7 +50,6 @@ from orchestrator.supervisor.states import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_PREEMPTED,
-    EXIT_SUCCEEDED,
     Attempt,
     Failure,
     FailureLog,
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 
 
-class Supervisor(FailureHandling):
+class Supervisor(FailureHandling, EndHandling):
     """Starts the planned tasks, watches them, restarts what the strategy can recover, ends the job.
 
     Args:
@@ -122,6 +122,7 @@ class Supervisor(FailureHandling):
         self.preemption = Preemption(o.preemption_grace_s)
         self._wake, self._force_stop = threading.Event(), threading.Event()
         self._grace_deadline: float | None = None
+        self._evaluator_deadline, self.warnings = None, []  # warnings: work lost or cut off, the job not failed
         self._trainers_deadline: float | None = None
         self._restart_at: dict[str, float] = {}  # task name -> when to start its next attempt
         self._exit_code = EXIT_FAILED
@@ -219,13 +220,17 @@ class Supervisor(FailureHandling):
         if self._trainers_deadline is not None and now >= self._trainers_deadline and not self.state.terminal:
             self._trainers_deadline = None
             for rt in self._live():
-                if rt.task in self.plan.spec.trainers():
+                if rt.task in self.plan.spec.trainers() and rt.current.finished_at is not None:
+                    self._stuck_in_exit(rt, now, f"{now - rt.current.finished_at:.1f} s after it finished")
+                elif rt.task in self.plan.spec.trainers():
                     self._record_failure(rt, None, now, f"did not exit within {self.options.success_grace_s:g} s after "
                                          f"{self.plan.spec.coordinator.name} succeeded", killed=True)
             self._decide(now)
         if self.state is JobState.SUCCEEDED and self._grace_deadline and now >= self._grace_deadline:
-            self._stop(self._live(),
+            self._stop([rt for rt in self._live() if rt.task.task_type != "evaluator"],
                        f"did not exit within {self.options.success_grace_s:.0f} s after the job succeeded")
+        if self.state is JobState.SUCCEEDED:
+            self._evaluator_grace_over(now)
         over = not self._restart_at and all(rt.current.state.terminal for rt in self.tasks
                                             if rt.current.process is not None)
         interval = getattr(self.view, "interval_s", self.options.view_interval_s)
@@ -263,7 +268,7 @@ class Supervisor(FailureHandling):
             restarts_used=self.restarts_used, tasks=tuple(task_snapshot(rt, now) for rt in self.tasks),
             failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
             spares=tuple(self.backend.spares()), lives=self.lives.lives(),
-            earlier_failures=self.carried.failures,
+            earlier_failures=self.carried.failures, warnings=tuple(self.warnings),
         )
 
     # -- starting ------------------------------------------------------------------------
@@ -372,6 +377,9 @@ class Supervisor(FailureHandling):
                                                 doing="", resumed_from_step=None, coordinator=note["coordinator"]))
         if a.state is TaskState.STARTING:
             a.state, a.running_at = TaskState.RUNNING, record.first_received_at
+        if a.finished_at is None and not rt.plan.serves_forever and exitrules.finished(phase_name(hb.phase),
+                                                                                     hb.exiting):
+            a.finished_at = record.received_at  # its exit grace runs from here
 
     def _check_hangs(self, now: float) -> None:
         """Hang checks of the tasks whose check deadline has passed; the one furthest behind is
@@ -382,6 +390,9 @@ class Supervisor(FailureHandling):
         for name in self._checks.due(now):
             rt = self._by_name[name]
             if not rt.live:
+                continue
+            if stuck := exitrules.exit_overdue(rt.current.finished_at, now, self.policy):
+                self._stuck_in_exit(rt, now, stuck)
                 continue
             why = decisions.hang_reason(watch(rt), now, self.policy)
             if why:
@@ -417,18 +428,7 @@ class Supervisor(FailureHandling):
             self._event(f"{rt.task.name} succeeded" + (f" ({a.reason})" if late else ""))
             if not late and forensics.sigterm_received(rt) and not self.preemption.requested:  # too late: say so
                 self._event(f"{rt.task.name} received SIGTERM from outside (a preemption notice) but finished first")
-            if not self.state.terminal:
-                spec = self.plan.spec
-                succeeded = {t.task for t in self.tasks if t.current.state is TaskState.SUCCEEDED}
-                if decisions.success_reached(spec.success_policy, spec.coordinator, spec.trainers(), succeeded):
-                    self._trainers_deadline = None
-                    self._set_state(JobState.SUCCEEDED, EXIT_SUCCEEDED, decisions.success_reason(
-                        spec.success_policy, spec.coordinator, spec.trainers()))
-                    self._stop([r for r in self._live() if r.plan.serves_forever],
-                               f"stopped after {spec.coordinator.name} succeeded (it serves until stopped)")
-                    self._grace_deadline = now + self.options.success_grace_s
-                elif decisions.ends_job_successfully(rt.task, verdict, spec.coordinator):
-                    self._trainers_deadline = now + self.options.success_grace_s
+            self._task_succeeded(rt, now)
         elif self.preemption.requested and self.policy.preemption_code(code):
             a.state, a.reason = TaskState.STOPPED, f"saved and left on the preemption notice ({describe_exit(code)})"
             self._event(f"{rt.task.name} {a.reason}")

@@ -181,6 +181,8 @@ class JobSnapshot:
         spares: the warm spares started for the job and what became of them.
         lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.lives`).
         earlier_failures: the failures of earlier lives, as ``summary.json`` records.
+        warnings: what the job lost or cut off without failing (an evaluator's final evaluation
+            lost, a task stuck in its exit, an evaluator that never evaluated), one line each.
     """
 
     plan: Plan
@@ -198,6 +200,7 @@ class JobSnapshot:
     spares: tuple[SpareInfo, ...] = ()
     lives: tuple[Life, ...] = ()
     earlier_failures: tuple[Mapping[str, object], ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def root_cause(self) -> Failure | None:

@@ -104,6 +104,8 @@ class Attempt:
         sample, sampled_at: the backend's CPU/RSS sample of a task that sends no heartbeats.
         last_step: the last training step it reported.
         peak_rss_bytes: the highest resident memory seen, bytes.
+        finished_at: when it first said its work is over (phase ``done``, or exiting after
+            training ended); None until then.
     """
 
     number: int = 0
@@ -125,6 +127,7 @@ class Attempt:
     sampled_at: float | None = None
     last_step: int | None = None
     peak_rss_bytes: int | None = None
+    finished_at: float | None = None
 
     def took_sample(self, sample: ProcessSample | None, now: float) -> None:
         """The backend sampled this attempt (a task that sends no heartbeats) at ``now``: a
@@ -206,6 +209,10 @@ class Failure:
         after_success: it happened after the job had succeeded (``chief`` success policy).
         gpu_oom: it ran out of GPU memory: the error, the device and its memory used / total,
             the hint (:func:`orchestrator.supervisor.gpu.gpu_oom_dict`); None otherwise.
+        exception: the exception line the program died of (its error file's message, else the
+            last line of the last traceback on its stderr), "" for a kill, a hang or a peer's
+            consequence: what the crash-loop rule compares
+            (:func:`~orchestrator.supervisor.decisions.crash_loop`).
     """
 
     task: TaskId
@@ -224,6 +231,7 @@ class Failure:
     after_training: bool = False
     after_success: bool = False
     gpu_oom: Mapping[str, object] | None = None
+    exception: str = ""
 
     def headline(self) -> str:
         """``worker-1 (attempt 0) failed: exit code 3: ValueError: boom``."""

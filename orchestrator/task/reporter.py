@@ -167,6 +167,20 @@ class HeartbeatReporter:
         if self._channel is not None:
             self._channel.close()
 
+    def main_returned(self) -> None:
+        """The main thread is done and the interpreter's exit began (``threading``'s exit hook,
+        before it joins non-daemon threads and before ``atexit``): say so at once, naming the
+        non-daemon threads the exit waits for. The heartbeats go on (this thread is a daemon);
+        the supervisor then watches only the exit, bounded by its exit grace once training ended."""
+        others = [t.name for t in threading.enumerate()
+                  if not t.daemon and t is not threading.main_thread() and t.is_alive()]
+        with self._cond:
+            self._exiting = True
+            if others:
+                self._fields["message"] = "exiting; waiting for non-daemon thread(s): " + ", ".join(others)
+            self._dirty = True
+            self._cond.notify_all()
+
     def hold(self, sock) -> None:
         """Keep ``sock`` (the port this task registered) bound until :meth:`release_port`,
         which then closes it instead of asking the orchestrator. None: nothing is held."""

@@ -53,7 +53,22 @@ def _get():
                 _reporter.start()
                 # the interpreter is exiting: say so, the rest of its teardown may take seconds
                 atexit.register(_reporter.close, exiting=True)
+                _on_main_return(_reporter.main_returned)
         return _reporter
+
+
+def _on_main_return(hook) -> None:
+    """Call ``hook`` when the main thread is done, before the interpreter joins its non-daemon
+    threads (which ``atexit`` handlers wait for: a thread that never ends blocks them all).
+    ``threading._register_atexit`` (CPython 3.9+, what ``concurrent.futures`` uses) is the one
+    place that runs then; without it (another interpreter) the ``atexit`` heartbeat is all."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    try:
+        register(hook)
+    except RuntimeError:  # the interpreter is already shutting down
+        pass
 
 
 def _trains(task_type: str) -> bool:
