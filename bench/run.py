@@ -5,7 +5,8 @@ hand-launched, interleaved), ``colocated`` (MWMS 2 workers pinned to their own c
 process with the same global batch on the same cores), ``recovery`` (MWMS and PSS worker SIGKILL
 with warm spares:
 detection, recovery time and its ratio to the cold start, steps lost), ``hang`` (a frozen worker:
-detection, default settings), ``beats`` (how late heartbeats arrive on a loaded machine:
+detection, default settings), ``detect`` (a SIGKILLed task on the local backend, no TensorFlow:
+fault -> decision, ``bench/detect.py``), ``beats`` (how late heartbeats arrive on a loaded machine:
 ``bench/heartbeat_gaps.py``), ``footprint`` (orchestrator RSS and CPU during a 5-task job), ``client`` (per-task
 cost of the health client), ``ingest`` (heartbeats/s into the HealthServer), ``scale``
 (detection with many simulated tasks), ``checkpoint`` (throughput cost of ``--checkpoint-every``
@@ -52,8 +53,8 @@ from orchestrator.spec.supervision import SupervisionSpec
 RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
-SECTIONS = ("tf", "colocated", "recovery", "hang", "beats", "footprint", "client", "ingest", "scale", "checkpoint",
-            "hogwild", "preemption")
+SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint", "client", "ingest", "scale",
+            "checkpoint", "hogwild", "preemption")
 FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
 
 
@@ -339,6 +340,19 @@ class Suite:
         """How late heartbeats arrive while the machine is loaded (:mod:`bench.heartbeat_gaps`)."""
         heartbeat_gaps.section(self)
 
+    # -- 3: exit detection on the local backend --------------------------------------------------
+    def detect(self) -> None:
+        kills = 3 if self.quick else 10
+        proc = subprocess.run([PY, "-m", "bench.detect", "--kills", str(kills)], capture_output=True, text=True,
+                              cwd=REPO, env=base_env(), timeout=300)
+        try:
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            log(f"detect: failed: {proc.stderr[-2000:]}")
+            out = {"kill_detect_s": [], "errors": [proc.stderr[-2000:]]}
+        self.add("3", "detect_sigkill_local", "detection of a SIGKILLed task, local backend, real processes without "
+                 "TensorFlow (kill -> decision; exit events: pidfd)", "s", out["kill_detect_s"], "<= 0.01", out)
+
     # -- 6: footprint -------------------------------------------------------------------------
     def _footprint_samples(self, runs, label: str) -> tuple[list, list, list]:
         peaks, cpus, tf_mapped = [], [], []
@@ -422,13 +436,15 @@ class Suite:
 
     # -- 7: scale -----------------------------------------------------------------------------
     def scale(self) -> None:
-        sizes = [100] if self.quick else [250, 500, 1000, 2000]
+        sizes = [100] if self.quick else [1000, 5000, 10000]
         kills, hangs = (1, 1) if self.quick else (3, 3)
         timeout = 4.0
+        per_connection = 10  # streams per HTTP/2 connection: 10,000 sockets + 10,000 exit fds pass 20,000 open files
         supported, per_size = [], []
         for n in sizes:
             proc = subprocess.run([PY, "-m", "bench.scale", "--tasks", str(n), "--kills", str(kills), "--hangs",
-                                   str(hangs), "--heartbeat-timeout", str(timeout)],
+                                   str(hangs), "--heartbeat-timeout", str(timeout), "--per-connection",
+                                   str(per_connection)],
                                   capture_output=True, text=True, cwd=REPO, env=base_env(), timeout=600)
             try:
                 out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -437,7 +453,7 @@ class Suite:
                 continue
             kd, hd = summarize(out["kill_detect_s"]), summarize(out["hang_detect_s"])
             ok = (not out["errors"] and kd["runs"] == kills and hd["runs"] == hangs and kd["max"] <= 0.2
-                  and hd["max"] <= timeout + 1)
+                  and hd["max"] <= timeout + 1 and out.get("status_tasks") == n)
             out["within_targets"] = ok
             per_size.append(out)
             log(f"scale {n}: kill {kd}, hang {hd}, tick {out.get('tick_ms')}, cpu {out.get('cpu_percent')}, ok {ok}")
@@ -451,9 +467,14 @@ class Suite:
                      "ms", [out["tick_ms"]["median"]] if out.get("tick_ms") else [])
             self.add("7", f"scale_{n}_cpu", f"{n} simulated tasks at 1 heartbeat/s: orchestrator CPU", "% of a core",
                      [out.get("cpu_percent")])
-        self.add("7", "scale_supported_tasks", "most simulated tasks supervised with detection within targets "
-                 f"(sizes tried {sizes})", "tasks", [max(supported)] if supported else [0], ">= 500",
-                 {"sizes": per_size})
+            self.add("7", f"scale_{n}_rss_per_task", f"{n} simulated tasks: orchestrator RSS per task (steady state "
+                     "less before the plan)", "KB", [out.get("rss_per_task_kb")])
+            self.add("7", f"scale_{n}_status", f"{n} simulated tasks reporting: `status` (GetStatus over gRPC) "
+                     "latency, median of 5", "ms", [(out.get("status_ms") or {}).get("median")],
+                     details={"web_api_status_ms": out.get("web_ms"), "status_bytes": out.get("status_bytes")})
+        self.add("7", "scale_supported_tasks", "most simulated tasks supervised with SIGKILL detection <= 0.2 s, hang "
+                 f"detection <= {timeout + 1:g} s and `status` answering (sizes tried {sizes})", "tasks",
+                 [max(supported)] if supported else [0], ">= 100" if self.quick else ">= 10000", {"sizes": per_size})
 
 
     # -- 8: checkpoint cost and steps lost ----------------------------------------------

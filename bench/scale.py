@@ -3,12 +3,19 @@
 ``python -m bench.scale --tasks N [--kills K] [--hangs H] [--profile FILE]`` prints one JSON
 object. The job is ParameterServerStrategy (chief + N-2 workers + 1 ps, workers restarted
 alone on failure), so faults can be repeated in one job. Every task but one is a heartbeat
-stream carried by a few ``bench.simhost`` processes; ``worker-1`` is a real process
-(``bench.simtask``: the real HeartbeatReporter) that is SIGKILLed, so its exit is seen by
-waitpid as a real task's. A hang freezes a simulated task's stream (no more heartbeats,
-stream open). Latencies are from the fault to the supervisor's decision (``Failure.at``,
-its monotonic clock). Per-tick work of the supervisor loop is timed by wrapping its wake
-event (no change to the supervisor).
+stream carried by a few ``bench.simhost`` processes (``--per-connection`` streams share one
+HTTP/2 connection: at 10,000 tasks one connection each plus one exit descriptor each would pass
+this machine's open-file limit of 20,000); ``worker-1`` is a real process (``bench.simtask``: the
+real HeartbeatReporter) that is SIGKILLed, so its exit is seen through its pidfd as a real
+task's. A simulated task's exit descriptor is an eventfd that the fake backend writes when it
+ends the task (it only ends when the supervisor signals it). A hang freezes a simulated task's
+stream (no more heartbeats, stream open). Latencies are from the fault to the supervisor's
+decision (``Failure.at``, its monotonic clock). Per-tick work of the supervisor loop is timed by
+wrapping its ``tick`` (no change to the supervisor). The supervisor's view is the real
+:class:`~orchestrator.report.history.Recorder` (a snapshot every 0.25 s, as under ``launch``),
+serving ``GetStatus`` (what ``status`` asks) and the web page's ``/api/status``; both are asked
+while the tasks report, and their latency is measured from this process (``status_ms``, ``web_ms``).
+``rss_per_task_kb``: the orchestrator's RSS in the steady state less its RSS before the plan, per task.
 """
 
 from __future__ import annotations
@@ -34,8 +41,11 @@ import psutil
 
 from bench.tfjobs import PY, REPO, base_env
 from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle
+from orchestrator.backends.host import pidfd
+from orchestrator.health.client import EndpointClient
 from orchestrator.health.server import HealthServer, HeartbeatStore
 from orchestrator.plan import make_plan
+from orchestrator.report.history import Recorder
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import JobState, Supervisor, TaskState
@@ -50,6 +60,7 @@ class SimHandle(TaskHandle):
     host: subprocess.Popen | None = None
     popen: subprocess.Popen | None = None
     exit_code: int | None = None
+    event_fd: int = -1  # the simulated task's exit descriptor (the supervisor owns and closes it)
 
 
 class SimBackend(Backend[SimHandle]):
@@ -78,6 +89,12 @@ class SimBackend(Backend[SimHandle]):
         key = f"{task.task_type} {task.task_index} {request.attempt}"
         out, err = self.logs / f"{name}.out", self.logs / f"{name}.err"
         if name == REAL:
+            # its TF_CONFIG with its own type's first addresses only: at 10,000 tasks the whole one is
+            # past the kernel's 128 KiB limit on one environment string (MAX_ARG_STRLEN: E2BIG)
+            tf = json.loads(env["TF_CONFIG"])
+            kind, index = tf["task"]["type"], tf["task"]["index"]
+            tf["cluster"] = {kind: tf["cluster"][kind][:index + 1]}
+            env = {**env, "TF_CONFIG": json.dumps(tf)}
             popen = subprocess.Popen([PY, "-m", "bench.simtask"], env={**base_env(), **env}, cwd=REPO,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -86,6 +103,12 @@ class SimBackend(Backend[SimHandle]):
         self._next += 1
         self._send(host, f"start {key}")
         return SimHandle(task, request.attempt, host.pid, out, err, name=name, key=key, host=host)
+
+    def exit_fd(self, p: SimHandle) -> int | None:
+        if p.popen:
+            return pidfd(p.popen)
+        p.event_fd = os.eventfd(0)
+        return p.event_fd
 
     def poll(self, p: SimHandle) -> int | None:
         return p.popen.poll() if p.popen else p.exit_code
@@ -105,6 +128,7 @@ class SimBackend(Backend[SimHandle]):
         elif signum in (signal.SIGKILL, signal.SIGTERM) and p.exit_code is None:
             self._send(p.host, f"kill {p.key}")
             p.exit_code = -signum
+            os.eventfd_write(p.event_fd, 1)  # before the supervisor learns of the end: still open
 
     def freeze(self, p: SimHandle) -> None:
         self._send(p.host, f"freeze {p.key}")
@@ -120,21 +144,37 @@ class SimBackend(Backend[SimHandle]):
                     os.killpg(p.popen.pid, signal.SIGKILL)
                     p.popen.wait(10)
 
-class TimedWake(threading.Event):
-    """The supervisor's wake event, timing the work done between two waits (one tick)."""
+def time_ticks(sup: Supervisor) -> list[float]:
+    """Wrap ``sup.tick`` (an instance attribute: the loop calls ``self.tick()``) to time each tick's
+    work; returns the list the durations go to, seconds."""
+    work_s: list[float] = []
+    tick = sup.tick
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.work_s: list[float] = []
-        self._woke = None
+    def timed() -> bool:
+        t0 = time.perf_counter()
+        try:
+            return tick()
+        finally:
+            work_s.append(time.perf_counter() - t0)
 
-    def wait(self, timeout=None):
-        now = time.perf_counter()
-        if self._woke is not None:
-            self.work_s.append(now - self._woke)
-        result = super().wait(timeout)
-        self._woke = time.perf_counter()
-        return result
+    sup.tick = timed  # type: ignore[method-assign]
+    return work_s
+
+
+def _latency_ms(call, n: int) -> dict:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        times.append(1000 * (time.perf_counter() - t0))
+    return {"median": statistics.median(times), "max": max(times), "n": n}
+
+
+def _web_status(url: str) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        json.loads(reply.read())
 
 
 def _runtime(sup: Supervisor, name: str):
@@ -150,11 +190,19 @@ def _wait(cond, timeout_s: float) -> bool:
     return False
 
 
-def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n: int, profile: str | None) -> dict:
+def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n: int, profile: str | None,
+        per_connection: int = 1) -> dict:
+    from orchestrator.web.server import WebServer
+
+    me = psutil.Process()
+    rss_before = me.memory_info().rss
     token = "t" + secrets.token_urlsafe(16)  # never starts with "-" (argv)
-    store = HeartbeatStore()
-    server = HealthServer(token, store).start()
-    hosts = [subprocess.Popen([PY, "-m", "bench.simhost", server.address, token, "--mode", "scale"],
+    store, recorder = HeartbeatStore(), Recorder()
+    server = HealthServer(token, store, status=recorder.status_json).start()
+    web_token = secrets.token_urlsafe(12)
+    web = WebServer(recorder.status, web_token).start()
+    hosts = [subprocess.Popen([PY, "-m", "bench.simhost", server.address, token, "--mode", "scale",
+                               "--per-connection", str(per_connection)],
                               stdin=subprocess.PIPE, text=True, cwd=REPO, env=base_env()) for _ in range(hosts_n)]
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     supervision = SupervisionSpec.create(restart_policy={"worker": "on-failure"}, max_restarts=1000, backoff_s=0.1,
@@ -163,11 +211,10 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
     backend = SimBackend(hosts, tmp / "logs")
     plan = make_plan(spec, backend.allocate(spec), run_id="scale", run_dir=tmp / "run", health_address=server.address,
                      token=token, orchestrator_pid=os.getpid())
-    sup = Supervisor(plan, backend, store, stop_timeout_s=5.0)
-    wake = sup._wake = TimedWake()
-    me = psutil.Process()
+    sup = Supervisor(plan, backend, store, recorder, stop_timeout_s=5.0)
+    ticks = time_ticks(sup)
     out: dict = {"tasks": len(sup.tasks), "heartbeat_timeout_s": heartbeat_timeout_s, "kill_detect_s": [],
-                 "hang_detect_s": [], "errors": []}
+                 "hang_detect_s": [], "errors": [], "per_connection": per_connection}
 
     def faults() -> None:
         try:
@@ -177,7 +224,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
                 return
             out["all_running_s"] = time.monotonic() - t0
             time.sleep(heartbeat_timeout_s + 1)  # steady state
-            cpu0, beats0, w0, n0 = sum(me.cpu_times()[:2]), store.total, time.monotonic(), len(wake.work_s)
+            cpu0, beats0, w0, n0 = sum(me.cpu_times()[:2]), store.total, time.monotonic(), len(ticks)
             for _ in range(kills):
                 rt = _runtime(sup, REAL)
                 # the lambda is called within this iteration, so the loop variable cannot go stale
@@ -203,11 +250,20 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             span = time.monotonic() - w0
             out["cpu_percent"] = 100 * (sum(me.cpu_times()[:2]) - cpu0) / span
             out["heartbeats_per_s"] = (store.total - beats0) / span
-            ticks = wake.work_s[n0:]
-            out["tick_ms"] = {"median": 1000 * statistics.median(ticks),
-                              "p99": 1000 * sorted(ticks)[int(0.99 * (len(ticks) - 1))],
-                              "max": 1000 * max(ticks), "ticks": len(ticks)}
-            out["rss_mb"] = me.memory_info().rss / 2**20
+            work = ticks[n0:]
+            out["tick_ms"] = {"median": 1000 * statistics.median(work),
+                              "p99": 1000 * sorted(work)[int(0.99 * (len(work) - 1))],
+                              "max": 1000 * max(work), "ticks": len(work)}
+            rss = me.memory_info().rss
+            out["rss_mb"] = rss / 2**20
+            out["rss_per_task_kb"] = (rss - rss_before) / len(sup.tasks) / 1024
+            client = EndpointClient(server.address, token, timeout_s=30.0)
+            status = client.status()
+            out["status_tasks"] = len(status.get("tasks", []))
+            out["status_bytes"] = len(recorder.status_json())
+            out["status_ms"] = _latency_ms(client.status, 5)  # GetStatus over gRPC, as `status` asks it
+            out["web_ms"] = _latency_ms(lambda: _web_status(f"{web.url.split('?')[0].rstrip('/')}/api/status?"
+                                                            f"token={web_token}"), 5)
         except Exception as exc:  # noqa: BLE001
             out["errors"].append(repr(exc))
         finally:
@@ -225,6 +281,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             sup.run()
     finally:
         server.stop()
+        web.stop()
         for h in hosts:
             h.stdin.close()
         for h in hosts:
@@ -243,9 +300,11 @@ def main() -> None:
     parser.add_argument("--hangs", type=int, default=3)
     parser.add_argument("--heartbeat-timeout", type=float, default=4.0)
     parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--per-connection", type=int, default=1, help="simulated tasks per HTTP/2 connection")
     parser.add_argument("--profile")
     args = parser.parse_args()
-    print(json.dumps(run(args.tasks, args.kills, args.hangs, args.heartbeat_timeout, args.hosts, args.profile)))
+    print(json.dumps(run(args.tasks, args.kills, args.hangs, args.heartbeat_timeout, args.hosts, args.profile,
+                         args.per_connection)))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ all on one ``grpc.aio`` event loop. No TensorFlow.
 
 ``python -m bench.simhost ADDRESS TOKEN --mode scale``: reads commands on stdin, one a line:
 ``start TYPE INDEX ATTEMPT`` (stream a TRAINING heartbeat with a new step every
-``--interval`` seconds), ``freeze TYPE INDEX ATTEMPT`` (stop sending, keep the stream open: a
+``--interval`` seconds; ``--per-connection N``: N tasks' streams share one HTTP/2 connection,
+default one each, as real tasks), ``freeze TYPE INDEX ATTEMPT`` (stop sending, keep the stream open: a
 frozen task), ``kill TYPE INDEX ATTEMPT`` (cancel the stream: the connection drops).
 
 ``--mode ingest --streams N --seconds S``: open N streams, wait for ``go`` on stdin, then
@@ -40,7 +41,7 @@ class SimTask:
     def __init__(self, host: "Host", task_type: str, index: int, attempt: int) -> None:
         self.key = (task_type, index, attempt)
         self.frozen = asyncio.Event()
-        self.channel = grpc.aio.insecure_channel(host.address, options=[("grpc.use_local_subchannel_pool", 1)])
+        self.channel, self.shared = host.channel()
         self.call = None
         self.killed = False
         self.task = asyncio.ensure_future(self.run(host))
@@ -74,13 +75,27 @@ class SimTask:
         self.killed = True
         if self.call is not None:
             self.call.cancel()
-        await self.channel.close(None)
+        if not self.shared:
+            await self.channel.close(None)
 
 
 class Host:
-    def __init__(self, address: str, token: str, interval_s: float) -> None:
+    def __init__(self, address: str, token: str, interval_s: float, per_connection: int = 1) -> None:
         self.address, self.token, self.interval_s = address, token, interval_s
+        self.per_connection = per_connection
         self.tasks: dict[tuple, SimTask] = {}
+        self._channel = None
+        self._on_channel = 0
+
+    def channel(self):
+        """A channel for a new task, and whether it is shared (closed with the host, not the task)."""
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        if self.per_connection <= 1:
+            return grpc.aio.insecure_channel(self.address, options=options), False
+        if self._channel is None or self._on_channel >= self.per_connection:
+            self._channel, self._on_channel = grpc.aio.insecure_channel(self.address, options=options), 0
+        self._on_channel += 1
+        return self._channel, True
 
     async def command(self, line: str) -> None:
         verb, task_type, index, attempt = line.split()
@@ -100,7 +115,7 @@ def _stdin_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
 
 
 async def scale_main(args) -> None:
-    host = Host(args.address, args.token, args.interval)
+    host = Host(args.address, args.token, args.interval, args.per_connection)
     queue: asyncio.Queue = asyncio.Queue()
     threading.Thread(target=_stdin_lines, args=(asyncio.get_running_loop(), queue), daemon=True).start()
     while (line := await queue.get()) is not None:
@@ -150,6 +165,7 @@ def main() -> None:
     parser.add_argument("token")
     parser.add_argument("--mode", choices=("scale", "ingest"), default="scale")
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--per-connection", type=int, default=1)
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=8.0)

@@ -18,6 +18,7 @@ against the backend's declaration when its class is created):
   ``memory_total_bytes``, ``job_preempted``;
 * spares (:class:`SpareHooks`): ``keep_spares``, ``spares``;
 * placement on other machines (:class:`PlacementHooks`): ``register_address``, ``prepare_restart``;
+* exit events (:class:`ExitHooks`): ``exit_fd``;
 
 and three facts without hooks (:attr:`Capability.HOST_PROCESSES`, :attr:`Capability.HOST_FILES`,
 :attr:`Capability.HOST_GPUS`).
@@ -175,7 +176,7 @@ class Capability(enum.Enum):
     :attr:`Backend.capabilities`, and callers ask :meth:`Backend.supports` instead of testing
     the backend's name.
 
-    The first five group optional hooks (:data:`HOOKS`): a backend declares such a capability
+    The first six group optional hooks (:data:`HOOKS`): a backend declares such a capability
     exactly when it overrides at least one of its hooks (checked when the class is created).
     The last three are facts about where the tasks run, with no hooks.
     """
@@ -195,6 +196,10 @@ class Capability(enum.Enum):
     """Places tasks on other machines: the orchestrator cannot hold their ports, so each task binds one on
     its node and registers it (:meth:`~PlacementHooks.register_address`; the plan's addresses carry the
     node and port 0), and a lost machine's tasks move before a restart (:meth:`~PlacementHooks.prepare_restart`)."""
+    EXIT_EVENTS = "exit-events"
+    """Says when a task ends, without being polled: :meth:`~ExitHooks.exit_fd`, a file descriptor that becomes
+    readable when the attempt's process exits (a pidfd of the local process: the task's own, or its ``srun``).
+    Without it the supervisor polls every live task each tick."""
     HOST_PROCESSES = "host-processes"
     """Tasks are processes of this machine: its memory, its interpreters (checked before a launch)."""
     HOST_FILES = "host-files"
@@ -301,6 +306,17 @@ class PlacementHooks:
         return True, ""
 
 
+class ExitHooks(Generic[H]):
+    """Capability :attr:`Capability.EXIT_EVENTS`; the default gives no event (the task is polled)."""
+
+    def exit_fd(self, handle: H) -> int | None:
+        """A new file descriptor that becomes readable once ``handle``'s attempt may have ended (then
+        :meth:`Backend.poll` says its code), or None when the backend cannot give one (the supervisor
+        then polls the attempt every tick). The caller owns the descriptor and closes it. Called once
+        per started attempt, from the supervisor's thread. Default: None."""
+        return None
+
+
 HOOKS: Mapping[Capability, tuple[type, tuple[str, ...]]] = {
     Capability.LIFECYCLE: (LifecycleHooks, ("open", "close")),
     Capability.PORTS: (PortHooks, ("release_port", "reserve_again")),
@@ -308,6 +324,7 @@ HOOKS: Mapping[Capability, tuple[type, tuple[str, ...]]] = {
                                                "job_preempted")),
     Capability.SPARES: (SpareHooks, ("keep_spares", "spares")),
     Capability.REMOTE: (PlacementHooks, ("register_address", "prepare_restart")),
+    Capability.EXIT_EVENTS: (ExitHooks, ("exit_fd",)),
 }
 """Each capability with hooks: the mixin that declares them (with their do-nothing defaults) and their names."""
 
@@ -323,7 +340,7 @@ def overridden_hooks(cls: type) -> dict[Capability, tuple[str, ...]]:
     return found
 
 
-class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, PlacementHooks, abc.ABC):
+class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, PlacementHooks, ExitHooks[H], abc.ABC):
     """Runs task attempts; the supervisor decides when.
 
     The optional hooks come in capabilities (:class:`Capability`), one mixin each, whose
@@ -419,7 +436,8 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
     @abc.abstractmethod
     def poll(self, handle: H) -> int | None:
         """The attempt's exit code (negative: signal), or None while it runs. Cheap: called
-        for every live task every tick."""
+        when the attempt's :meth:`~ExitHooks.exit_fd` is readable, or every tick for an attempt
+        without one."""
 
     @abc.abstractmethod
     def wait(self, handle: H, timeout_s: float) -> int | None:

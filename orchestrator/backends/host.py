@@ -1,5 +1,6 @@
 """Facts about this machine the local backend needs: memory for the TensorFlow processes,
-the cgroup's OOM-kill count, Python stacks of a process read from outside (py-spy)."""
+the cgroup's OOM-kill count, Python stacks of a process read from outside (py-spy), a pidfd
+that says when a child process exits."""
 
 from __future__ import annotations
 
@@ -17,6 +18,19 @@ from orchestrator.spec.model import JobSpec
 
 TASK_RSS_BYTES = 700 * 2**20
 """Resident memory of one task of the built-in program (TensorFlow + tf-keras + the model), measured."""
+
+def pidfd(popen: "subprocess.Popen[bytes]") -> int | None:
+    """A pidfd of the child ``popen`` (``pidfd_open(2)``, Linux >= 5.3, Python >= 3.9): readable
+    once the child exits, before it is reaped; the caller closes it. None where there is none
+    (another OS, an older kernel, no descriptor left: ``EMFILE``) or the child was already reaped:
+    the supervisor then polls it every tick."""
+    if popen.returncode is not None or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(popen.pid)
+    except OSError:  # ENOSYS (kernel < 5.3), EMFILE, ESRCH
+        return None
+
 
 def check_memory(spec: JobSpec, available_bytes: int | None = None) -> None:
     """Refuse a job whose TensorFlow processes cannot fit in this machine's memory.

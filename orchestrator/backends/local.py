@@ -33,7 +33,7 @@ from orchestrator.backends.base import (
     TaskHandle,
     faulthandler_dump,
 )
-from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_memory, py_spy_dump  # noqa: F401
+from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_memory, pidfd, py_spy_dump  # noqa: F401
 from orchestrator.backends.options import NoOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
@@ -112,8 +112,8 @@ class LocalBackend(Backend[LocalProcess]):
     name = "local"
     summary = "one process per task on this machine (default)"
     capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.SPARES,
-                              Capability.HOST_PROCESSES, Capability.HOST_FILES, Capability.HOST_GPUS,
-                              Capability.HOST_CPUS})
+                              Capability.EXIT_EVENTS, Capability.HOST_PROCESSES, Capability.HOST_FILES,
+                              Capability.HOST_GPUS, Capability.HOST_CPUS})
 
     def __init__(self, options: NoOptions | None = None) -> None:
         self.ports = PortReservations()
@@ -262,6 +262,11 @@ class LocalBackend(Backend[LocalProcess]):
                 pass
             _end_left_behind(process, [p for pid, p in process.sampled.items() if pid != process.pid])
         return code
+
+    def exit_fd(self, process: LocalProcess) -> int | None:
+        """A pidfd of the task's process (:func:`~orchestrator.backends.host.pidfd`): readable the
+        moment it exits, so the supervisor sees a SIGKILL without polling; None where pidfds are missing."""
+        return pidfd(process.process)
 
     def wait(self, process: LocalProcess, timeout_s: float) -> int | None:
         """Wait at most ``timeout_s`` seconds for the process to exit; its exit code or None."""

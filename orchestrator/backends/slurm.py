@@ -59,6 +59,7 @@ from typing import Iterable, Mapping, Sequence
 from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, TaskHandle, faulthandler_dump
+from orchestrator.backends.host import pidfd
 from orchestrator.backends.options import check_orphan_timeout, option
 from orchestrator.backends.placement import move_off, parse_node_list, place
 from orchestrator.backends.slurm_job import JobProbe
@@ -151,7 +152,7 @@ class SlurmBackend(Backend[SlurmStep]):
     summary = "one job step per task inside a Slurm allocation (run under salloc or sbatch)"
     options_type = SlurmOptions
     capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.REMOTE,
-                              Capability.HOST_FILES})
+                              Capability.EXIT_EVENTS, Capability.HOST_FILES})
     parent_death_signal = False
     """Tasks run on other nodes: no ORCH_ORCHESTRATOR_PID for them."""
 
@@ -379,6 +380,10 @@ class SlurmBackend(Backend[SlurmStep]):
                 log.warning("srun pid %d survived SIGKILL for 10 s", step.pid)
             return -signals.SIGKILL
         return None
+
+    def exit_fd(self, step: SlurmStep) -> int | None:
+        """A pidfd of the step's local ``srun``, which exits with the task (a lost node's step: :meth:`wait`)."""
+        return pidfd(step.popen) if step.popen is not None else None
 
     def wait(self, step: SlurmStep, timeout_s: float) -> int | None:
         """Wait at most ``timeout_s`` seconds for the task to end; its exit code or None."""

@@ -29,6 +29,10 @@ class EndpointError(OrchestratorError):
         self.code = code
 
 
+MAX_STATUS_BYTES = 256 * 2**20
+"""Largest ``GetStatus`` reply a client takes (gRPC's default is 4 MiB; ~700 bytes per task)."""
+
+
 class EndpointClient:
     """A token-carrying client of one orchestrator's ``tfcluster.v1.Supervisor`` service.
 
@@ -42,7 +46,8 @@ class EndpointClient:
         self.address = address
         self._metadata = ((env.TOKEN_METADATA_KEY, token),)
         self._timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address)
+        # a status of 10,000 tasks is ~7 MB of JSON: past gRPC's default 4 MiB a client may receive
+        self._channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", MAX_STATUS_BYTES)])
         self._stub = pb_grpc.SupervisorStub(self._channel)
 
     def status(self, history: bool = False, history_since: int = 0) -> dict[str, Any]:

@@ -58,6 +58,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._snapshot: JobSnapshot | None = None
         self._status: tuple[JobSnapshot, dict[str, Any]] | None = None
+        self._status_text: tuple[JobSnapshot | None, str] | None = None
         self._seq = 0
         self._samples: deque[dict[str, Any]] = deque(maxlen=max_samples)
         self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
@@ -134,8 +135,18 @@ class Recorder:
         return out
 
     def status_json(self, history: bool = False, since: int = 0) -> str:
-        """:meth:`status` as JSON text (what the gRPC ``GetStatus`` answers)."""
-        return json.dumps(self.status(history, since))
+        """:meth:`status` as JSON text (what the gRPC ``GetStatus`` answers); without ``history``
+        encoded once per snapshot (10,000 tasks are ~7 MB of JSON)."""
+        if history:
+            return json.dumps(self.status(history, since))
+        with self._lock:
+            snapshot, cached = self._snapshot, self._status_text
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        text = json.dumps(self.status())
+        with self._lock:
+            self._status_text = (snapshot, text)
+        return text
 
     def write(self, run_dir: Path) -> Path:
         """Write the whole history to ``run_dir/history.json`` (atomically); returns its path.

@@ -35,6 +35,7 @@ from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import decisions, exitrules, forensics
 from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.ending import EndHandling
+from orchestrator.supervisor.exits import ExitWatch
 from orchestrator.supervisor.failures import FailureHandling
 from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.gpu import usages_of
@@ -61,6 +62,9 @@ from orchestrator.supervisor.states import (
 
 log = logging.getLogger(__name__)
 
+VIEW_TASKS_PER_S = 4000
+"""Most task pictures the loop builds per second for the view (``status``, the page): a job of
+more than ``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often."""
 
 
 class Supervisor(FailureHandling, EndHandling):
@@ -120,7 +124,8 @@ class Supervisor(FailureHandling, EndHandling):
         self.lives = LifeBook(self.carried, self.started_wall, os.getpid())
         self._interrupt: str | None = None
         self.preemption = Preemption(o.preemption_grace_s)
-        self._wake, self._force_stop = threading.Event(), threading.Event()
+        self._exits, self._force_stop = ExitWatch(), threading.Event()  # the loop sleeps in _exits
+        self._order = {rt.task.name: i for i, rt in enumerate(self.tasks)}
         self._grace_deadline: float | None = None
         self._evaluator_deadline, self.warnings = None, []  # warnings: work lost or cut off, the job not failed
         self._trainers_deadline: float | None = None
@@ -147,23 +152,23 @@ class Supervisor(FailureHandling, EndHandling):
         if self._interrupt is not None or self.preemption.requested:
             self._force_stop.set()
         self._interrupt = reason
-        self._wake.set()
+        self._exits.wake()
 
     def request_preemption(self, reason: str) -> None:
         """Save and leave (safe from a signal handler): every training task gets the preemption
         notice and checkpoints at its next step, within ``preemption_grace_s``; then every task
         is stopped and the job ends Preempted. A second request is a no-op."""
         self.preemption.request(reason)
-        self._wake.set()
+        self._exits.wake()
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> JobSnapshot:
         """Run the job to its end. Returns the final snapshot; no task process is left running."""
         try:
+            self._exits.open()
             self.start()
-            while not self.tick():
-                self._wake.wait(self.options.tick_s)
-                self._wake.clear()
+            while not self.tick():  # wakes on a task's exit, a stop request, or after tick_s
+                self._exits.wait(self.options.tick_s)
         finally:
             live = self._live()
             if live:  # an exception escaped the loop: leave nothing behind
@@ -172,6 +177,7 @@ class Supervisor(FailureHandling, EndHandling):
                 self.backend.close()
             except Exception:  # noqa: BLE001 - cleanup never costs the user the result
                 log.warning("the %s backend failed to clean up", self.backend.name, exc_info=True)
+            self._exits.close()
         return self.finish()
 
     def start(self) -> None:
@@ -235,7 +241,8 @@ class Supervisor(FailureHandling, EndHandling):
                                             if rt.current.process is not None)
         interval = getattr(self.view, "interval_s", self.options.view_interval_s)
         if not over and interval is not None and now >= self._next_view_at:
-            self._next_view_at = now + max(self.options.view_interval_s, interval)
+            # a snapshot is O(tasks): at most VIEW_TASKS_PER_S task pictures a second (10,000 tasks: every 2.5 s)
+            self._next_view_at = now + max(self.options.view_interval_s, interval, len(self.tasks) / VIEW_TASKS_PER_S)
             self.view.update(self.snapshot())
         return over
 
@@ -299,13 +306,15 @@ class Supervisor(FailureHandling, EndHandling):
         a.state = TaskState.STARTING
         if a.number > 0:
             self._spares_at = None  # a restart: the spares it left start again once it trains
+        self._exits.watch(rt.task.name, self.backend.exit_fd(handle))
         self._checks.reschedule(rt, self.policy)
         self._event(f"{rt.task.name} started (pid {a.pid}, attempt {a.number})")
 
     def _start_due_restarts(self, now: float) -> None:
         if self.state.terminal or not self._restart_at or self.preemption.requested:
             return
-        due = [rt for rt in self.tasks if rt.task.name in self._restart_at and self._restart_at[rt.task.name] <= now]
+        due = sorted((self._by_name[n] for n, at in self._restart_at.items() if at <= now),
+                     key=lambda rt: self._order[rt.task.name])  # O(pending restarts), in plan order
         for rt in due:
             del self._restart_at[rt.task.name]
             self._start(rt)
@@ -316,13 +325,19 @@ class Supervisor(FailureHandling, EndHandling):
 
     # -- watching ------------------------------------------------------------------------
     def _poll(self, now: float) -> None:
+        """Exits: of the tasks whose exit descriptor fired, and of those polled every tick
+        (:mod:`~orchestrator.supervisor.exits`): O(exits), not O(tasks)."""
         exited = []
-        for rt in self.tasks:
-            if rt.live:
-                assert rt.current.process is not None
-                code = self.backend.poll(rt.current.process)
-                if code is not None:
-                    exited.append((rt, code))
+        for name in self._exits.to_poll(lambda n: self._by_name[n].live):
+            rt = self._by_name[name]
+            code = self.backend.poll(rt.current.process) if rt.current.process is not None and rt.live else None
+            if code is not None or not rt.live:
+                self._exits.forget(name)
+            elif self._exits.watched(name):  # it fired but the backend says it runs: poll it from now on
+                self._exits.watch(name, None)
+            if code is not None and rt.live:
+                exited.append((rt, code))
+        exited.sort(key=lambda e: self._order[e[0].task.name])  # plan order, as one scan would find them
         for i in decisions.exit_order([code for _, code in exited]):
             self._on_exit(exited[i][0], exited[i][1], now)
 

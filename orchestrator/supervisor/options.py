@@ -13,7 +13,9 @@ class LoopOptions:
         stop_timeout_s: between SIGTERM and SIGKILL when stopping tasks (torch elastic's
             ``PContext.close`` two phases).
         success_grace_s: how long other workers may take to exit after the coordinator succeeded.
-        tick_s: between two looks at the processes (bounds exit-detection latency).
+        tick_s: longest sleep of the loop between two looks at heartbeats and hang checks; it
+            also bounds exit detection for a task whose backend gives no exit event (exits with
+            one wake the loop at once: :mod:`~orchestrator.supervisor.exits`).
         stack_dump_timeout_s: how long to wait for a hung task's stack dump before the kill.
         view_interval_s: least time between two snapshots handed to the view.
         preemption_grace_s: how long the training tasks get to save and exit after a preemption

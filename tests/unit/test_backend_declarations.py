@@ -54,7 +54,7 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
     assert local.capabilities == {
         Capability.LIFECYCLE: ("close",), Capability.PORTS: ("release_port", "reserve_again"),
         Capability.DIAGNOSTICS: ("sample", "dump_stacks", "oom_killed", "memory_total_bytes"),
-        Capability.SPARES: ("keep_spares", "spares"),
+        Capability.SPARES: ("keep_spares", "spares"), Capability.EXIT_EVENTS: ("exit_fd",),
         Capability.HOST_PROCESSES: (), Capability.HOST_FILES: (), Capability.HOST_GPUS: (), Capability.HOST_CPUS: ()}
     assert docker.capabilities == {Capability.LIFECYCLE: ("open", "close"),
                                    Capability.DIAGNOSTICS: ("dump_stacks", "oom_killed"), Capability.HOST_GPUS: (),
@@ -62,7 +62,7 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
     assert slurm.capabilities == {
         Capability.LIFECYCLE: ("open", "close"), Capability.PORTS: ("reserve_again",),
         Capability.DIAGNOSTICS: ("dump_stacks", "job_preempted"),
-        Capability.REMOTE: ("register_address", "prepare_restart"),
+        Capability.REMOTE: ("register_address", "prepare_restart"), Capability.EXIT_EVENTS: ("exit_fd",),
         Capability.HOST_FILES: ()}
     assert slurm.supports(Capability.REMOTE) and not docker.supports(Capability.HOST_FILES)
     assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s"]

@@ -29,6 +29,7 @@ SECTION_TITLES = {
     "tf": "Overhead: throughput and launch -> first step, orchestrated / hand-launched",
     "recovery": "Recovery of a SIGKILLed worker (warm spares)",
     "hang": "Hang detection",
+    "detect": "Exit detection on the local backend (no TensorFlow)",
     "beats": "Heartbeat gaps on a loaded machine",
     "footprint": "The orchestrator's own footprint",
     "client": "The health client in each task",
