@@ -54,8 +54,8 @@ class Recovery:
             return None if t is None else t - origin
 
         return RecoveryRecord(
-            cause=(f"{self.preempted} received SIGTERM from outside (a preemption notice): " if self.preempted
-                   else "") + self.cause.headline(),
+            cause=(f"{self.preempted} received SIGTERM from outside (a preemption notice): "
+                   if self.preempted and self.preempted != self.cause.task.name else "") + self.cause.headline(),
             scope=self.scope.value,
             tasks=tuple(self.tasks),
             detected_at_s=self.detected_at - origin,

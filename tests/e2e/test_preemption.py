@@ -86,8 +86,8 @@ def test_sigterm_from_outside_to_an_mwms_worker_resumes_at_the_step_it_stopped_a
     assert recovery["scope"] == "group"
     assert recovery["cause"] in (
         "worker-1 (attempt 0) failed: exit code 143 (preempted): received SIGTERM from outside (a preemption notice)",
-        "worker-0 (attempt 0) failed: exit code 143 (preempted): worker-1 received SIGTERM from outside; every worker "
-        "saved and exited"), recovery["cause"]
+        "worker-1 received SIGTERM from outside (a preemption notice): worker-0 (attempt 0) failed: exit code 143 "
+        "(preempted): worker-1 received SIGTERM from outside; every worker saved and exited"), recovery["cause"]
     assert recovery["resumed_from_step"] == stopped_at  # 0 steps lost
     assert summary["metrics"]["steps"] == STEPS_3_EPOCHS
     assert summary["metrics"]["test_accuracy"] >= UNDISTURBED_MWMS_ACCURACY - 0.02
