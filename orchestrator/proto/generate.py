@@ -11,6 +11,7 @@ Raises:
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -34,9 +35,7 @@ def generate(out_dir: Path) -> list[Path]:
     Raises:
         RuntimeError: when protoc reports an error.
     """
-    from grpc_tools import protoc  # only needed by developers, not at run time
-
-    installed = metadata.version("grpcio-tools")
+    installed = metadata.version("grpcio-tools")  # only needed by developers, not at run time
     if installed != GRPCIO_TOOLS_VERSION:
         raise RuntimeError(
             f"grpcio-tools {installed} is installed; the stubs are pinned to {GRPCIO_TOOLS_VERSION}: "
@@ -44,16 +43,21 @@ def generate(out_dir: Path) -> list[Path]:
         )
     target = out_dir / "orchestrator" / "proto"
     target.mkdir(parents=True, exist_ok=True)
-    code = protoc.main(
+    # protoc in a process of its own: its C++ runtime must not share one with whatever the caller loaded
+    # (in a long pytest run, the in-process compiler once crashed with SIGSEGV)
+    code = subprocess.run(
         [
+            sys.executable,
+            "-m",
             "grpc_tools.protoc",
             f"-I{REPO_ROOT}",
             f"--python_out={out_dir}",
             f"--pyi_out={out_dir}",
             f"--grpc_python_out={out_dir}",
             str(PROTO),
-        ]
-    )
+        ],
+        check=False,
+    ).returncode
     if code != 0:
         raise RuntimeError(f"protoc failed with exit code {code}")
     return sorted(target.glob("supervisor_pb2*"))
