@@ -234,8 +234,9 @@ class LifeBook:
             self.life = replace(self.life, resumed_from_step=resumed_from_step)
             due = True
         if step is not None and step != self.last_step:
+            first = self.last_step is None  # the life's first step is persisted at once, whatever was before it
             self.last_step = step
-            due = due or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
+            due = due or first or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
         return due
 
     def take_warnings(self) -> list[str]:
