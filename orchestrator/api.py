@@ -28,7 +28,7 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
     check_runs_dir,
     check_spare_program,
 )
-from orchestrator.cpus import plan_cpus
+from orchestrator.cpus import node_cpus_plan, plan_cpus
 from orchestrator.errors import SpecError
 from orchestrator.gpus import discover
 from orchestrator.health.server import HealthServer, HeartbeatStore
@@ -101,7 +101,8 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
         faults=faults,
         commands=commands,
         placement=placement,
-        cpus=plan_cpus(spec) if engine.supports(Capability.HOST_CPUS) else None,
+        cpus=(plan_cpus(spec) if engine.supports(Capability.HOST_CPUS)
+              else node_cpus_plan(spec, os.environ) if engine.supports(Capability.REMOTE) else None),
     )
 
 

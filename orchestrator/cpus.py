@@ -1,144 +1,30 @@
-"""Tasks -> CPU cores: which cores each task of a job runs on, and its TensorFlow thread pools
-(pure: the cores and the tasks in, a :class:`CpuPlan` out; :func:`assign_cores`).
-
-Several TensorFlow processes on one machine each size their thread pools to every core they
-may run on, and the kernel migrates their threads between cores: co-located MWMS workers
-reached 0.72-0.81 of one process's examples/s on 2 cores (issue 23). The rules:
-
-* The **training tasks** (:func:`orchestrator.placement.training_roles`: chief and workers
-  under MWMS, workers alone under ParameterServerStrategy) each get their own block of
-  adjacent cores, the same number each, and intra-op threads = their cores
-  (``TF_NUM_INTRAOP_THREADS``, ``OMP_NUM_THREADS``; inter-op: at least 2).
-* The cores the even split leaves over are kept **off the training cores** for the rest (the
-  orchestrator, the warm spares, the health client's thread, the tasks that do not train: a
-  PSS chief, ps, an evaluator); a job with tasks that do not train keeps at least one core
-  for them when there are more cores than training tasks ("where cores allow": a core is
-  taken from training only for processes that compute, never for the orchestrator's ~1 %).
-  With nothing kept, the rest float over every core.
-* Fewer cores than training tasks: nothing is pinned (a core per task is the least pinning
-  gives), the threads are divided as before (``cores // tasks``).
-* The cores divided are those this orchestrator may run on (its affinity: a user's
-  ``taskset``, a container's cpuset, a Slurm step's binding): pinning stays within them.
-* ``--no-pin`` (``pin_cpus: false``) turns it off: threads as before, no affinity set.
-
-Adjacent cores (``cpu_order``: by package, then core, hyperthread siblings together) keep a
-task's threads on one socket and its sibling threads on one core.
-"""
+"""A job's tasks -> this machine's CPU cores (:func:`plan_cpus`), and each task's share of its
+node's cores on a backend whose tasks run on other nodes (:func:`node_share_env`). The rules and
+the pure division are :mod:`orchestrator.cores` (shared with the task side)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from orchestrator import env
+from orchestrator.cores import (
+    INTEROP,
+    INTRAOP,
+    OMP,
+    CpuPlan,
+    allowed_cores,
+    assign_cores,
+    cpu_order,
+    format_cpus,
+    node_share,
+)
 from orchestrator.spec.model import JobSpec, TaskId
 
-INTRAOP = "TF_NUM_INTRAOP_THREADS"
-INTEROP = "TF_NUM_INTEROP_THREADS"
-OMP = "OMP_NUM_THREADS"
+SLURM_CPU_BIND = "SLURM_CPU_BIND"
+"""Set by ``srun``/``sbatch --cpu-bind`` (Slurm's srun(1)); the steps then inherit the user's binding."""
 
-
-def format_cpus(cpus: Sequence[int]) -> str:
-    """``0-3,8`` for cores 0, 1, 2, 3 and 8 (the kernel's cpu-list syntax, as ``taskset -c``,
-    ``docker --cpuset-cpus`` and ``/proc/self/status`` write it)."""
-    ordered = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-@dataclass(frozen=True)
-class CpuPlan:
-    """Every task's cores and threads.
-
-    Attributes:
-        tasks: task -> its cores, for the tasks that are pinned (absent: it floats).
-        threads: task -> its intra-op threads (every task).
-        service: cores kept for the orchestrator, the tasks that do not train and the spares;
-            () when none are kept (they float).
-        reason: why nothing is pinned ("" when something is).
-    """
-
-    tasks: Mapping[TaskId, tuple[int, ...]] = field(default_factory=dict)
-    threads: Mapping[TaskId, int] = field(default_factory=dict)
-    service: tuple[int, ...] = ()
-    reason: str = ""
-
-    @property
-    def pinned(self) -> bool:
-        return bool(self.tasks)
-
-    def env(self, task: TaskId) -> dict[str, str]:
-        """The task's variables: its thread limits, ``ORCH_CPUS`` (its cores: the task sets its
-        own affinity before it imports TensorFlow) and ``ORCH_SERVICE_CPUS`` when kept."""
-        out: dict[str, str] = {}
-        if task in self.threads:
-            n = self.threads[task]
-            out.update({INTRAOP: str(n), INTEROP: str(max(2, n)), OMP: str(n)})
-        if task in self.tasks:
-            out[env.CPUS] = format_cpus(self.tasks[task])
-        if self.service:
-            out[env.SERVICE_CPUS] = format_cpus(self.service)
-        return out
-
-    def describe(self) -> str:
-        """The header line: ``CPU cores: worker-0 0, worker-1 1 (others float)``."""
-        if not self.pinned:
-            return f"CPU cores: not pinned ({self.reason})"
-        parts = [f"{t.name} {format_cpus(c)}" for t, c in self.tasks.items()]
-        rest = f"orchestrator, spares and other tasks {format_cpus(self.service)}" if self.service else "others float"
-        return f"CPU cores: {', '.join(parts)}; {rest}"
-
-    def to_dict(self) -> dict[str, object]:
-        return {"pinned": self.pinned, "reason": self.reason, "service": format_cpus(self.service),
-                "tasks": {t.name: format_cpus(c) for t, c in self.tasks.items()},
-                "threads": {t.name: n for t, n in self.threads.items()}}
-
-
-def assign_cores(cores: Sequence[int], training: Sequence[TaskId], others: Sequence[TaskId], *,
-                 pin: bool = True, threads: int | None = None) -> CpuPlan:
-    """Divide ``cores`` among the tasks (the rules of the module docstring).
-
-    Args:
-        cores: the cores this orchestrator may run on, adjacent ones next to each other
-            (:func:`cpu_order`).
-        training: the training tasks, in order (they get the cores in that order).
-        others: the job's other tasks (PSS chief, ps, evaluator).
-        pin: False for ``--no-pin``.
-        threads: the spec's ``threads_per_task`` (it wins over the cores' count).
-
-    Returns:
-        The plan.
-    """
-    cores = list(dict.fromkeys(cores))
-    everyone = [*training, *others]
-    floating = max(1, len(cores) // max(1, len(everyone)))
-    default = {t: threads or floating for t in everyone}
-    if not pin:
-        return CpuPlan(threads=default, reason="--no-pin")
-    if not training:
-        return CpuPlan(threads=default, reason="no training task")
-    if len(cores) < len(training):
-        return CpuPlan(threads=default, reason=f"{len(cores)} core(s) for {len(training)} training tasks: "
-                       "pinning needs one core each")
-    keep = 1 if others and len(cores) > len(training) else 0
-    per = (len(cores) - keep) // len(training)
-    placed = {t: tuple(cores[i * per:(i + 1) * per]) for i, t in enumerate(training)}
-    service = tuple(cores[len(training) * per:])
-    counts = {t: threads or per for t in training}
-    for t in others:
-        if service:
-            placed[t] = service
-        counts[t] = threads or (len(service) if service else floating)
-    return CpuPlan(placed, counts, service)
+__all__ = ["INTEROP", "INTRAOP", "OMP", "CpuPlan", "allowed_cores", "assign_cores", "cpu_order", "format_cpus",
+           "node_cpus_plan", "node_share_env", "plan_cpus"]
 
 
 def plan_cpus(spec: JobSpec, cores: Sequence[int] | None = None) -> CpuPlan:
@@ -154,23 +40,36 @@ def plan_cpus(spec: JobSpec, cores: Sequence[int] | None = None) -> CpuPlan:
                         threads=spec.threads_per_task)
 
 
-def allowed_cores() -> list[int]:
-    """The cores this process may run on (its affinity), adjacent ones together (:func:`cpu_order`)."""
-    try:
-        mine = os.sched_getaffinity(0)
-    except AttributeError:  # not Linux: every core, in order
-        return list(range(os.cpu_count() or 1))
-    return cpu_order(mine)
+def node_cpus_plan(spec: JobSpec, environ: Mapping[str, str]) -> CpuPlan:
+    """The plan's ``cpus`` on a backend whose tasks run on other nodes (Slurm): each task divides
+    its node's cores there (:func:`node_share_env`), unless ``--no-pin`` or the user binds the
+    steps themselves (``SLURM_CPU_BIND`` in ``environ``: ``--cpu-bind`` of their ``sbatch`` or
+    ``salloc``; Slurm then binds every step and the orchestrator leaves it so)."""
+    if not spec.pin_cpus:
+        return CpuPlan(reason="--no-pin")
+    if environ.get(SLURM_CPU_BIND):
+        return CpuPlan(reason=f"Slurm binds the steps ({SLURM_CPU_BIND}={environ[SLURM_CPU_BIND]})")
+    return CpuPlan(nodes="each node's cores divided among the job's tasks on it, by each task (its step's cores)")
 
 
-def cpu_order(cpus: Sequence[int] | set[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> list[int]:
-    """``cpus`` sorted by (package, core, cpu) from sysfs topology (hyperthread siblings next
-    to each other); by number where the topology cannot be read."""
-    def key(cpu: int) -> tuple[int, int, int]:
-        try:
-            top = sysfs / f"cpu{cpu}" / "topology"
-            return (int((top / "physical_package_id").read_text()), int((top / "core_id").read_text()), cpu)
-        except (OSError, ValueError):
-            return (0, cpu, cpu)
+def node_share_env(spec: JobSpec, placement: Mapping[TaskId, str], task: TaskId) -> dict[str, str]:
+    """``ORCH_NODE_CPUS`` for ``task`` on its node of ``placement`` (task -> node; Slurm places the
+    tasks, several per node with ``--tasks-per-node``): the task divides the cores its step may
+    run on among the job's tasks on that node there, as :func:`plan_cpus` does on one machine
+    (:func:`orchestrator.cores.node_share_cores`). Empty with ``--no-pin``.
 
-    return sorted(cpus, key=key)
+    Slurm binds a step only with a task plugin (``task/affinity``, ``task/cgroup``) and binds
+    steps run with ``--overlap`` to the same cores, so the division is the task's own; a user who
+    binds steps themselves (``SLURM_CPU_BIND``, their ``--cpu-bind``) gets no division (the backend
+    does not call this).
+    """
+    if not spec.pin_cpus or task not in placement:
+        return {}
+    from orchestrator.placement import training_roles
+
+    roles = training_roles(spec)
+    here = [t for t in spec.tasks() if placement.get(t) == placement[task]]
+    training = [t for t in here if t.task_type in roles]
+    others = [t for t in here if t.task_type not in roles]
+    slot, group = ("training", training) if task in training else ("others", others)
+    return {env.NODE_CPUS: node_share(len(training), len(others), slot, group.index(task), spec.threads_per_task)}

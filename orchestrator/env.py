@@ -51,6 +51,9 @@ Variable                       Meaning
                                it on the local backend, so their heartbeats sample the same devices
 ``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.cpus`): it sets its
                                own affinity to them before it imports TensorFlow; unset: not pinned
+``ORCH_NODE_CPUS``             Slurm: this task's share of its node's cores (JSON: the job's tasks on that
+                               node, which one it is; :func:`orchestrator.cores.node_share_cores`): it
+                               divides the cores its step may use, as ``ORCH_CPUS`` would, before TF starts
 ``ORCH_SERVICE_CPUS``          cores kept off the training tasks' (the health client's thread and the
                                warm spares run there); unset: none are kept
 ``ORCH_SPARE_READY_FILE``      warm spares only: the file it creates once its imports are done (the
@@ -131,6 +134,7 @@ SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
 SPARE_READY_FILE = "ORCH_SPARE_READY_FILE"
 CPUS = "ORCH_CPUS"
 SERVICE_CPUS = "ORCH_SERVICE_CPUS"
+NODE_CPUS = "ORCH_NODE_CPUS"
 
 JOBSET_NAME = "JOBSET_NAME"
 JOBSET_REPLICATED_JOB = "JOBSET_REPLICATED_JOB_NAME"

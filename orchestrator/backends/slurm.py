@@ -52,93 +52,30 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, TaskHandle, faulthandler_dump
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, faulthandler_dump
 from orchestrator.backends.host import pidfd
-from orchestrator.backends.options import check_orphan_timeout, option
 from orchestrator.backends.placement import move_off, parse_node_list, place
 from orchestrator.backends.slurm_job import JobProbe
+from orchestrator.backends.slurm_step import (
+    COMMAND_TIMEOUT_S,
+    DEFAULT_SLURMD_PORT,
+    LOST_GRACE_S,
+    PROBE_TIMEOUT_S,
+    SlurmOptions,
+    SlurmStep,
+    exit_code_of,
+)
+from orchestrator.cpus import node_cpus_plan, node_share_env
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.placement import srun_gpu_options
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
-
-LOST_GRACE_S = 3.0
-"""Seconds a step may take to end after SIGKILL before its node counts as lost."""
-ORPHAN_TIMEOUT_S = 30.0
-"""A task that cannot reach its orchestrator this long after it could kills itself."""
-PROBE_TIMEOUT_S = 1.0
-"""TCP connect timeout when probing a node's slurmd, seconds."""
-COMMAND_TIMEOUT_S = 15.0
-"""Bound on every Slurm client command (squeue, scancel, scontrol), seconds."""
-DEFAULT_SLURMD_PORT = 6818
-
-
-def exit_code_of(status: int) -> int:
-    """``srun``'s exit status as ``Popen.returncode`` would say it for the task: ``128+N`` -> ``-N``."""
-    if 128 < status < 128 + 65:
-        return -(status - 128)
-    return status
-
-
-@dataclass(eq=False)
-class SlurmStep(TaskHandle):
-    """A task attempt running as a job step (``pid``: the local ``srun``).
-
-    Attributes:
-        popen: the ``srun`` process.
-        node: the node the step runs on.
-        step_name: its ``--job-name``, unique per run, task and attempt.
-        step_id: ``JOB.STEP`` once known ("" before).
-        killed_at: monotonic seconds of the SIGKILL sent to the step (None before).
-        lost: the step did not end after SIGKILL; its ``srun`` was killed here.
-    """
-
-    popen: subprocess.Popen[bytes] | None = None
-    node: str = ""
-    step_name: str = ""
-    step_id: str = ""
-    killed_at: float | None = None
-    lost: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """Options of the slurm backend (each a ``launch`` flag unless said otherwise).
-
-    Attributes:
-        tasks_per_node: most tasks on one node (default: as few as the tasks need).
-        health_host: address of this machine the nodes reach the health endpoint at (default:
-            the source address of the route to the first node).
-        environ: the environment to read ``SLURM_*`` from (default ``os.environ``; Python API only).
-        orphan_timeout_s: seconds a task keeps running once it cannot reach its orchestrator
-            (its heartbeat watchdog: a step on another node gets no parent-death signal), then it
-            kills itself; > 0.
-
-    Raises:
-        SpecError: ``orphan_timeout_s`` is not > 0.
-    """
-
-    tasks_per_node: int | None = field(default=None, metadata=option(
-        "most tasks on one node (default: one per node when there are enough nodes, else as few as fit)",
-        metavar="N"))
-    health_host: str | None = field(default=None, metadata=option(
-        "this machine's address the nodes reach the health endpoint at (default: the source address of the route "
-        "to the first node; never a wildcard)", metavar="ADDRESS"))
-    environ: Mapping[str, str] | None = field(default=None, metadata=option(None))
-    orphan_timeout_s: float = field(default=ORPHAN_TIMEOUT_S, metadata=option(
-        f"seconds a task keeps running once its orchestrator is unreachable, then it stops itself (default "
-        f"{ORPHAN_TIMEOUT_S:g})", metavar="SECONDS"))
-
-    def __post_init__(self) -> None:
-        check_orphan_timeout(self.orphan_timeout_s)
 
 
 class SlurmBackend(Backend[SlurmStep]):
@@ -168,6 +105,7 @@ class SlurmBackend(Backend[SlurmStep]):
         self.node_addr: dict[str, str] = {}
         self.slurmd_port = DEFAULT_SLURMD_PORT
         self.placement: dict[TaskId, str] = {}
+        self.spec: JobSpec | None = None
         self.lost: set[str] = set()
         self.book: AddressBook | None = None
         self.run_id = ""
@@ -278,6 +216,7 @@ class SlurmBackend(Backend[SlurmStep]):
         nodes = self.nodes or ["localhost"]
         tasks = list(spec.tasks())
         self.placement = place(tasks, nodes, self.tasks_per_node_option)
+        self.spec = spec
         self.tasks_per_node = self.tasks_per_node_option or math.ceil(len(tasks) / len(nodes))
         self.book = AddressBook(spec, self.run_dir)
         return {task: f"{self.node_addr.get(node, node)}:0" for task, node in self.placement.items()}
@@ -319,6 +258,8 @@ class SlurmBackend(Backend[SlurmStep]):
         full_env = {**self.environ, **request.env, envvars.ADDRESS_FROM_TASK: "1",
                     envvars.ORPHAN_TIMEOUT_S: repr(self.orphan_timeout_s)}
         full_env.pop(envvars.ORCHESTRATOR_PID, None)
+        if self.spec is not None and node_cpus_plan(self.spec, self.environ).nodes:  # its share of the node's cores
+            full_env.update(node_share_env(self.spec, self.placement, task))
         if envvars.GPUS in request.env:  # Slurm sets the step's own CUDA_VISIBLE_DEVICES
             full_env.pop("CUDA_VISIBLE_DEVICES", None)
         with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:

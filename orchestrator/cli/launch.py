@@ -239,7 +239,7 @@ def run_launch(args: argparse.Namespace) -> int:
     print_warnings(job.plan.warnings)
     if job.plan.placement.any and not args.json:
         print(job.plan.placement.describe(), flush=True)
-    if job.plan.cpus.pinned and not args.json:
+    if (job.plan.cpus.pinned or job.plan.cpus.nodes) and not args.json:
         print(job.plan.cpus.describe(), flush=True)
     if job.web_url is not None:
         print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)

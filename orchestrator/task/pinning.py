@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from orchestrator import env
+from orchestrator.cores import INTEROP, INTRAOP, OMP, allowed_cores, format_cpus, node_share_cores
 
 
 def parse_cpus(text: str) -> tuple[int, ...]:
@@ -35,10 +36,16 @@ def pin_self(environ: Mapping[str, str] | None = None, variable: str = env.CPUS)
     imports TensorFlow, so every pool TensorFlow starts runs there. Nothing when the variable is
     unset or empty, or the platform has no affinity.
 
+    A task on another node (Slurm) has ``ORCH_NODE_CPUS`` instead (:func:`resolve_node_share`):
+    it first divides the cores its step may use among the job's tasks on that node.
+
     Returns:
         The cores set; () when none were.
     """
-    text = (os.environ if environ is None else environ).get(variable, "")
+    source = os.environ if environ is None else environ
+    if variable == env.CPUS and environ is None and not source.get(variable) and source.get(env.NODE_CPUS):
+        resolve_node_share()
+    text = source.get(variable, "")
     if not text or not hasattr(os, "sched_setaffinity"):
         return ()
     try:
@@ -47,3 +54,25 @@ def pin_self(environ: Mapping[str, str] | None = None, variable: str = env.CPUS)
     except (ValueError, OSError):
         return ()  # a core this process may not use (another cpuset): it runs unpinned, as without the variable
     return cpus
+
+
+def resolve_node_share() -> tuple[int, ...]:
+    """``ORCH_NODE_CPUS`` (this task's share of its node, :func:`orchestrator.cores.node_share`)
+    over the cores this process may run on (its Slurm step's) into what a task on this machine
+    gets from its plan: ``ORCH_CPUS``, ``ORCH_SERVICE_CPUS`` and the thread limits in
+    ``os.environ`` (the program and what it starts inherit them). A bad share is ignored
+    (the task floats, its threads as planned).
+
+    Returns:
+        The task's cores; () when it floats.
+    """
+    try:
+        mine, threads, service = node_share_cores(env.read(env.NODE_CPUS), allowed_cores())
+    except ValueError:
+        return ()
+    os.environ.update({INTRAOP: str(threads), INTEROP: str(max(2, threads)), OMP: str(threads)})
+    if mine:
+        os.environ[env.CPUS] = format_cpus(mine)
+    if service:
+        os.environ[env.SERVICE_CPUS] = format_cpus(service)
+    return mine

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from orchestrator import env
@@ -120,3 +122,35 @@ def test_no_pin_flag_and_the_spec_files_pin_cpus():
     assert build_spec(spec_fields(off), {}).pin_cpus is False  # plan.json's spec builds the same spec
     with pytest.raises(SpecError, match="pin_cpus"):
         build_spec({"pin_cpus": "no"}, {})
+
+
+def test_tasks_on_other_nodes_divide_their_nodes_cores_as_one_machine_does(monkeypatch):
+    """Slurm: the backend's placement -> each task's ORCH_NODE_CPUS -> on its node, the same
+    division as plan_cpus over that node's cores (resolved by the task, over its step's cores)."""
+    from orchestrator.cores import node_share_cores
+    from orchestrator.cpus import node_cpus_plan, node_share_env
+    from orchestrator.task.pinning import resolve_node_share
+
+    spec = JobSpec.create(strategy=Strategy.PARAMETER_SERVER, workers=2, ps=1)
+    ps = TaskId("ps", 0)
+    placement = {CHIEF: "n1", W[0]: "n2", W[1]: "n2", ps: "n2"}
+    shares = {t: node_share_env(spec, placement, t)[env.NODE_CPUS] for t in placement}
+    on_n2 = plan_cpus(JobSpec.create(strategy=Strategy.PARAMETER_SERVER, workers=2, ps=1), cores=range(5))
+    assert node_share_cores(shares[W[0]], range(5)) == ((0, 1), 2, (4,))
+    assert node_share_cores(shares[W[1]], range(5))[0] == (2, 3) == on_n2.tasks[W[1]]
+    assert node_share_cores(shares[ps], range(5))[0] == (4,)
+    assert node_share_cores(shares[CHIEF], range(4)) == ((), 4, ())  # alone on n1, no training task: floats
+    assert node_share_cores(shares[W[0]], [7]) == ((), 1, ())  # one core for two training tasks: none pinned
+    with pytest.raises(ValueError, match="ORCH_NODE_CPUS"):
+        node_share_cores('{"training": 1}', range(2))
+    assert node_share_env(JobSpec.create(workers=2, pin_cpus=False), placement, W[0]) == {}
+    assert node_cpus_plan(spec, {}).nodes and not node_cpus_plan(spec, {"SLURM_CPU_BIND": "cores"}).nodes
+    assert "SLURM_CPU_BIND=cores" in node_cpus_plan(spec, {"SLURM_CPU_BIND": "cores"}).describe()
+    # the task side: what a task on n2 sets for itself (its step may use cores 0-4)
+    for name in (env.CPUS, env.SERVICE_CPUS, "TF_NUM_INTRAOP_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(env.NODE_CPUS, shares[W[1]])
+    monkeypatch.setattr("orchestrator.task.pinning.allowed_cores", lambda: list(range(5)))
+    assert resolve_node_share() == (2, 3)
+    got = (os.environ[env.CPUS], os.environ[env.SERVICE_CPUS], os.environ["TF_NUM_INTRAOP_THREADS"])
+    assert got == ("2-3", "4", "2")
