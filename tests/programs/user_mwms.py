@@ -22,11 +22,11 @@ import argparse  # noqa: E402
 import glob  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from orchestrator.client import keras_callback, report  # noqa: E402
+from tests.programs.toy_keras import toy_fit_setup  # noqa: E402
 
 
 class WaitForSpares(keras.callbacks.Callback):
@@ -61,17 +61,7 @@ def main() -> None:
     args = parser.parse_args()
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    global_batch = 8 * strategy.num_replicas_in_sync
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(256, 8)).astype("float32")
-    y = (x.sum(axis=1) > 0).astype("int32")
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(global_batch)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    ds = ds.with_options(options)
-    with strategy.scope():
-        model = keras.Sequential([keras.layers.Input((8,)), keras.layers.Dense(2)])
-        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ds, model, _, _, global_batch = toy_fit_setup(tf, keras, strategy, examples=256, features=8)
     history = model.fit(ds, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=0,
                         callbacks=[keras_callback(batch_size=global_batch), WaitForSpares(args.wait_for_spares)])
     print("final loss", round(float(history.history["loss"][-1]), 4), flush=True)

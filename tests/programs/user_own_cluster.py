@@ -34,23 +34,14 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["TF_CONFIG"] = own_tf_config()
 
-    import numpy as np
     import tensorflow as tf
     import tf_keras as keras
 
+    from tests.programs.toy_keras import toy_fit_setup
+
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     print("replicas_in_sync", strategy.num_replicas_in_sync, flush=True)
-    global_batch = 8 * strategy.num_replicas_in_sync
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(64, 4)).astype("float32")
-    y = (x.sum(axis=1) > 0).astype("int32")
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(global_batch)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    ds = ds.with_options(options)
-    with strategy.scope():
-        model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(2)])
-        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ds, model, x, y, global_batch = toy_fit_setup(tf, keras, strategy, examples=64, features=4)
     if args.report:
         report(step=0, strategy=strategy, global_batch_size=global_batch)
         for step in range(1, 5):
