@@ -10,6 +10,8 @@ Variable                       Meaning
 ``ORCH_RUN_ID``                the run id, also the name of the run directory
 ``ORCH_RUN_DIR``               ``runs/<run-id>``: shared by every task of the job
 ``ORCH_TASK_DIR``              ``runs/<run-id>/attempt-<n>/<task>``: this attempt's logs and scratch
+``ORCH_TASK``                  the task this process is (``worker-1``): it reports as this task even when its
+                               program rewrites ``TF_CONFIG`` before the health client reads it
 ``ORCH_ATTEMPT``               0 for the first attempt of the task, 1 after one restart, ...
 ``ORCH_HEALTH_ADDRESS``        ``host:port`` of the orchestrator's gRPC health endpoint
 ``ORCH_JOB_TOKEN``             secret every health call carries as ``x-job-token`` metadata
@@ -113,6 +115,7 @@ from collections.abc import Mapping
 RUN_ID = "ORCH_RUN_ID"
 RUN_DIR = "ORCH_RUN_DIR"
 TASK_DIR = "ORCH_TASK_DIR"
+TASK = "ORCH_TASK"
 ATTEMPT = "ORCH_ATTEMPT"
 HEALTH_ADDRESS = "ORCH_HEALTH_ADDRESS"
 JOB_TOKEN = "ORCH_JOB_TOKEN"

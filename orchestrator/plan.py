@@ -320,7 +320,7 @@ def make_plan(
         else:
             argv = (python, "-m", module)
         mine = [f for f in faults if f.task == task]
-        task_env = build_task_env(common, tf_config=tf_config_json(addresses, task),
+        task_env = build_task_env(common, tf_config=tf_config_json(addresses, task), task=task.name,
                                   gpus={**placement.env(task), **(cpus.env(task) if cpus else {})},
                                   faults=encode_faults(mine) if mine else None)
         tasks.append(

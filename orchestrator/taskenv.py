@@ -70,7 +70,7 @@ def common_env(
 
 
 def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: Mapping[str, str] | None = None,
-             faults: str | None = None) -> dict[str, str]:
+             faults: str | None = None, task: str | None = None) -> dict[str, str]:
     """One task's variables: the job's ``common`` ones plus its own.
 
     Args:
@@ -79,12 +79,15 @@ def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: M
         gpus: its device variables (:meth:`orchestrator.placement.Placement.env`:
             ``CUDA_VISIBLE_DEVICES``, ``TF_FORCE_GPU_ALLOW_GROWTH``).
         faults: its injected faults (``ORCH_FAULTS``, JSON), if any.
+        task: its name (``worker-1``: ``ORCH_TASK``); None where the task computes it (JobSet pods).
     """
     from orchestrator.spec.faults import ENV as FAULTS_ENV
 
     out = dict(common)
     if tf_config is not None:
         out["TF_CONFIG"] = tf_config
+    if task is not None:
+        out[env.TASK] = task
     out.update(gpus or {})
     if faults:
         out[FAULTS_ENV] = faults

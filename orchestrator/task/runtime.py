@@ -38,8 +38,8 @@ class TaskContext:
     """What a task knows about itself and its job, read from the environment.
 
     Attributes:
-        task_type: ``chief``, ``worker``, ``ps`` or ``evaluator`` (from TF_CONFIG).
-        task_index: index within the task type (from TF_CONFIG).
+        task_type: ``chief``, ``worker``, ``ps`` or ``evaluator`` (from ``ORCH_TASK``, else TF_CONFIG).
+        task_index: index within the task type (likewise).
         tf_config: the parsed TF_CONFIG.
         attempt: 0 for the first attempt.
         health_address: ``host:port`` of the orchestrator's health endpoint, or ``""``.
@@ -87,9 +87,13 @@ class TaskContext:
         task = tf_config.get("task") or {}
         if "type" not in task or "index" not in task:
             raise ValueError(f"TF_CONFIG has no task type and index: {raw}")
+        task_type, task_index = str(task["type"]), int(task["index"])
+        planned = environ.get(env.TASK, "")  # the orchestrator's name for it: a program may rewrite TF_CONFIG
+        if planned.rpartition("-")[2].isdigit():
+            task_type, task_index = planned.rpartition("-")[0], int(planned.rpartition("-")[2])
         return cls(
-            task_type=str(task["type"]),
-            task_index=int(task["index"]),
+            task_type=task_type,
+            task_index=task_index,
             tf_config=tf_config,
             attempt=int(environ.get(env.ATTEMPT, "0")),
             health_address=environ.get(env.HEALTH_ADDRESS, ""),

@@ -36,6 +36,7 @@ def test_two_solo_mwms_trainings_fail_the_job_naming_replicas_in_sync_1_vs_2_pla
     check = summary["cluster_check"]
     assert check["planned_workers"] == 2 and check["mismatches"] and not check["allowed"]
     assert all(v == {"replicas_in_sync": 1, "cluster_workers": 1} for v in check["formed"].values()), check
+    assert set(check["formed"]) == {"worker-0", "worker-1"}, check  # each as itself, whatever its TF_CONFIG says
 
 
 def test_an_allowed_mismatch_succeeds_with_a_warning(tmp_path):

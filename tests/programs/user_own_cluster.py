@@ -6,8 +6,8 @@ N-worker job trains alone. tf-keras ``fit`` with the orchestrator's Keras callba
 
 ``--report``: a custom loop that says what it formed with ``report(strategy=...)`` instead of the
 callback. Each task prints ``replicas_in_sync N`` once its strategy exists. It imports
-``orchestrator.client`` before it rewrites ``TF_CONFIG``, so its heartbeats name the task the
-orchestrator started.
+``client only after it rewrote ``TF_CONFIG`` (as such a script does, first thing): its heartbeats
+still name the task the orchestrator started (``ORCH_TASK``).
 """
 
 import argparse
@@ -16,8 +16,6 @@ import os
 import socket
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
-
-from orchestrator.client import keras_callback, report  # noqa: E402 - reports as the task the job planned
 
 
 def own_tf_config() -> str:
@@ -37,6 +35,7 @@ def main() -> None:
     import tensorflow as tf
     import tf_keras as keras
 
+    from orchestrator.client import keras_callback, report  # after the rewrite: it reports as ORCH_TASK says
     from tests.programs.toy_keras import toy_fit_setup
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()

@@ -169,7 +169,7 @@ def test_one_builder_of_the_environment_for_the_plan_and_the_pods():
     planned = set(_plan(spec, None).tasks[0].env)
     from orchestrator.render.kubernetes import pod_env
     pod = set(pod_env(spec, "job"))
-    assert planned - pod == {env.HEALTH_ADDRESS, env.JOB_TOKEN, "TF_CONFIG"}
+    assert planned - pod == {env.HEALTH_ADDRESS, env.JOB_TOKEN, "TF_CONFIG", env.TASK}  # a pod computes its own task
     assert pod <= planned
 
 
