@@ -340,7 +340,7 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
                        width)
     for f in summary.get("late_failures", []):
         when = "after the job succeeded" if f["after_success"] else "after training ended"
-        lines += _wrap("warning", f"{_failure_text(f)} ({when})", width)
+        lines += _wrap("WARNING", f"{_failure_text(f)} ({when})", width)
     for text in (summary.get("cluster_check") or {}).get("mismatches", []):
         lines += _wrap("WARNING", f"{text}: the tasks did not train as one cluster"
                        + (" (allowed: --allow-cluster-mismatch)" if summary["cluster_check"]["allowed"] else ""),
@@ -351,10 +351,10 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
         lines += _wrap("WARNING", "the global batch changed between lives: "
                        + ", ".join(f"{b} (life {n})" for b, n in batches), width)
     for text in summary.get("warnings", []):
-        lines += _wrap("warning", text, width)
+        lines += _wrap("WARNING", text, width)
     for fault in summary.get("faults", []):
         if not fault["fired"]:
-            lines += _wrap("warning", f"the injected fault {fault['fault']} did not fire: the rehearsal tested nothing",
+            lines += _wrap("WARNING", f"the injected fault {fault['fault']} did not fire: the rehearsal tested nothing",
                            width)
     rc = summary.get("root_cause")
     if rc:

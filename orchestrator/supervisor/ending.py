@@ -75,7 +75,7 @@ class EndHandling:
 
     def _warn(self, text: str) -> None:
         self.warnings.append(text)
-        self._event(f"warning: {text}")
+        self._event(f"WARNING: {text}")  # as every live warning says it
 
     # -- the evaluator's grace ---------------------------------------------------------------
     def _evaluator_grace_over(self, now: float) -> None:

@@ -50,7 +50,7 @@ def test_an_evaluator_cut_off_by_its_grace_says_its_final_evaluation_was_lost(tm
     assert warning.startswith("evaluator-0: final evaluation lost: still evaluating 1 s after the job succeeded")
     assert warning.endswith("its last result is of step 1")
     assert summary["evaluation"]["evaluated_step"] == 1
-    assert f"warning     {warning[:40]}" in format_final(summary, width=200)
+    assert f"WARNING     {warning[:40]}" in format_final(summary, width=200)
 
 
 def test_an_evaluator_finishing_within_its_grace_records_its_final_result(tmp_path):
@@ -70,7 +70,7 @@ def test_an_evaluator_failing_with_the_same_keyerror_is_stopped_as_a_crash_loop_
     (warning,) = summary["warnings"]
     assert warning.startswith("evaluator-0 never evaluated: it failed with the same error 3 times in a row "
                               "(KeyError: 'evaluator')")
-    assert "warning     evaluator-0 never evaluated" in format_final(summary, width=200)
+    assert "WARNING     evaluator-0 never evaluated" in format_final(summary, width=200)
 
 
 @pytest.mark.parametrize("mode, where", [
