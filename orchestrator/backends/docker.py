@@ -33,38 +33,29 @@ import signal as signals
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from orchestrator import env as envvars
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle, faulthandler_dump
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, faulthandler_dump
+from orchestrator.backends.docker_container import (
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_TASK,
+    TASK_HEALTH_PORT,
+    TF_PORT,
+    Container,
+    DockerOptions,
+    addresses,
+    device_requests,
+    exit_code_of,
+)
 from orchestrator.backends.engine import connect
 from orchestrator.backends.image import ensure_image
-from orchestrator.backends.options import check_orphan_timeout, option
 from orchestrator.errors import LaunchError
-from orchestrator.gpus import VISIBLE_ENV, uuids_in
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
-
-TF_PORT = 2222
-"""Port of every task's tf.distribute server, on its own hostname."""
-TASK_HEALTH_PORT = 2223
-"""Port of every task's grpc.health.v1 server (the container healthcheck probes it)."""
-ORPHAN_TIMEOUT_S = 30.0
-"""A task that cannot reach its orchestrator this long after it could kills itself."""
-LABEL = "io.tf-cluster-orchestrator"
-LABEL_RUN = f"{LABEL}.run-id"
-LABEL_TASK = f"{LABEL}.task"
-LABEL_OWNER = f"{LABEL}.orchestrator"
-"""``host:pid:create_time`` of the orchestrator that owns a container or network."""
-
-
-def addresses(spec: JobSpec) -> dict[TaskId, str]:
-    """``<task name>:2222`` for every task: service names on the job's network."""
-    return {task: f"{task.name}:{TF_PORT}" for task in spec.tasks()}
-
 
 def list_containers(client: Any, filters: Mapping[str, Any]) -> list[Any]:
     """Containers (running or not) matching ``filters``, leaving out any removed meanwhile.
@@ -90,15 +81,6 @@ def list_containers(client: Any, filters: Mapping[str, Any]) -> list[Any]:
     return []
 
 
-def exit_code_of(status: int, oom_killed: bool = False) -> int:
-    """The container's exit status as ``Popen.returncode`` would say it: ``128+N`` -> ``-N``."""
-    if oom_killed:
-        return -signals.SIGKILL
-    if 128 < status < 128 + 65:
-        return -(status - 128)
-    return status
-
-
 def _owner() -> str:
     import psutil
 
@@ -115,71 +97,6 @@ def _owner_alive(owner: str) -> bool:
         return bool(abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.5)
     except (ValueError, psutil.Error):
         return False
-
-
-@dataclass(eq=False)
-class Container(TaskHandle):
-    """A started task container (see :class:`TaskHandle`; ``pid`` is the host pid of its
-    init process, and the log files are where its output streams into).
-
-    Attributes:
-        container: the SDK's container object.
-        name: container name.
-    """
-
-    container: Any = None
-    name: str = ""
-    exited: threading.Event = field(default_factory=threading.Event)
-    status: int | None = None
-    oom_killed: bool = False
-    threads: list[threading.Thread] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class DockerOptions:
-    """Options of the docker backend (each a ``launch`` flag unless said otherwise).
-
-    Attributes:
-        image: image to run as it is; default: the project image, built when missing
-            (:func:`orchestrator.backends.image.ensure_image`).
-        base_image: base of that image (default ``$ORCH_DOCKER_BASE_IMAGE`` or python:3.11-slim).
-        ca_bundle: CA bundle pip trusts while building the image (Python API only).
-        progress: called with build output lines (Python API only; the CLI prints them).
-        orphan_timeout_s: seconds a task keeps running once it cannot reach its orchestrator
-            (no parent-death signal crosses into a container: its heartbeat watchdog), then it
-            kills itself; > 0. Short: a lost orchestrator frees the GPUs sooner; long: a task
-            outlives a longer network partition.
-
-    Raises:
-        SpecError: ``orphan_timeout_s`` is not > 0.
-    """
-
-    image: str | None = field(default=None, metadata=option(
-        "image to run as it is (default: the project image, built from docker/Dockerfile when missing, tagged by "
-        "the hash of its files)"))
-    base_image: str | None = field(default=None, metadata=option(
-        "base of the project image (default $ORCH_DOCKER_BASE_IMAGE or python:3.11-slim)"))
-    ca_bundle: str | None = field(default=None, metadata=option(None))
-    progress: Callable[[str], None] | None = field(default=None, metadata=option(None))
-    orphan_timeout_s: float = field(default=ORPHAN_TIMEOUT_S, metadata=option(
-        f"seconds a task keeps running once its orchestrator is unreachable, then it stops itself (default "
-        f"{ORPHAN_TIMEOUT_S:g})", metavar="SECONDS"))
-
-    def __post_init__(self) -> None:
-        check_orphan_timeout(self.orphan_timeout_s)
-
-
-def device_requests(env: Mapping[str, str]) -> list[Any]:
-    """The container's GPU request: exactly the devices of the task's ``CUDA_VISIBLE_DEVICES``
-    (their UUIDs, :mod:`orchestrator.placement`), through the NVIDIA runtime (``docker run
-    --gpus device=UUID,...``); none for a task without a device. The UUIDs stay valid inside
-    the container, so the variable is passed on unchanged."""
-    import docker.types
-
-    uuids = uuids_in(env.get(VISIBLE_ENV))
-    if not uuids:
-        return []
-    return [docker.types.DeviceRequest(driver="nvidia", device_ids=list(uuids), capabilities=[["gpu"]])]
 
 
 class DockerBackend(Backend[Container]):

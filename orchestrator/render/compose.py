@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator import env
-from orchestrator.backends.docker import LABEL, TASK_HEALTH_PORT, addresses
+from orchestrator.backends.docker_container import LABEL, TASK_HEALTH_PORT, addresses
 from orchestrator.backends.image import DOCKERFILE, image_tag, source_root
 from orchestrator.gpus import Inventory
 from orchestrator.placement import TaskGpus, place
