@@ -18,6 +18,8 @@ import time
 
 def main() -> int:
     mode = sys.argv[1] if len(sys.argv) > 1 else "succeed"
+    if mode == "stubborn":  # before the pid file says the program is up: a stop that follows finds it stubborn
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
                               stdin=subprocess.DEVNULL)
     path = os.path.join(os.environ["ORCH_TASK_DIR"], "daemon.pid")
@@ -25,8 +27,6 @@ def main() -> int:
         out.write(f"{daemon.pid}\n")
     os.replace(path + ".tmp", path)
     print(f"started daemon pid {daemon.pid}", flush=True)
-    if mode == "stubborn":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if mode in ("wait", "stubborn"):
         time.sleep(120)
     return 0
