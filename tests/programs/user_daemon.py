@@ -18,10 +18,10 @@ import time
 
 def main() -> int:
     mode = sys.argv[1] if len(sys.argv) > 1 else "succeed"
-    if mode == "stubborn":  # before the pid file says the program is up: a stop that follows finds it stubborn
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
                               stdin=subprocess.DEVNULL)
+    if mode == "stubborn":  # before the pid file says the program is up: a stop that follows finds it stubborn
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     path = os.path.join(os.environ["ORCH_TASK_DIR"], "daemon.pid")
     with open(path + ".tmp", "w", encoding="utf-8") as out:
         out.write(f"{daemon.pid}\n")
