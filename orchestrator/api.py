@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
     check_spare_program,
 )
 from orchestrator.cpus import node_cpus_plan, plan_cpus
+from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
 from orchestrator.gpus import discover
 from orchestrator.health.server import HealthServer, HeartbeatStore
@@ -218,12 +220,14 @@ def prepare(
     try:
         engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec)
+        bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
         if web_bind is not None:
             web_server = WebServer(recorder.status, secrets.token_urlsafe(18), *web_bind).start()
         server = HealthServer(token, store, engine.release_port, host=engine.health_host,
                               register=engine.register_address, status=recorder.status_json,
                               stop=stop_job).start()
+        bench_mark("health-up", sys.stderr)
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address,
                          token=token, faults=faults, commands=commands, dry_run=False, placement=placement)
     except BaseException:
@@ -246,6 +250,7 @@ def prepare(
         "run_id": run_id, "pid": os.getpid(), "address": server.address, "token": token,
         "web_url": web_server.url if web_server is not None else None,
     }, indent=2) + "\n")
+    bench_mark("prepared", sys.stderr)
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint)
 
 

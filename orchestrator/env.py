@@ -110,7 +110,10 @@ Exit code: :data:`PREEMPTED_EXIT_CODE` (143) says "preempted: my state is saved,
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Mapping
+from typing import TextIO
 
 RUN_ID = "ORCH_RUN_ID"
 RUN_DIR = "ORCH_RUN_DIR"
@@ -228,3 +231,11 @@ def read_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
 def is_set(name: str, environ: Mapping[str, str] | None = None) -> bool:
     """Whether the variable ``name`` is set to something non-empty."""
     return bool(read(name, "", environ))
+
+
+def bench_mark(label: str, stream: TextIO | None = None) -> None:
+    """With :data:`BENCH_TIMING` set, print ``bench: mark LABEL (unix T)`` on ``stream`` (default
+    stdout): one point of a launch's timeline (``bench/timeline.py`` reads them from the
+    orchestrator's output and every task's ``stdout.log``). Nothing otherwise."""
+    if is_set(BENCH_TIMING):
+        print(f"bench: mark {label} (unix {time.time():.3f})", file=stream or sys.stdout, flush=True)

@@ -31,9 +31,11 @@ def serve(context, reporter) -> None:
     """
     import tensorflow as tf
 
+    env.bench_mark("imported")
     configure_threads(tf)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     reporter.release_port()
+    env.bench_mark("port-released")
     server = tf.distribute.Server(
         resolver.cluster_spec(),
         job_name=resolver.task_type,
@@ -42,6 +44,7 @@ def serve(context, reporter) -> None:
         start=True,
     )
     route_sigterm()  # TF's preemption notifier caught SIGTERM: ours stay prompt, preemptions exit 143
+    env.bench_mark("serving")
     reporter.update(phase=pb.PHASE_SERVING, message=f"serving {server.target}")
     print(f"{context.name}: tf.distribute.Server serving at {server.target}", flush=True)
     server.join()

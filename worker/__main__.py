@@ -1,6 +1,10 @@
 """``python -m worker``: entrypoint of chief and worker tasks."""
 
-from orchestrator.task.pinning import pin_self
+from orchestrator.env import bench_mark
+
+bench_mark("task-main")  # bench/timeline.py: this task's interpreter is up
+
+from orchestrator.task.pinning import pin_self  # noqa: E402
 
 pin_self()  # the task's own cores (ORCH_CPUS), before TensorFlow starts a thread
 

@@ -11,8 +11,7 @@ from orchestrator.task.faults import FaultInjector
 
 def mark(label: str) -> None:
     """With ``BENCH_TIMING`` set, print ``bench: mark LABEL (unix T)``: where a start's time goes."""
-    if env.is_set(env.BENCH_TIMING):
-        print(f"bench: mark {label} (unix {time.time():.3f})", flush=True)
+    env.bench_mark(label)
 
 
 class Progress:

@@ -172,8 +172,10 @@ class Job:
             return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.reporter.release_port()
+        mark("port-released")
         if strategy_name == "multi_worker_mirrored":
             wait_for_coordination_leader(self.context.tf_config)
+            mark("leader-up")
         if strategy_name == "parameter_server":
             from worker import rotation
 

@@ -11,6 +11,7 @@ import logging
 import sys
 
 from orchestrator.cli import compose, doctor, launch, list_runs, logs, render, sbatch, status, stop, validate
+from orchestrator.env import bench_mark
 from orchestrator.errors import OrchestratorError, SpecError
 
 
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    bench_mark("cli-imported", sys.stderr)  # bench/timeline.py: the subcommand's modules are imported
     if command and args.command not in ("launch", "sbatch"):
         parser.error(f"a program after -- is only for launch and sbatch, not {args.command}")
     args.command_argv = command

@@ -239,6 +239,8 @@ class HeartbeatReporter:
             # gRPC asks for the next message once the last one went out on an open stream: the
             # orchestrator is reachable. (The connectivity poller alone can miss a short READY
             # under load, and a task that never saw READY would never notice it was orphaned.)
+            if hb.sequence == 0:
+                env.bench_mark("first-heartbeat")  # bench/timeline.py: it went out on an open stream
             self._reached, self._lost_at = True, None
             if closing:
                 self._sent_final.set()

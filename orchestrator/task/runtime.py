@@ -341,6 +341,7 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
     from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
     from orchestrator.task.reporter import HeartbeatReporter
 
+    env.bench_mark("runtime-imported")
     try:
         ensure_tf_config()  # a Kubernetes JobSet pod computes its own TF_CONFIG
         context = TaskContext.from_env()
@@ -359,6 +360,7 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         global _task_health  # keep a reference: a collected grpc.Server stops serving
         _task_health = serve_task_health(env.read_int(env.TASK_HEALTH_PORT))
     reporter = HeartbeatReporter.from_context(context).start()
+    env.bench_mark("reporter-started")
 
     def registered_then_body() -> None:
         ctx = context
