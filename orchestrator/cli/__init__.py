@@ -7,10 +7,10 @@ fault never fired (``launch``), 75 preempted (``launch``), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
-from orchestrator.cli import compose, doctor, launch, list_runs, logs, render, sbatch, status, stop, validate
 from orchestrator.env import bench_mark
 from orchestrator.errors import OrchestratorError, SpecError
 
@@ -20,32 +20,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+SUBCOMMANDS = {"launch": "launch", "validate": "validate", "render": "render", "doctor": "doctor",
+               "compose": "compose", "sbatch": "sbatch", "status": "status", "stop": "stop", "logs": "logs",
+               "list": "list_runs"}
+"""Subcommand -> its module under ``orchestrator.cli``, in ``--help`` order."""
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of the subcommand ``only`` alone: ``main`` imports
+    only the module of the subcommand it runs (``launch`` need not import ``render``, ``doctor``
+    or the other backends: a launch's start waits for its CLI's imports, docs/architecture.md)."""
     parser = _Parser(prog="python -m orchestrator", description="Launch and supervise distributed TensorFlow training.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    launch.add_parser(sub)
-    validate.add_parser(sub)
-    render.add_parser(sub)
-    doctor.add_parser(sub)
-    compose.add_parser(sub)
-    sbatch.add_parser(sub)
-    status.add_parser(sub)
-    stop.add_parser(sub)
-    logs.add_parser(sub)
-    list_runs.add_parser(sub)
+    for name, module in SUBCOMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(f"orchestrator.cli.{module}").add_parser(sub)
     return parser
+
+
+def _subcommand(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word after the global options), None when none."""
+    for word in argv:
+        if word.startswith("-"):
+            continue
+        return word if word in SUBCOMMANDS else None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the subcommand. Returns the process exit code."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
     separator = "--" in argv
     if separator:  # launch ... -- python train.py --epochs 3: the user's own program
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
+    parser = build_parser(_subcommand(argv))
     args = parser.parse_args(argv)
     bench_mark("cli-imported", sys.stderr)  # bench/timeline.py: the subcommand's modules are imported
     if command and args.command not in ("launch", "sbatch"):

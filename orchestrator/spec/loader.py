@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
-
-import yaml
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import tf1_hosts_error
@@ -92,28 +91,33 @@ FLAG_FIELDS = {
 }
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads ``5e-3`` as a number (YAML 1.2)."""
+@functools.cache
+def _loader() -> Any:
+    """A SafeLoader that rejects duplicate keys and reads ``5e-3`` as a number (YAML 1.2).
+    Built at the first YAML file: a launch from flags does not import ``yaml``."""
+    import yaml
 
+    class _Loader(yaml.SafeLoader):
+        pass
 
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    mapping: dict = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in mapping:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        mapping[key] = loader.construct_object(value_node, deep=deep)
-    return mapping
+    def construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+        mapping: dict = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in mapping:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            mapping[key] = loader.construct_object(value_node, deep=deep)
+        return mapping
 
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$"),
-    list("-+0123456789."),
-)
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    _Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$"),
+        list("-+0123456789."),
+    )
+    return _Loader
 
 
 def read_document(path: str | Path, field: str = "spec") -> Any:
@@ -137,8 +141,10 @@ def read_document(path: str | Path, field: str = "spec") -> Any:
         except json.JSONDecodeError as exc:
             raise SpecError(field, str(path), f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}",
                             "fix the syntax (or use YAML)") from None
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""

@@ -1,0 +1,40 @@
+"""A subcommand imports only what it runs: ``launch`` waits for its CLI's imports before the
+first task starts (docs/architecture.md, "What a launch spends")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from orchestrator.cli import SUBCOMMANDS, build_parser
+
+
+def _modules_after(argv: list[str]) -> list[str]:
+    code = ("import json, sys; from orchestrator.cli import main; rc = main(sys.argv[1:]);"
+            "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stderr.strip().splitlines()[-1])
+
+
+def test_a_launch_imports_no_other_subcommand_and_no_yaml():
+    modules = _modules_after(["launch", "--workers", "2", "--dry-run"])
+    others = [f"orchestrator.cli.{m}" for n, m in SUBCOMMANDS.items() if n != "launch"]
+    assert "orchestrator.cli.launch" in modules
+    assert [m for m in others if m in modules] == []
+    assert "yaml" not in modules  # a spec from flags: no YAML file to read
+
+
+def test_a_yaml_spec_file_is_still_read(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text("workers: 3\ntraining:\n  learning_rate: 5e-3\n")
+    modules = _modules_after(["launch", "--spec", str(spec), "--dry-run"])
+    assert "yaml" in modules
+
+
+def test_the_full_parser_still_has_every_subcommand():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert list(sub.choices) == list(SUBCOMMANDS)
+    only = next(a for a in build_parser("status")._actions if a.dest == "command")
+    assert list(only.choices) == ["status"]
