@@ -24,9 +24,11 @@ runtime) enumerates the devices in another order.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import logging
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,7 +162,24 @@ def _nvml() -> Any:
     return pynvml
 
 
+@functools.lru_cache(maxsize=1)
+def _no_nvml_library() -> str:
+    """Why NVML cannot load here ("" when it can): the driver's ``libnvidia-ml.so.1``, which
+    ``pynvml`` loads (its ``_LoadNvmlLibrary``), asked of the dynamic loader first, so a node
+    without a driver never imports ``pynvml`` (~20-60 ms of CPU, on a launch's path before its
+    first task starts and in every task's heartbeat thread). Other platforms: ask ``pynvml``."""
+    if not sys.platform.startswith("linux"):
+        return ""
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return "NVML Shared Library Not Found"
+    return ""
+
+
 def _nvml_inventory() -> Inventory:
+    if _no_nvml_library():
+        return Inventory(problem=f"NVML: {_no_nvml_library()}")
     try:
         errors = _pynvml().NVMLError
     except ImportError:
@@ -235,6 +254,8 @@ def sample(uuids: Iterable[str]) -> tuple[GpuUsage, ...]:
             GpuUsage(u, int(e.get("index", i)), float(e.get("utilization_percent", 0.0)),
                      int(e.get("memory_used_bytes", 0)), int(e["memory_total_bytes"]))
             for u in wanted if u in entries for i, e in [entries[u]])
+    if _no_nvml_library():
+        return ()
     try:
         errors = _pynvml().NVMLError
         nvml = _nvml()

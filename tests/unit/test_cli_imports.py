@@ -3,9 +3,12 @@ first task starts (docs/architecture.md, "What a launch spends")."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
+
+import pytest
 
 from orchestrator.cli import SUBCOMMANDS, build_parser
 
@@ -24,6 +27,20 @@ def test_a_launch_imports_no_other_subcommand_and_no_yaml():
     assert "orchestrator.cli.launch" in modules
     assert [m for m in others if m in modules] == []
     assert "yaml" not in modules  # a spec from flags: no YAML file to read
+
+
+def _has_nvml() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _has_nvml(), reason="a node with a GPU driver")
+def test_a_node_without_a_gpu_driver_never_imports_pynvml():
+    modules = _modules_after(["launch", "--workers", "2", "--dry-run"])  # the dry run places GPUs too
+    assert "pynvml" not in modules
 
 
 def test_a_yaml_spec_file_is_still_read(tmp_path):
