@@ -6,11 +6,12 @@ Both sides of the ``tf`` section print the same ``bench: mark LABEL (unix T)`` l
 ``ports-held``, ``health-up``, ``prepared``: the ports held, the health server up, the plan
 written), every task in its ``stdout.log`` (``task-main``: its interpreter is up;
 ``runtime-imported``, ``reporter-started``, ``first-heartbeat``: the task runtime and its
-health client; ``train``, ``imported``: TensorFlow imported; ``port-released``, ``leader-up``,
-``strategy``, ``data``, ``model``, ``fit``; ``serving`` for ps and PSS workers) and
-``bench: first step N done``. A task's start is the orchestrator's ``NAME started (pid ...)``
-event line (the hand-launched side records the same line when its ``Popen`` returns).
-Every point is seconds after the run's launch (``RunResult.launch_unix``).
+health client; ``train``, ``imported``: TensorFlow imported; ``port-released``, ``leader-up``
+(MWMS), ``servers-up`` (the PSS coordinator: every worker and ps listens), ``strategy``,
+``data``, ``model``, ``fit``; ``serving`` for ps and PSS workers) and ``bench: first step N done``.
+A task's start is the orchestrator's ``NAME started (pid ...)`` event line (the hand-launched
+side records the same line when its ``Popen`` returns). Every point is seconds after the run's launch
+(``RunResult.launch_unix``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _STARTED = re.compile(r"(\w+-\d+) started \(pid \d+, attempt 0\)")
 ORCHESTRATOR = ("cli-start", "cli-imported", "ports-held", "health-up", "prepared")
 """The orchestrator's points, in the order they happen."""
 TASK = ("started", "task-main", "runtime-imported", "reporter-started", "first-heartbeat", "train", "imported",
-        "port-released", "leader-up", "serving", "strategy", "data", "model", "fit", "first-step")
+        "port-released", "leader-up", "servers-up", "serving", "strategy", "data", "model", "fit", "first-step")
 """A task's points, in the order they happen (a task has those of its role)."""
 
 

@@ -103,16 +103,40 @@ def wait_for_coordination_leader(tf_config: dict, timeout_s: float = LEADER_WAIT
     leader_type = "chief" if cluster.get("chief") else "worker"
     if not cluster.get(leader_type) or (task.get("type"), int(task.get("index", 0))) == (leader_type, 0):
         return True
-    host, _, port = str(cluster[leader_type][0]).rpartition(":")
+    return _wait_listening([str(cluster[leader_type][0])], timeout_s)
+
+
+def wait_for_servers(tf_config: dict, timeout_s: float = LEADER_WAIT_S) -> bool:
+    """Under ParameterServerStrategy, the coordinator waits (bounded) until every worker and ps
+    accepts TCP connections, before it builds its strategy; True once they all do.
+
+    The strategy connects to each of them at once; one still importing TensorFlow (the last ps
+    to start, often) refuses, and gRPC retries only after its reconnect backoff (1 s at
+    first): measured (``python -m bench --only tf``, ``bench/timeline.py``), a coordinator ready
+    before its last peer built its strategy 0.9-1.1 s after that peer served, on both sides of
+    the bench, in most starts. A worker that never comes (it crashed at start) costs at most
+    ``timeout_s``; the strategy then starts as before and the supervisor sees the crash.
+    """
+    cluster = tf_config.get("cluster", {})
+    return _wait_listening([str(a) for role in ("worker", "ps") for a in cluster.get(role, [])], timeout_s)
+
+
+def _wait_listening(addresses: list[str], timeout_s: float) -> bool:
+    """Poll every 20 ms until each ``host:port`` of ``addresses`` accepts a TCP connection (the
+    orchestrator's port reservation binds without listening: refused like a port nobody holds);
+    False after ``timeout_s`` seconds."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
-                return True
-        except OSError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        while True:
+            try:
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.02)
+    return True
 
 
 class Job:
@@ -180,6 +204,8 @@ class Job:
             from worker import rotation
 
             rotation.watch(tf, self.reporter)  # the coordinator's word on when a restarted worker trains again
+            wait_for_servers(self.context.tf_config)  # not gRPC's 1 s reconnect backoff for a late peer
+            mark("servers-up")
             strategy = tf.distribute.ParameterServerStrategy(resolver)
         else:
             # all-reduce over NCCL between GPUs, ring (gRPC) between CPUs (TF's CollectiveCommunication)

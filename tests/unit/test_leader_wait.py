@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from worker.train import wait_for_coordination_leader
+from worker.train import wait_for_coordination_leader, wait_for_servers
 
 
 def _config(leader_port: int, task=("worker", 1), chief: bool = False) -> dict:
@@ -51,4 +51,28 @@ def test_the_wait_is_bounded_and_the_leader_itself_never_waits():
         assert not wait_for_coordination_leader(_config(port, task=("worker", 0), chief=True), timeout_s=0.3)
         assert time.monotonic() - started >= 0.3  # with a chief, worker 0 waits for the chief
     finally:
+        held.close()
+
+
+def test_the_pss_coordinator_waits_until_every_worker_and_ps_listens():
+    """A peer still importing TensorFlow refuses; the coordinator must not connect before it
+    listens (gRPC would retry only after its 1 s reconnect backoff)."""
+    listening, held = socket.socket(), socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(1)
+    held.bind(("127.0.0.1", 0))  # bound, not listening: the orchestrator's reservation, or a task importing
+    ports = [s.getsockname()[1] for s in (listening, held)]
+    config = {"cluster": {"chief": ["127.0.0.1:1"], "worker": [f"127.0.0.1:{ports[0]}"],
+                          "ps": [f"127.0.0.1:{ports[1]}"]}, "task": {"type": "chief", "index": 0}}
+    try:
+        assert not wait_for_servers(config, timeout_s=0.3)  # the ps does not listen yet: bounded, False
+        done = threading.Event()
+        result: list[bool] = []
+        waiter = threading.Thread(target=lambda: (result.append(wait_for_servers(config, timeout_s=30.0)), done.set()))
+        waiter.start()
+        assert not done.wait(0.3)  # still waiting for the ps
+        held.listen(1)
+        assert done.wait(10.0) and result == [True]
+    finally:
+        listening.close()
         held.close()
