@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from worker.train import wait_for_coordination_leader, wait_for_servers
+from worker.peers import wait_for_coordination_leader, wait_for_servers
 
 
 def _config(leader_port: int, task=("worker", 1), chief: bool = False) -> dict:
