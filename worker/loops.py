@@ -1,0 +1,227 @@
+"""The built-in program's own training loops (:class:`CustomLoops`, a part of
+:class:`worker.train.Job`): ``training.loop: custom`` under MirroredStrategy / MWMS
+(``strategy.run`` + ``strategy.reduce``, each step through TF's ``PreemptionCheckpointHandler``)
+and ParameterServerStrategy (``ClusterCoordinator.schedule`` over per-worker datasets), and the
+``hogwild`` strategy's lock-free threads. ``Model.fit`` is :meth:`worker.train.Job._fit`."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+
+from orchestrator.task.runtime import exit_preempted, route_sigterm
+from worker import data as datasets
+
+
+class CustomLoops:
+    """The custom loops of :class:`worker.train.Job` (it holds the strategy, data, reporter and
+    options these read)."""
+
+    # -- custom loops ------------------------------------------------------------------
+    def _custom_parts(self, model):
+        tf, keras = self.tf, self.keras
+        with self.strategy.scope():
+            optimizer = keras.optimizers.Adam(learning_rate=self.learning_rate)
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                 reduction=keras.losses.Reduction.NONE)
+            # global steps done: a checkpoint taken mid-epoch (preemption, checkpoint_every)
+            # resumes at exactly this step
+            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=step_var)
+        return optimizer, loss_fn, step_var, checkpoint
+
+    def _step_fn(self, model, optimizer, loss_fn, global_batch: int):
+        tf = self.tf
+
+        def step_fn(x, y):
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        return step_fn
+
+    def _train_step(self, model, optimizer, loss_fn):
+        """``train_step(iterator)``: one step on every replica, the loss summed across them."""
+        tf, strategy = self.tf, self.strategy
+        step_fn = self._step_fn(model, optimizer, loss_fn, self.global_batch)
+
+        @tf.function
+        def train_step(it):
+            x, y = next(it)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(x, y)), axis=None)
+
+        return train_step
+
+    def _custom_sync(self, model) -> float | None:
+        """Mirrored / MWMS: ``strategy.run`` per step, ``strategy.reduce`` of the replica losses,
+        each step through TF's ``PreemptionCheckpointHandler.run`` (a preemption saves at the
+        next step and exits); a checkpoint at every epoch end and every ``checkpoint_every`` steps.
+        """
+        tf, strategy = self.tf, self.strategy
+        optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)
+        manager = tf.train.CheckpointManager(checkpoint, self._scratch("backup"), max_to_keep=1)
+        # restores the latest checkpoint in the job's backup directory on every worker; the
+        # chief saves there at a preemption, the others into a temp dir they delete
+        handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+            strategy.cluster_resolver, checkpoint, checkpoint_dir=self.backup_dir,
+            termination_config=self._termination_config())
+        route_sigterm()  # ours before TF's handler
+        start_step = int(step_var.numpy())
+        ds, policy = self._dataset(self.seed)
+        self._log_policy(policy)
+        iterator = iter(strategy.experimental_distribute_dataset(ds))
+        train_step = self._train_step(model, optimizer, loss_fn)
+
+        self.progress.begin(start_step)
+        mean = None
+        spe = self.steps_per_epoch
+        for epoch in range(start_step // spe, self.epochs):
+            total, first = 0.0, (start_step - epoch * spe if epoch == start_step // spe else 0)
+            for i in range(first, spe):
+                loss = float(handler.run(train_step, iterator))
+                step_var.assign_add(1)
+                step = epoch * spe + i + 1
+                total += loss
+                self.progress.step(step, loss)
+                if self.checkpoint_every and step % self.checkpoint_every == 0 and i + 1 < spe:
+                    manager.save()
+            mean = total / max(1, spe - first)
+            manager.save()
+            print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
+            self.progress.report(mean, epoch=epoch + 1)
+        if not self.is_chief:
+            shutil.rmtree(self._scratch("backup"), ignore_errors=True)
+        return mean
+
+    def _custom_pss(self, model) -> float | None:
+        """PSS: the coordinator schedules steps on workers with per-worker datasets; every
+        ``checkpoint_every`` steps it waits for them (``join``) and saves. TF has no preemption
+        handler under PSS, so the coordinator is its own: a SIGTERM from outside makes it wait for
+        the steps in flight, save, and exit preempted (the variables live on the ps, which the
+        orchestrator stops only after the coordinator has left)."""
+        tf, strategy = self.tf, self.strategy
+        preempted = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: preempted.set())
+        route_sigterm()  # chains the handler above: the orchestrator's own stop still ends the task at once
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)
+        manager = tf.train.CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+        start_step = int(step_var.numpy())
+        self._log_policy(None)
+        iterator = iter(coordinator.create_per_worker_dataset(self._pss_dataset_fn))
+        train_step = self._train_step(model, optimizer, loss_fn)
+
+        self.progress.begin(start_step)
+        mean = None
+        spe = self.steps_per_epoch
+        for epoch in range(start_step // spe, self.epochs):
+            results = []
+            first = start_step - epoch * spe if epoch == start_step // spe else 0
+            for i in range(first, spe):
+                results.append(coordinator.schedule(train_step, args=(iterator,)))
+                step = epoch * spe + i + 1
+                self.progress.step(step)
+                if preempted.is_set():
+                    coordinator.join()
+                    step_var.assign(step)
+                    manager.save()
+                    exit_preempted(f"checkpoint saved after step {step}")
+                if self.checkpoint_every and step % self.checkpoint_every == 0 and i + 1 < spe:
+                    coordinator.join()
+                    step_var.assign(step)
+                    manager.save()
+            coordinator.join()
+            mean = sum(float(r.fetch()) for r in results) / max(1, len(results))
+            step_var.assign((epoch + 1) * spe)
+            manager.save()
+            print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
+            self.progress.report(mean, epoch=epoch + 1)
+        return mean
+
+    # -- hogwild -----------------------------------------------------------------------
+    def _hogwild(self, model) -> float | None:
+        """Hogwild!: ``threads`` Python threads each run one compiled train step (a
+        ``tf.function`` traced once) on the shared model and optimizer, with no lock around the
+        updates (TF runs each step's ops with the GIL released, so the threads' reads and
+        writes of the variables interleave), each thread with its own shuffled stream of the
+        training data. Per epoch the threads share ``steps_per_epoch`` steps; a checkpoint at
+        each epoch end (all threads joined).
+
+        Raises:
+            Whatever a thread raised (the first one), after every thread has stopped.
+        """
+
+        tf = self.tf
+        optimizer, loss_fn, step_var, checkpoint = self._custom_parts(model)
+        optimizer.build(model.trainable_variables)  # slots exist before the threads race
+        manager = tf.train.CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+        step_fn = self._step_fn(model, optimizer, loss_fn, self.per_replica)
+        spec_x = tf.TensorSpec([self.per_replica, self.data.num_features], tf.float32)
+        spec_y = tf.TensorSpec([self.per_replica], tf.int64)
+        if self.gpus:  # one step function per GPU, traced under its device: each thread computes there
+            steps = []
+            for k in range(self.threads):
+                with tf.device(f"/GPU:{k}"):
+                    steps.append(tf.function(step_fn).get_concrete_function(spec_x, spec_y))
+        else:
+            steps = [tf.function(step_fn).get_concrete_function(spec_x, spec_y)] * self.threads  # traced once, shared
+        streams = []
+        for k in range(self.threads):
+            ds, _ = datasets.train_dataset(tf, self.data, self.per_replica, self.seed * 1000 + k + 1)
+            streams.append(iter(ds))
+        where = f", thread k on GPU:k of {len(self.gpus)}" if self.gpus else ""
+        print(f"{self.context.name}: hogwild, {self.threads} threads on one model, no locks{where}", flush=True)
+
+        start_step = int(step_var.numpy())
+        spe = self.steps_per_epoch
+        self.progress.begin(start_step)
+        done = [0] * self.threads  # steps each thread finished (each writes its own slot)
+        losses = [0.0] * self.threads
+        errors: list[BaseException] = []
+        mean = None
+
+        def work(k: int, count: int) -> None:
+            try:
+                it, train_step = streams[k], steps[k]
+                for _ in range(count):
+                    x, y = next(it)
+                    losses[k] += float(train_step(tf.cast(x, tf.float32), tf.cast(y, tf.int64)))
+                    done[k] += 1
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(exc)
+
+        for epoch in range(start_step // spe, self.epochs):
+            base = sum(done)
+            epoch_steps = spe - (start_step - epoch * spe if epoch == start_step // spe else 0)
+            losses[:] = [0.0] * self.threads
+            shares = [epoch_steps // self.threads + (1 if k < epoch_steps % self.threads else 0)
+                      for k in range(self.threads)]
+            workers = [threading.Thread(target=work, args=(k, n), name=f"hogwild-{k}", daemon=True)
+                       for k, n in enumerate(shares)]
+            for t in workers:
+                t.start()
+            step0 = epoch * spe + (spe - epoch_steps)
+            while alive := [t for t in workers if t.is_alive()]:
+                alive[0].join(timeout=self.context.heartbeat_interval_s / 2)  # report between waits
+                count = sum(done) - base
+                # the lambda runs inside step(), in this iteration
+                self.progress.step(step0 + count, lambda: sum(losses) / max(1, sum(done) - base))  # noqa: B023
+            if errors:
+                raise errors[0]
+            mean = sum(losses) / max(1, epoch_steps)
+            step_var.assign((epoch + 1) * spe)
+            manager.save()
+            print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
+            self.progress.report(mean, epoch=epoch + 1)
+        return mean
+
+    # -- the end -----------------------------------------------------------------------
