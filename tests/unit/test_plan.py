@@ -110,3 +110,18 @@ def test_the_digits_count_matches_the_task_programs_split():
     from worker.data import load_digits_split
 
     assert all(len(load_digits_split(seed)[0]) == DIGITS_TRAIN_EXAMPLES for seed in (0, 1))
+
+
+def test_tf_config_made_from_the_shared_cluster_is_the_one_rendered_alone():
+    from orchestrator.spec.tfconfig import ClusterConfig, tf_config, tf_config_json
+
+    spec = JobSpec.create(strategy="parameter_server", workers=3, ps=2, evaluator=1)
+    addresses = {t: f"10.0.0.{i}:2222" for i, t in enumerate(spec.tasks())}
+    config = ClusterConfig(addresses)
+    plan = make_plan(spec, addresses, run_id="r", run_dir=Path("/tmp/r"), health_address="127.0.0.1:1", token="t")
+    for task in spec.tasks():
+        assert config.text(task) == tf_config_json(addresses, task)
+        assert config.tf_config(task) == tf_config(addresses, task)
+        env_ = plan.task_plan(task).env
+        assert env_["TF_CONFIG"] == tf_config_json(addresses, task) and "TF_CONFIG" in env_
+        assert dict(env_)["TF_CONFIG"] == env_["TF_CONFIG"] and len(dict(env_)) == len(env_)
