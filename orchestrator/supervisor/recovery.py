@@ -86,15 +86,22 @@ class RecoveryBook:
 
     def __init__(self) -> None:
         self.recoveries: list[Recovery] = []
+        self._waiting = 0  # decisions not resumed yet
 
     def open(self, recovery: Recovery) -> None:
         """A new restart decision."""
         self.recoveries.append(recovery)
+        self._waiting += recovery.resumed_at is None
+
+    @property
+    def waiting(self) -> bool:
+        """Some restart is waiting to be carried out or to recover (O(1): asked per heartbeat)."""
+        return self._waiting > 0
 
     @property
     def all_resumed(self) -> bool:
         """No restart is waiting to be carried out or to recover."""
-        return all(r.resumed_at is not None for r in self.recoveries)
+        return not self.waiting
 
     def restarted(self, now: float) -> None:
         """The new attempts of every pending decision started at ``now``."""
@@ -114,6 +121,7 @@ class RecoveryBook:
                 recovery.resumed_at = at
                 recovery.resumed_from_step = resumed_from_step
                 done.append(recovery)
+        self._waiting -= len(done)
         return done
 
     def note(self, task: str, at: float, scope: RestartScope, *, doing: str, resumed_from_step: int | None,
