@@ -178,7 +178,7 @@ def _web_status(url: str) -> None:
 
 
 def _runtime(sup: Supervisor, name: str):
-    return next(rt for rt in sup.tasks if rt.task.name == name)
+    return sup._by_name[name]  # a dict look-up: this thread's polls share the orchestrator's interpreter
 
 
 def _wait(cond, timeout_s: float) -> bool:
@@ -275,7 +275,9 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             prof = cProfile.Profile()
             prof.runcall(sup.run)
             text = io.StringIO()
-            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
+            stats = pstats.Stats(prof, stream=text)
+            stats.sort_stats("cumulative").print_stats(30)
+            stats.sort_stats("tottime").print_stats(30)
             Path(profile).write_text(text.getvalue())
         else:
             sup.run()

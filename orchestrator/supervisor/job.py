@@ -41,10 +41,11 @@ from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.hangs import HangChecks, watch
 from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.options import LoopOptions
+from orchestrator.supervisor.pictures import Pictures
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import RecoveryBook
 from orchestrator.supervisor.rehearsal import Rehearsal, checked_success
-from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, phase_name, task_snapshot
+from orchestrator.supervisor.snapshot import JobSnapshot, NullView, TaskSnapshot, View, phase_name, task_snapshot
 from orchestrator.supervisor.spares import spare_request
 from orchestrator.supervisor.states import (
     EXIT_FAILED,
@@ -62,8 +63,9 @@ from orchestrator.supervisor.states import (
 log = logging.getLogger(__name__)
 
 VIEW_TASKS_PER_S = 4000
-"""Most task pictures the loop builds per second for the view (``status``, the page): a job of
-more than ``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often."""
+"""Most task pictures the loop builds per second (``tick_s`` of them a tick) for the view
+(``status``, the page; :mod:`~orchestrator.supervisor.pictures`): a job of more than
+``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often, and no tick stalls."""
 
 
 class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
@@ -140,6 +142,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
                                    and coordinator.plan.reports_heartbeats)
         self._spares = spare_request(plan)
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
+        self._pictures = Pictures(self.tasks, int(VIEW_TASKS_PER_S * o.tick_s), task_snapshot)
 
     # -- control from outside ------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -239,10 +242,12 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         over = not self._restart_at and all(rt.current.state.terminal for rt in self.tasks
                                             if rt.current.process is not None)
         interval = getattr(self.view, "interval_s", self.options.view_interval_s)
-        if not over and interval is not None and now >= self._next_view_at:
-            # a snapshot is O(tasks): at most VIEW_TASKS_PER_S task pictures a second (10,000 tasks: every 2.5 s)
-            self._next_view_at = now + max(self.options.view_interval_s, interval, len(self.tasks) / VIEW_TASKS_PER_S)
-            self.view.update(self.snapshot())
+        if not over and interval is not None and (self._pictures.in_round or now >= self._next_view_at):
+            if not self._pictures.in_round:
+                self._next_view_at = now + max(self.options.view_interval_s, interval)
+            pictured = self._pictures.advance(now)  # O(tasks) in slices: at most VIEW_TASKS_PER_S a second
+            if pictured is not None:
+                self.view.update(self._snapshot_of(pictured, now))
         return over
 
     def finish(self) -> JobSnapshot:
@@ -266,12 +271,15 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
     def snapshot(self) -> JobSnapshot:
         """An immutable picture of the job now (see :mod:`orchestrator.supervisor.snapshot`)."""
         now = self.clock()
+        return self._snapshot_of(tuple(task_snapshot(rt, now) for rt in self.tasks), now)
+
+    def _snapshot_of(self, tasks: tuple[TaskSnapshot, ...], now: float) -> JobSnapshot:
         end = self.ended_at if self.ended_at is not None else now
         return JobSnapshot(
             plan=self.plan, state=self.state, reason=self.reason,
             exit_code=self._exit_code if self.ended_at is not None else None,
             elapsed_s=end - self.started_at, started_wall=self.started_wall, ended=self.ended_at is not None,
-            restarts_used=self.restarts_used, tasks=tuple(task_snapshot(rt, now) for rt in self.tasks),
+            restarts_used=self.restarts_used, tasks=tasks,
             failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
             spares=tuple(self.backend.spares()), lives=self.lives.lives(),
             earlier_failures=self.carried.failures, warnings=tuple(self.warnings),
