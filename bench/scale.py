@@ -170,6 +170,17 @@ def _latency_ms(call, n: int) -> dict:
     return {"median": statistics.median(times), "max": max(times), "n": n}
 
 
+def _cpu_s(hosts: list[subprocess.Popen]) -> float:
+    """CPU seconds (user + system) the simulated hosts used so far."""
+    total = 0.0
+    for h in hosts:
+        try:
+            total += sum(psutil.Process(h.pid).cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
 def _web_status(url: str) -> None:
     import urllib.request
 
@@ -225,6 +236,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             out["all_running_s"] = time.monotonic() - t0
             time.sleep(heartbeat_timeout_s + 1)  # steady state
             cpu0, beats0, w0, n0 = sum(me.cpu_times()[:2]), store.total, time.monotonic(), len(ticks)
+            host_cpu0 = _cpu_s(hosts)
             for _ in range(kills):
                 rt = _runtime(sup, REAL)
                 # the lambda is called within this iteration, so the loop variable cannot go stale
@@ -249,6 +261,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
                     out["hang_detect_s"].append(sup.failures[before].at - at)
             span = time.monotonic() - w0
             out["cpu_percent"] = 100 * (sum(me.cpu_times()[:2]) - cpu0) / span
+            out["hosts_cpu_percent"] = 100 * (_cpu_s(hosts) - host_cpu0) / span  # the simulators, same cores
             out["heartbeats_per_s"] = (store.total - beats0) / span
             work = ticks[n0:]
             out["tick_ms"] = {"median": 1000 * statistics.median(work),
@@ -261,6 +274,8 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             status = client.status()
             out["status_tasks"] = len(status.get("tasks", []))
             out["status_bytes"] = len(recorder.status_json())
+            out["status_key_bytes"] = dict(sorted(((k, len(json.dumps(v))) for k, v in status.items()),
+                                                  key=lambda kv: -kv[1])[:4])
             out["status_ms"] = _latency_ms(client.status, 5)  # GetStatus over gRPC, as `status` asks it
             out["web_ms"] = _latency_ms(lambda: _web_status(f"{web.url.split('?')[0].rstrip('/')}/api/status?"
                                                             f"token={web_token}"), 5)

@@ -18,6 +18,7 @@ and the check, when its earlier deadline comes, finds the task alive and sets th
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import Backend
@@ -39,6 +40,12 @@ from orchestrator.supervisor.states import JobState, TaskRuntime, TaskState
 _PHASES = {value: phase_name(value) for value in pb.Phase.values()}
 """Phase number -> name (``training``), looked up once per heartbeat."""
 _WORKING = (pb.PHASE_SERVING, pb.PHASE_TRAINING)
+GC_FREEZE_TASKS = 1000
+"""From this many tasks, what the process holds once every task runs (the plan, the task
+records, the health server's streams: ~1M objects at 10,000 tasks) is moved out of the cyclic
+collector's sight (``gc.freeze`` after a collection): a full collection scans every tracked
+object with the GIL held, 0.3-1 s at that size, long enough to see a SIGKILL late. They are still
+freed when no longer referenced; only cycles among them wait."""
 
 
 class HeartbeatHandling:
@@ -84,6 +91,9 @@ class HeartbeatHandling:
                 rt.saw_gpus(a.sample.gpus if a.sample else ())
         if self.state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING for rt in self.tasks):
             self._set_state(JobState.RUNNING)
+            if len(self.tasks) >= GC_FREEZE_TASKS:
+                gc.collect()
+                gc.freeze()
 
     def _on_heartbeat(self, rt: TaskRuntime, record: HeartbeatRecord) -> bool:
         """Note ``record``, the latest heartbeat of ``rt``'s current attempt. Returns True when
