@@ -118,7 +118,8 @@ class HeartbeatHandling:
                                                        metrics.get("global_batch_size")):
             self._persist()  # a SIGKILLed orchestrator's resume knows how far training got
         self._event(*self.lives.take_warnings(), *(self._formed.beat(rt.task, a.number, metrics) if metrics else ()))
-        recovering = self.book.waiting or resumed_from is not None  # else no recovery to note (O(1))
+        # a recovery to note only when one restarted this task, or it says where it resumed (O(1))
+        recovering = resumed_from is not None or self.book.waits_for(rt.task.name)
         note: dict[str, Any] = {"doing": "training" if phase == pb.PHASE_TRAINING else "serving",
                                 "resumed_from_step": resumed_from,
                                 "coordinator": self.plan.spec.coordinator.name} if recovering or coordinator else {}

@@ -361,11 +361,12 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
             if stuck := exitrules.exit_overdue(rt.current.finished_at, now, self.policy):
                 self._stuck_in_exit(rt, now, stuck)
                 continue
-            why = decisions.hang_reason(watch(rt), now, self.policy)
+            seen = watch(rt)
+            why = decisions.hang_reason(seen, now, self.policy)
             if why:
                 hung.append((rt, why))
             else:
-                self._checks.reschedule(rt, self.policy)
+                self._checks.reschedule(rt, self.policy, seen)
         for i in decisions.culprit_order([rt.current.last_step for rt, _ in hung]):
             rt, why = hung[i]
             if not rt.current.state.terminal:
