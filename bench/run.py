@@ -473,6 +473,9 @@ class Suite:
                      "ms", [out["tick_ms"]["median"]] if out.get("tick_ms") else [])
             self.add("7", f"scale_{n}_cpu", f"{n} simulated tasks at 1 heartbeat/s: orchestrator CPU", "% of a core",
                      [out.get("cpu_percent")])
+            self.add("7", f"scale_{n}_simulators_cpu", f"{n} simulated tasks: CPU of the simulated hosts (the same "
+                     "2 cores as the orchestrator)", "% of a core", [out.get("hosts_cpu_percent")],
+                     details={"heartbeats_per_s": out.get("heartbeats_per_s")})
             self.add("7", f"scale_{n}_rss_per_task", f"{n} simulated tasks: orchestrator RSS per task (steady state "
                      "less before the plan)", "KB", [out.get("rss_per_task_kb")])
             self.add("7", f"scale_{n}_status", f"{n} simulated tasks reporting: `status` (GetStatus over gRPC) "

@@ -49,6 +49,7 @@ from orchestrator.report.history import Recorder
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import JobState, Supervisor, TaskState
+from orchestrator.supervisor.exits import descriptor_budget
 
 REAL = "worker-1"
 
@@ -74,6 +75,7 @@ class SimBackend(Backend[SimHandle]):
         self.logs = logs  # files under it are never created: no stack dump to wait for
         self._next = 0
         self._lock = threading.Lock()
+        self._fds_out, self._fd_budget = 0, descriptor_budget() - 16
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         return {task: f"127.0.0.1:{20000 + i}" for i, task in enumerate(spec.tasks())}
@@ -107,6 +109,12 @@ class SimBackend(Backend[SimHandle]):
     def exit_fd(self, p: SimHandle) -> int | None:
         if p.popen:
             return pidfd(p.popen)
+        with self._lock:
+            # past the supervisor's descriptor budget it closes what it is given and polls the task
+            # instead: hand out none then (a closed number may be reused, and must never be written)
+            if self._fds_out >= self._fd_budget:
+                return None
+            self._fds_out += 1
         p.event_fd = os.eventfd(0)
         return p.event_fd
 
@@ -128,7 +136,10 @@ class SimBackend(Backend[SimHandle]):
         elif signum in (signal.SIGKILL, signal.SIGTERM) and p.exit_code is None:
             self._send(p.host, f"kill {p.key}")
             p.exit_code = -signum
-            os.eventfd_write(p.event_fd, 1)  # before the supervisor learns of the end: still open
+            if p.event_fd >= 0:
+                os.eventfd_write(p.event_fd, 1)  # before the supervisor learns of the end: still open
+                with self._lock:
+                    self._fds_out -= 1
 
     def freeze(self, p: SimHandle) -> None:
         self._send(p.host, f"freeze {p.key}")
@@ -282,6 +293,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
         except Exception as exc:  # noqa: BLE001
             out["errors"].append(repr(exc))
         finally:
+            out["failures"] = [f.headline()[:200] for f in sup.failures]
             sup.request_stop("benchmark done")
 
     threading.Thread(target=faults, daemon=True).start()
