@@ -31,6 +31,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -49,6 +50,7 @@ from orchestrator.report.history import Recorder
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import JobState, Supervisor, TaskState
+from orchestrator.supervisor.exits import descriptor_budget
 
 REAL = "worker-1"
 
@@ -74,6 +76,7 @@ class SimBackend(Backend[SimHandle]):
         self.logs = logs  # files under it are never created: no stack dump to wait for
         self._next = 0
         self._lock = threading.Lock()
+        self._fds_out, self._fd_budget = 0, descriptor_budget() - 16
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         return {task: f"127.0.0.1:{20000 + i}" for i, task in enumerate(spec.tasks())}
@@ -107,6 +110,12 @@ class SimBackend(Backend[SimHandle]):
     def exit_fd(self, p: SimHandle) -> int | None:
         if p.popen:
             return pidfd(p.popen)
+        with self._lock:
+            # past the supervisor's descriptor budget it closes what it is given and polls the task
+            # instead: hand out none then (a closed number may be reused, and must never be written)
+            if self._fds_out >= self._fd_budget:
+                return None
+            self._fds_out += 1
         p.event_fd = os.eventfd(0)
         return p.event_fd
 
@@ -128,7 +137,10 @@ class SimBackend(Backend[SimHandle]):
         elif signum in (signal.SIGKILL, signal.SIGTERM) and p.exit_code is None:
             self._send(p.host, f"kill {p.key}")
             p.exit_code = -signum
-            os.eventfd_write(p.event_fd, 1)  # before the supervisor learns of the end: still open
+            if p.event_fd >= 0:
+                os.eventfd_write(p.event_fd, 1)  # before the supervisor learns of the end: still open
+                with self._lock:
+                    self._fds_out -= 1
 
     def freeze(self, p: SimHandle) -> None:
         self._send(p.host, f"freeze {p.key}")
@@ -170,6 +182,17 @@ def _latency_ms(call, n: int) -> dict:
     return {"median": statistics.median(times), "max": max(times), "n": n}
 
 
+def _cpu_s(hosts: list[subprocess.Popen]) -> float:
+    """CPU seconds (user + system) the simulated hosts used so far."""
+    total = 0.0
+    for h in hosts:
+        try:
+            total += sum(psutil.Process(h.pid).cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
 def _web_status(url: str) -> None:
     import urllib.request
 
@@ -178,7 +201,7 @@ def _web_status(url: str) -> None:
 
 
 def _runtime(sup: Supervisor, name: str):
-    return next(rt for rt in sup.tasks if rt.task.name == name)
+    return sup._by_name[name]  # a dict look-up: this thread's polls share the orchestrator's interpreter
 
 
 def _wait(cond, timeout_s: float) -> bool:
@@ -225,6 +248,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             out["all_running_s"] = time.monotonic() - t0
             time.sleep(heartbeat_timeout_s + 1)  # steady state
             cpu0, beats0, w0, n0 = sum(me.cpu_times()[:2]), store.total, time.monotonic(), len(ticks)
+            host_cpu0 = _cpu_s(hosts)
             for _ in range(kills):
                 rt = _runtime(sup, REAL)
                 # the lambda is called within this iteration, so the loop variable cannot go stale
@@ -249,6 +273,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
                     out["hang_detect_s"].append(sup.failures[before].at - at)
             span = time.monotonic() - w0
             out["cpu_percent"] = 100 * (sum(me.cpu_times()[:2]) - cpu0) / span
+            out["hosts_cpu_percent"] = 100 * (_cpu_s(hosts) - host_cpu0) / span  # the simulators, same cores
             out["heartbeats_per_s"] = (store.total - beats0) / span
             work = ticks[n0:]
             out["tick_ms"] = {"median": 1000 * statistics.median(work),
@@ -257,16 +282,18 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             rss = me.memory_info().rss
             out["rss_mb"] = rss / 2**20
             out["rss_per_task_kb"] = (rss - rss_before) / len(sup.tasks) / 1024
-            client = EndpointClient(server.address, token, timeout_s=30.0)
-            status = client.status()
-            out["status_tasks"] = len(status.get("tasks", []))
+            # asked from another process, as `status` and a browser ask: parsing 7 MB of JSON here
+            # would hold this interpreter's GIL, which the orchestrator's threads share
+            url = f"{web.url.split('?')[0].rstrip('/')}/api/status?token={web_token}"
+            asked = subprocess.run([PY, "-m", "bench.scale", "--ask", server.address, token, url], cwd=REPO,
+                                   env=base_env(), capture_output=True, text=True, timeout=300)
+            out.update(json.loads(asked.stdout.strip().splitlines()[-1]))
             out["status_bytes"] = len(recorder.status_json())
-            out["status_ms"] = _latency_ms(client.status, 5)  # GetStatus over gRPC, as `status` asks it
-            out["web_ms"] = _latency_ms(lambda: _web_status(f"{web.url.split('?')[0].rstrip('/')}/api/status?"
-                                                            f"token={web_token}"), 5)
+            out["false_hangs"] = len(sup.failures) - kills - hangs  # failures nobody caused
         except Exception as exc:  # noqa: BLE001
             out["errors"].append(repr(exc))
         finally:
+            out["failures"] = [f.headline()[:200] for f in sup.failures]
             sup.request_stop("benchmark done")
 
     threading.Thread(target=faults, daemon=True).start()
@@ -275,7 +302,9 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             prof = cProfile.Profile()
             prof.runcall(sup.run)
             text = io.StringIO()
-            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
+            stats = pstats.Stats(prof, stream=text)
+            stats.sort_stats("cumulative").print_stats(30)
+            stats.sort_stats("tottime").print_stats(30)
             Path(profile).write_text(text.getvalue())
         else:
             sup.run()
@@ -293,7 +322,20 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
     return out
 
 
+def ask(address: str, token: str, url: str) -> dict:
+    """What a `status` client and the web page see: GetStatus and ``/api/status`` latency, 5 each."""
+    client = EndpointClient(address, token, timeout_s=30.0)
+    status = client.status()
+    return {"status_tasks": len(status.get("tasks", [])),
+            "status_key_bytes": dict(sorted(((k, len(json.dumps(v))) for k, v in status.items()),
+                                            key=lambda kv: -kv[1])[:4]),
+            "status_ms": _latency_ms(client.status, 5), "web_ms": _latency_ms(lambda: _web_status(url), 5)}
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--ask"]:
+        print(json.dumps(ask(*sys.argv[2:5])))
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--kills", type=int, default=3)

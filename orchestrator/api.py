@@ -24,6 +24,7 @@ from orchestrator.backends import get_backend
 from orchestrator.backends.base import Backend, Capability
 from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of a job
     SPARE_PROBE,
+    check_environment,
     check_job,
     check_run_id,
     check_runs_dir,
@@ -90,8 +91,12 @@ class Job:
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,
               health_address: str, token: str, faults: Sequence[Fault], commands: Mapping[str, Sequence[str]] | None,
               dry_run: bool, placement: Placement) -> Plan:
-    """The one path from spec, backend and addresses to a plan, for a launch and for a dry run."""
-    return make_plan(
+    """The one path from spec, backend and addresses to a plan, for a launch and for a dry run.
+
+    Raises:
+        SpecError: a task's variable past the kernel's limit (:func:`orchestrator.checks.check_environment`).
+    """
+    plan = make_plan(
         spec,
         addresses,
         run_id=run_id,
@@ -106,6 +111,8 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
         cpus=(plan_cpus(spec) if engine.supports(Capability.HOST_CPUS)
               else node_cpus_plan(spec, os.environ) if engine.supports(Capability.REMOTE) else None),
     )
+    check_environment(plan)
+    return plan
 
 
 def place_gpus(spec: JobSpec, engine: Backend[Any]) -> Placement:

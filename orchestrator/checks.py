@@ -15,6 +15,7 @@ from orchestrator.backends import backend_class
 from orchestrator.backends.base import Capability
 from orchestrator.backends.local import check_memory
 from orchestrator.errors import SpecError
+from orchestrator.plan import Plan
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.spec.model import JobSpec
@@ -117,3 +118,33 @@ def check_spare_program(commands: Mapping[str, Sequence[str]], spares: int, back
                         f"run the program with the orchestrator's Python: -- {sys.executable} "
                         f"{' '.join(argv[1:3] if argv[1] == '-m' else argv[1:2])} ..., "
                         "or drop --spares")
+
+
+ENV_STRING_MAX_BYTES = 32 * 4096
+"""Linux's limit on one environment string, ``NAME=value`` and its NUL (``MAX_ARG_STRLEN``,
+32 pages): ``execve`` of a process given a longer one fails with E2BIG, in a container or a
+Slurm step alike."""
+
+
+def check_environment(plan: Plan) -> None:
+    """Every task's variables fit the kernel's limit on one environment string
+    (:data:`ENV_STRING_MAX_BYTES`). TF_CONFIG grows with the cluster: ~18 bytes per task at
+    ``127.0.0.1:port`` addresses, so past ~7,000 tasks no task of the job could be started
+    (TensorFlow reads TF_CONFIG from the environment only). O(task types), not O(tasks).
+
+    Raises:
+        SpecError: naming the variable, its size, the limit and the fix.
+    """
+    last = {tp.task.task_type: tp for tp in plan.tasks}  # the longest index of each type
+    for tp in last.values():
+        for name in tp.env:
+            size = len(name) + 1 + len(tp.env[name].encode()) + 1
+            if size <= ENV_STRING_MAX_BYTES:
+                continue
+            tasks = len(plan.tasks)
+            fits = int(tasks * (ENV_STRING_MAX_BYTES - 100) / size)
+            raise SpecError("workers", plan.spec.workers,
+                            f"the {name} of this {tasks}-task job is {size} bytes, past Linux's limit of "
+                            f"{ENV_STRING_MAX_BYTES} bytes on one environment variable (MAX_ARG_STRLEN: no task "
+                            "could start, execve fails with E2BIG)",
+                            f"split it into jobs of at most ~{fits} tasks (or use shorter host names)")

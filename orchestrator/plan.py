@@ -29,7 +29,7 @@ from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.program import python_program
-from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
+from orchestrator.spec.tfconfig import ClusterConfig
 from orchestrator.taskenv import common_env
 from orchestrator.taskenv import task_env as build_task_env
 
@@ -311,6 +311,7 @@ def make_plan(
                         training_json=None if commands else training,  # the built-in program's options only
                         threads=threads, orchestrator_pid=orchestrator_pid)
     tasks = []
+    config = ClusterConfig(addresses)  # the cluster once, not once per task (O(tasks^2))
     for task in spec.tasks():
         module = "ps" if task.task_type == "ps" else "worker"
         user_program = (commands or {}).get(task.task_type)
@@ -320,7 +321,7 @@ def make_plan(
         else:
             argv = (python, "-m", module)
         mine = [f for f in faults if f.task == task]
-        task_env = build_task_env(common, tf_config=tf_config_json(addresses, task), task=task.name,
+        task_env = build_task_env(common, cluster=(config, task), task=task.name,
                                   gpus={**placement.env(task), **(cpus.env(task) if cpus else {})},
                                   faults=encode_faults(mine) if mine else None)
         tasks.append(
@@ -329,7 +330,7 @@ def make_plan(
                 address=addresses[task],
                 argv=argv,
                 env=task_env,
-                tf_config=tf_config(addresses, task),
+                tf_config=config.tf_config(task),
                 serves_forever=spec.serves_forever(task),
                 reports_heartbeats=not user_program,
                 module="" if user_program else module,
@@ -341,7 +342,7 @@ def make_plan(
         run_dir=run_dir,
         spec=spec,
         tasks=tuple(tasks),
-        cluster=cluster_spec(addresses),
+        cluster=config.cluster,
         threads_per_task=threads,
         health_address=health_address,
         token=token,

@@ -9,12 +9,13 @@ between them is a parameter here, never a second copy of the list.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from orchestrator import env
 from orchestrator.rundir import RunDir
-from orchestrator.spec.model import JobSpec, Strategy
+from orchestrator.spec.model import JobSpec, Strategy, TaskId
+from orchestrator.spec.tfconfig import ClusterConfig
 
 
 def common_env(
@@ -69,13 +70,48 @@ def common_env(
     return out
 
 
+class TaskEnv(Mapping[str, str]):
+    """One task's variables with its ``TF_CONFIG`` made when read (from the job's
+    :class:`~orchestrator.spec.tfconfig.ClusterConfig`): a plan of N tasks then holds the
+    cluster's text once, not N times (each task's is O(N): ~170 KB at 10,000 tasks).
+
+    Args:
+        own: every other variable.
+        config: the job's cluster.
+        task: whose ``TF_CONFIG`` it is.
+    """
+
+    __slots__ = ("_own", "_config", "_task")
+
+    def __init__(self, own: dict[str, str], config: ClusterConfig, task: TaskId) -> None:
+        self._own, self._config, self._task = own, config, task
+
+    def __getitem__(self, key: str) -> str:
+        if key == "TF_CONFIG":
+            return self._config.text(self._task)
+        return self._own[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key == "TF_CONFIG" or key in self._own
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._own
+        yield "TF_CONFIG"
+
+    def __len__(self) -> int:
+        return len(self._own) + 1
+
+
 def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: Mapping[str, str] | None = None,
-             faults: str | None = None, task: str | None = None) -> dict[str, str]:
+             faults: str | None = None, task: str | None = None,
+             cluster: tuple[ClusterConfig, TaskId] | None = None) -> Mapping[str, str]:
     """One task's variables: the job's ``common`` ones plus its own.
 
     Args:
         common: :func:`common_env`.
         tf_config: its TF_CONFIG (JSON); None where the task computes its own (JobSet pods).
+        cluster: the job's cluster and the task, for a ``TF_CONFIG`` made when read
+            (:class:`TaskEnv`) instead of ``tf_config``.
         gpus: its device variables (:meth:`orchestrator.placement.Placement.env`:
             ``CUDA_VISIBLE_DEVICES``, ``TF_FORCE_GPU_ALLOW_GROWTH``).
         faults: its injected faults (``ORCH_FAULTS``, JSON), if any.
@@ -91,4 +127,6 @@ def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: M
     out.update(gpus or {})
     if faults:
         out[FAULTS_ENV] = faults
+    if cluster is not None:
+        return TaskEnv(out, *cluster)
     return out

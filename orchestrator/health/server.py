@@ -74,7 +74,8 @@ class HeartbeatStore:
         self.total = 0
 
     def record(self, heartbeat: pb.Heartbeat) -> None:
-        """Store ``heartbeat`` as the latest of its task attempt."""
+        """Store ``heartbeat`` as the latest of its task attempt (a new record: one handed out
+        by :meth:`drain` or :meth:`get` is never changed afterwards)."""
         t = heartbeat.task
         raw = (t.task_type, t.task_index, t.attempt)
         now = self._clock()
@@ -82,13 +83,11 @@ class HeartbeatStore:
             self.total += 1
             entry = self._records.get(raw)
             if entry is None:
-                entry = self._records[raw] = (self._key(raw), HeartbeatRecord(heartbeat, now, now, 1))
+                entry = (self._key(raw), HeartbeatRecord(heartbeat, now, now, 1))
             else:
                 rec = entry[1]
-                rec.heartbeat = heartbeat
-                rec.received_at = now
-                rec.count += 1
-            self._changed[raw] = entry
+                entry = (entry[0], HeartbeatRecord(heartbeat, now, rec.first_received_at, rec.count + 1))
+            self._records[raw] = self._changed[raw] = entry
 
     def _key(self, raw: tuple[str, int, int]) -> tuple[TaskId, int]:
         task = self._task_ids.get(raw[:2])
@@ -97,21 +96,18 @@ class HeartbeatStore:
         return task, raw[2]
 
     def drain(self) -> dict[tuple[TaskId, int], HeartbeatRecord]:
-        """The latest record (a copy) of every task attempt that sent a heartbeat since the
-        last drain, keyed by (task, attempt): what changed, so a reader's work is O(changes)."""
+        """The latest record of every task attempt that sent a heartbeat since the last drain,
+        keyed by (task, attempt): what changed, so a reader's work is O(changes). The records
+        are the store's own, never changed after (no copy: 10,000 tasks send 10,000 a second)."""
         with self._lock:
             changed, self._changed = self._changed, {}
-            return {key: HeartbeatRecord(r.heartbeat, r.received_at, r.first_received_at, r.count)
-                    for key, r in changed.values()}
+        return dict(changed.values())
 
     def get(self, task: TaskId, attempt: int) -> HeartbeatRecord | None:
-        """The latest record of one attempt (a copy), or None before its first heartbeat."""
+        """The latest record of one attempt (never changed after), or None before its first heartbeat."""
         with self._lock:
             entry = self._records.get((task.task_type, task.task_index, attempt))
-            if entry is None:
-                return None
-            rec = entry[1]
-            return HeartbeatRecord(rec.heartbeat, rec.received_at, rec.first_received_at, rec.count)
+        return None if entry is None else entry[1]
 
 
 class _TokenInterceptor(grpc.aio.ServerInterceptor):
@@ -197,7 +193,11 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
     async def GetStatus(self, request, context):  # noqa: N802 - gRPC name
         if self._status is None:
             return pb.StatusReply(status_json="{}")
-        return pb.StatusReply(status_json=self._status(request.history, request.history_since))
+        # on a worker thread: the status of 10,000 tasks takes a fraction of a second to build,
+        # and the event loop must go on taking their heartbeats meanwhile
+        text = await asyncio.get_running_loop().run_in_executor(None, self._status, request.history,
+                                                                request.history_since)
+        return pb.StatusReply(status_json=text)
 
     async def StopJob(self, request, context):  # noqa: N802 - gRPC name
         if self._stop is None:
@@ -218,7 +218,7 @@ class HealthServer:
         port: 0 for any free port.
         register: called by ``RegisterAddress`` with (task, attempt, host, port, wait_s) on a
             worker thread; default: every registration refused.
-        status: answers ``GetStatus`` (JSON text); runs on the server thread: keep it quick.
+        status: answers ``GetStatus`` (JSON text); runs on a worker thread (thread-safe).
         stop: answers ``StopJob``; must only request the stop (it runs on the server thread).
     """
 

@@ -41,13 +41,16 @@ def status_dict(snapshot: JobSnapshot) -> dict[str, Any]:
     out["elapsed_s"] = round(snapshot.elapsed_s, 3)
     out["global_batch_size"] = snapshot.plan.spec.global_batch_size if snapshot.plan.user_program is None else None
     out["updated_at"] = time.time()
-    out["tasks"] = [task_dict(t) for t in snapshot.tasks]
+    out["tasks"] = [_live_fields(task, t) for task, t in zip(out["tasks"], snapshot.tasks)]  # each built once
     return out
 
 
 def task_dict(t: TaskSnapshot) -> dict[str, Any]:
     """One task of :func:`status_dict`: its ``summary.json`` entry plus live fields."""
-    task = summary_task_dict(t)
+    return _live_fields(summary_task_dict(t), t)
+
+
+def _live_fields(task: dict[str, Any], t: TaskSnapshot) -> dict[str, Any]:
     task["name"] = t.name
     task["task_type"] = t.task.task_type
     task["task_index"] = t.task.task_index

@@ -42,6 +42,13 @@ def checked_tasks(spec: JobSpec) -> set[TaskId]:
     return set(spec.trainers()) | {spec.coordinator} if spec.strategy in CHECKED else set()
 
 
+def is_checked(spec: JobSpec, task: TaskId) -> bool:
+    """``task in checked_tasks(spec)`` in O(1) (a status of 10,000 tasks asks it of each)."""
+    if spec.strategy not in CHECKED:
+        return False
+    return task == spec.coordinator or (task.task_type in ("chief", "worker") and not spec.serves_forever(task))
+
+
 def mismatch(spec: JobSpec, task: TaskId, metrics: Mapping[str, float]) -> str | None:
     """What ``task`` formed, in words, when it is not the planned cluster; None when it is, or
     when the task reported nothing to compare (``metrics``: its heartbeat metrics).
@@ -49,7 +56,7 @@ def mismatch(spec: JobSpec, task: TaskId, metrics: Mapping[str, float]) -> str |
     Returns:
         e.g. ``worker-0 formed replicas_in_sync 1 and a cluster of 1 worker(s), 2 planned``.
     """
-    if task not in checked_tasks(spec):
+    if not is_checked(spec, task):
         return None
     replicas, workers = metrics.get(REPLICAS_IN_SYNC), metrics.get(CLUSTER_WORKERS)
     planned = planned_workers(spec)
@@ -93,7 +100,7 @@ def summary_field(spec: JobSpec, reports: Iterable[tuple[TaskId, Mapping[str, fl
     reported it formed, the mismatches, and whether they were allowed."""
     reports = list(reports)
     formed = {task.name: {k: int(metrics[k]) for k in (REPLICAS_IN_SYNC, CLUSTER_WORKERS) if k in metrics}
-              for task, metrics in reports if task in checked_tasks(spec)}
+              for task, metrics in reports if is_checked(spec, task)}
     return {
         "checked": spec.strategy in CHECKED,
         "planned_workers": planned_workers(spec),

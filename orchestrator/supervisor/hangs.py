@@ -39,9 +39,13 @@ class HangChecks:
         self._version: dict[str, int] = {}
         self._limit = 4 * tasks + 64
 
-    def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec) -> None:
-        """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says."""
-        when = decisions.next_check_at(watch(rt), policy) if rt.current.started_at is not None else None
+    def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec, known: TaskWatch | None = None) -> None:
+        """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says
+        (``known``: :func:`watch` of ``rt`` as it is now, when the caller has it)."""
+        if rt.current.started_at is None:
+            when = None
+        else:
+            when = decisions.next_check_at(known if known is not None else watch(rt), policy)
         if rt.current.finished_at is not None:  # and its exit grace (exitrules.exit_overdue)
             due = rt.current.finished_at + policy.exit_grace_s
             when = due if when is None else min(when, due)

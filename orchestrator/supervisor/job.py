@@ -1,10 +1,11 @@
 """The supervision loop: the only place that acts (starts, signals, stops, restarts, ends the job).
 
 Read it top to bottom as the loop: :meth:`Supervisor.run` starts every task, then ticks until
-the job is over; each :meth:`Supervisor.tick` looks at stop requests, exits, heartbeats and
-hangs, decides on the failures it saw, and starts the restarts that are due. What to do is
-decided by the pure functions of :mod:`~orchestrator.supervisor.decisions`; what explains a
-failure comes from :mod:`~orchestrator.supervisor.forensics`; recoveries are kept by
+the job is over; each :meth:`Supervisor.tick` looks at stop requests, exits, heartbeats
+(:mod:`~orchestrator.supervisor.beats`) and hangs, decides on the failures it saw, and starts
+the restarts that are due. What to do is decided by the pure functions of
+:mod:`~orchestrator.supervisor.decisions`; what explains a failure comes from
+:mod:`~orchestrator.supervisor.forensics`; recoveries are kept by
 :mod:`~orchestrator.supervisor.recovery`, hang checks by :mod:`~orchestrator.supervisor.hangs`,
 spares planned by :mod:`~orchestrator.supervisor.spares`, a job preemption by
 :mod:`~orchestrator.supervisor.preemption`, the lives of a resumable run by
@@ -27,25 +28,24 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.backends.base import Backend, LaunchRequest
-from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
+from orchestrator.health.server import HeartbeatStore
 from orchestrator.plan import Plan, attempt_env
-from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import decisions, exitrules, forensics
-from orchestrator.supervisor.decisions import RestartScope
+from orchestrator.supervisor.beats import HeartbeatHandling
 from orchestrator.supervisor.ending import EndHandling
 from orchestrator.supervisor.exits import ExitWatch
 from orchestrator.supervisor.failures import FailureHandling
 from orchestrator.supervisor.formed import FormedCheck
-from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.hangs import HangChecks, watch
 from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.options import LoopOptions
+from orchestrator.supervisor.pictures import Pictures
 from orchestrator.supervisor.preemption import Preemption
-from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
+from orchestrator.supervisor.recovery import RecoveryBook
 from orchestrator.supervisor.rehearsal import Rehearsal, checked_success
-from orchestrator.supervisor.snapshot import JobSnapshot, NullView, View, phase_name, task_snapshot
+from orchestrator.supervisor.snapshot import JobSnapshot, NullView, TaskSnapshot, View, phase_name, task_snapshot
 from orchestrator.supervisor.spares import spare_request
 from orchestrator.supervisor.states import (
     EXIT_FAILED,
@@ -63,11 +63,12 @@ from orchestrator.supervisor.states import (
 log = logging.getLogger(__name__)
 
 VIEW_TASKS_PER_S = 4000
-"""Most task pictures the loop builds per second for the view (``status``, the page): a job of
-more than ``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often."""
+"""Most task pictures the loop builds per second (``tick_s`` of them a tick) for the view
+(``status``, the page; :mod:`~orchestrator.supervisor.pictures`): a job of more than
+``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often, and no tick stalls."""
 
 
-class Supervisor(FailureHandling, EndHandling):
+class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
     """Starts the planned tasks, watches them, restarts what the strategy can recover, ends the job.
 
     Args:
@@ -134,13 +135,14 @@ class Supervisor(FailureHandling, EndHandling):
         self._next_view_at = 0.0
         self._spares_at: float | None = None  # when the spares start (decisions.spares_start_at); None: not yet
         self._cold_start_s: float | None = None  # the first attempt's start -> first step
-        coordinator = self._by_task.get(plan.spec.coordinator)
+        self._coordinator = coordinator = self._by_task.get(plan.spec.coordinator)
         # PSS with the built-in coordinator: it says when a restarted worker is back in its
         # rotation; that, not the worker's server being up again, ends the worker's recovery
         self._rotation_reported = (plan.spec.strategy is Strategy.PARAMETER_SERVER and coordinator is not None
                                    and coordinator.plan.reports_heartbeats)
         self._spares = spare_request(plan)
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
+        self._pictures = Pictures(self.tasks, int(VIEW_TASKS_PER_S * o.tick_s), task_snapshot)
 
     # -- control from outside ------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -240,10 +242,12 @@ class Supervisor(FailureHandling, EndHandling):
         over = not self._restart_at and all(rt.current.state.terminal for rt in self.tasks
                                             if rt.current.process is not None)
         interval = getattr(self.view, "interval_s", self.options.view_interval_s)
-        if not over and interval is not None and now >= self._next_view_at:
-            # a snapshot is O(tasks): at most VIEW_TASKS_PER_S task pictures a second (10,000 tasks: every 2.5 s)
-            self._next_view_at = now + max(self.options.view_interval_s, interval, len(self.tasks) / VIEW_TASKS_PER_S)
-            self.view.update(self.snapshot())
+        if not over and interval is not None and (self._pictures.in_round or now >= self._next_view_at):
+            if not self._pictures.in_round:
+                self._next_view_at = now + max(self.options.view_interval_s, interval)
+            pictured = self._pictures.advance(now)  # O(tasks) in slices: at most VIEW_TASKS_PER_S a second
+            if pictured is not None:
+                self.view.update(self._snapshot_of(pictured, now))
         return over
 
     def finish(self) -> JobSnapshot:
@@ -267,12 +271,15 @@ class Supervisor(FailureHandling, EndHandling):
     def snapshot(self) -> JobSnapshot:
         """An immutable picture of the job now (see :mod:`orchestrator.supervisor.snapshot`)."""
         now = self.clock()
+        return self._snapshot_of(tuple(task_snapshot(rt, now) for rt in self.tasks), now)
+
+    def _snapshot_of(self, tasks: tuple[TaskSnapshot, ...], now: float) -> JobSnapshot:
         end = self.ended_at if self.ended_at is not None else now
         return JobSnapshot(
             plan=self.plan, state=self.state, reason=self.reason,
             exit_code=self._exit_code if self.ended_at is not None else None,
             elapsed_s=end - self.started_at, started_wall=self.started_wall, ended=self.ended_at is not None,
-            restarts_used=self.restarts_used, tasks=tuple(task_snapshot(rt, now) for rt in self.tasks),
+            restarts_used=self.restarts_used, tasks=tasks,
             failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
             spares=tuple(self.backend.spares()), lives=self.lives.lives(),
             earlier_failures=self.carried.failures, warnings=tuple(self.warnings),
@@ -341,61 +348,6 @@ class Supervisor(FailureHandling, EndHandling):
         for i in decisions.exit_order([code for _, code in exited]):
             self._on_exit(exited[i][0], exited[i][1], now)
 
-    def _take_heartbeats(self, now: float) -> None:
-        """Heartbeats that arrived since the last look (O(changes)); backend samples, once a
-        second, of the tasks that send none (a user's program that never reported)."""
-        for (task, attempt), record in self.store.drain().items():
-            rt = self._by_task.get(task)
-            if rt is not None and rt.current.number == attempt and rt.current.process is not None:
-                self._on_heartbeat(rt, record)
-                self._checks.reschedule(rt, self.policy)
-        for rt in self._silent:
-            a = rt.current
-            if a.process is not None and a.heartbeat is None and not a.state.terminal and (
-                    a.sampled_at is None or now - a.sampled_at >= 1.0):
-                a.took_sample(self.backend.sample(a.process), now)
-                rt.saw_gpus(a.sample.gpus if a.sample else ())
-        if self.state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING for rt in self.tasks):
-            self._set_state(JobState.RUNNING)
-
-    def _on_heartbeat(self, rt: TaskRuntime, record: HeartbeatRecord) -> None:
-        a, hb = rt.current, record.heartbeat
-        previous = a.heartbeat.heartbeat if a.heartbeat else None
-        a.heartbeat = record
-        a.peak_rss_bytes = max(a.peak_rss_bytes or 0, hb.rss_bytes)
-        rt.saw_gpus(usages_of(hb))
-        if previous is None or previous.phase != hb.phase:
-            a.progress_at = record.received_at
-        resumed = hb.metrics.get("resumed_from_step")
-        note: dict[str, Any] = {"doing": "training" if hb.phase == pb.PHASE_TRAINING else "serving",
-                                "resumed_from_step": int(resumed) if resumed is not None else None,
-                                "coordinator": self.plan.spec.coordinator.name}
-        if rt.task == self.plan.spec.coordinator and self.lives.coordinator_beat(
-                hb.step if hb.HasField("step") else None, note["resumed_from_step"], record.received_at,
-                hb.metrics.get("global_batch_size")):
-            self._persist()  # a SIGKILLed orchestrator's resume knows how far training got
-        self._event(*self.lives.take_warnings(), *self._formed.beat(rt.task, a.number, hb.metrics))
-        if hb.HasField("step") and hb.step != a.last_step:
-            if hb.step > 0 and self.book.all_resumed and self._spares_at is None:
-                # spares start (again) only once training has run as long as a start takes
-                if self._cold_start_s is None:
-                    self._cold_start_s = record.received_at - (a.started_at or record.received_at)
-                self._spares_at = decisions.spares_start_at(record.received_at, self._cold_start_s)
-            a.last_step, a.progress_at = hb.step, record.received_at
-            self._event(*self.book.note(rt.task.name, record.received_at, RestartScope.GROUP, **note))
-        if hb.phase in (pb.PHASE_SERVING, pb.PHASE_TRAINING):
-            self._event(*self.book.note(rt.task.name, record.received_at, RestartScope.TASK, **note))
-        if self._rotation_reported and rt.task == self.plan.spec.coordinator:
-            for name in rejoined_workers(previous.metrics if previous is not None else {}, hb.metrics):
-                if name in self._by_name:
-                    self._event(*self.book.note(name, record.received_at, RestartScope.TASK, rejoined=True,
-                                                doing="", resumed_from_step=None, coordinator=note["coordinator"]))
-        if a.state is TaskState.STARTING:
-            a.state, a.running_at = TaskState.RUNNING, record.first_received_at
-        if a.finished_at is None and not rt.plan.serves_forever and exitrules.finished(phase_name(hb.phase),
-                                                                                     hb.exiting):
-            a.finished_at = record.received_at  # its exit grace runs from here
-
     def _check_hangs(self, now: float) -> None:
         """Hang checks of the tasks whose check deadline has passed; the one furthest behind is
         killed first (its peers are blocked in a collective with it)."""
@@ -409,11 +361,12 @@ class Supervisor(FailureHandling, EndHandling):
             if stuck := exitrules.exit_overdue(rt.current.finished_at, now, self.policy):
                 self._stuck_in_exit(rt, now, stuck)
                 continue
-            why = decisions.hang_reason(watch(rt), now, self.policy)
+            seen = watch(rt)
+            why = decisions.hang_reason(seen, now, self.policy)
             if why:
                 hung.append((rt, why))
             else:
-                self._checks.reschedule(rt, self.policy)
+                self._checks.reschedule(rt, self.policy, seen)
         for i in decisions.culprit_order([rt.current.last_step for rt, _ in hung]):
             rt, why = hung[i]
             if not rt.current.state.terminal:

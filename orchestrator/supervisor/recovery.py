@@ -86,15 +86,31 @@ class RecoveryBook:
 
     def __init__(self) -> None:
         self.recoveries: list[Recovery] = []
+        self._waiting = 0  # decisions not resumed yet
+        self._waiting_for: dict[str, int] = {}  # task name -> decisions not resumed yet that restart it
 
     def open(self, recovery: Recovery) -> None:
         """A new restart decision."""
         self.recoveries.append(recovery)
+        if recovery.resumed_at is None:
+            self._waiting += 1
+            for name in recovery.tasks:
+                self._waiting_for[name] = self._waiting_for.get(name, 0) + 1
+
+    @property
+    def waiting(self) -> bool:
+        """Some restart is waiting to be carried out or to recover (O(1): asked per heartbeat)."""
+        return self._waiting > 0
+
+    def waits_for(self, task: str) -> bool:
+        """A restart of ``task`` is waiting to be carried out or to recover (O(1)): only then can
+        its heartbeat complete one (:meth:`note`)."""
+        return task in self._waiting_for
 
     @property
     def all_resumed(self) -> bool:
         """No restart is waiting to be carried out or to recover."""
-        return all(r.resumed_at is not None for r in self.recoveries)
+        return not self.waiting
 
     def restarted(self, now: float) -> None:
         """The new attempts of every pending decision started at ``now``."""
@@ -114,6 +130,12 @@ class RecoveryBook:
                 recovery.resumed_at = at
                 recovery.resumed_from_step = resumed_from_step
                 done.append(recovery)
+        self._waiting -= len(done)
+        for recovery in done:
+            for name in recovery.tasks:
+                left = self._waiting_for.pop(name, 0) - 1
+                if left > 0:
+                    self._waiting_for[name] = left
         return done
 
     def note(self, task: str, at: float, scope: RestartScope, *, doing: str, resumed_from_step: int | None,

@@ -24,7 +24,11 @@ from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskS
 
 def phase_name(phase: int) -> str:
     """``training`` for ``PHASE_TRAINING``."""
-    return str(pb.Phase.Name(phase)).removeprefix("PHASE_").lower()
+    name = _PHASE_NAMES.get(phase)
+    return name if name is not None else str(pb.Phase.Name(phase)).removeprefix("PHASE_").lower()
+
+
+_PHASE_NAMES = {value: str(pb.Phase.Name(value)).removeprefix("PHASE_").lower() for value in pb.Phase.values()}
 
 
 @dataclass(frozen=True)
@@ -237,9 +241,9 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
         epoch=hb.epoch if hb.HasField("epoch") else None,
         loss=hb.loss if hb.HasField("loss") else None,
         examples_per_second=hb.examples_per_second if hb.HasField("examples_per_second") else None,
-        metrics=dict(hb.metrics),
+        metrics=dict(hb.metrics.items()) if hb.metrics else {},
         message=hb.message,
-        gpus=usages_of(hb),
+        gpus=usages_of(hb) if hb.gpus else (),
     )
 
 
@@ -260,14 +264,14 @@ def task_snapshot(rt: TaskRuntime, now: float) -> TaskSnapshot:
         heartbeat=last_heartbeat(rt, now),
         cpu_percent=a.sample.cpu_percent if a.sample else None,
         rss_bytes=a.sample.rss_bytes if a.sample else None,
-        history=tuple(dict(h) for h in rt.history),
+        history=tuple(dict(h) for h in rt.history) if rt.history else (),
         reports_heartbeats=rt.plan.reports_heartbeats,
         serves_forever=rt.plan.serves_forever,
         gpu_count=rt.plan.gpus.count,
         gpu_devices=tuple(g.uuid for g in rt.plan.gpus.devices),
         gpu_sample=a.sample.gpus if a.sample else (),
         peak_gpu_memory_bytes=rt.peak_gpu_memory_bytes,
-        left_behind=tuple(dict(e) for e in rt.left_behind),
+        left_behind=tuple(dict(e) for e in rt.left_behind) if rt.left_behind else (),
     )
 
 

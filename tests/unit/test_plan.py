@@ -110,3 +110,37 @@ def test_the_digits_count_matches_the_task_programs_split():
     from worker.data import load_digits_split
 
     assert all(len(load_digits_split(seed)[0]) == DIGITS_TRAIN_EXAMPLES for seed in (0, 1))
+
+
+def test_tf_config_made_from_the_shared_cluster_is_the_one_rendered_alone():
+    from orchestrator.spec.tfconfig import ClusterConfig, tf_config, tf_config_json
+
+    spec = JobSpec.create(strategy="parameter_server", workers=3, ps=2, evaluator=1)
+    addresses = {t: f"10.0.0.{i}:2222" for i, t in enumerate(spec.tasks())}
+    config = ClusterConfig(addresses)
+    plan = make_plan(spec, addresses, run_id="r", run_dir=Path("/tmp/r"), health_address="127.0.0.1:1", token="t")
+    for task in spec.tasks():
+        assert config.text(task) == tf_config_json(addresses, task)
+        assert config.tf_config(task) == tf_config(addresses, task)
+        env_ = plan.task_plan(task).env
+        assert env_["TF_CONFIG"] == tf_config_json(addresses, task) and "TF_CONFIG" in env_
+        assert dict(env_)["TF_CONFIG"] == env_["TF_CONFIG"] and len(dict(env_)) == len(env_)
+
+
+def test_a_tf_config_past_the_kernels_limit_on_one_environment_string_is_refused_at_plan_time():
+    """10,000 tasks' TF_CONFIG is ~170 KB, past MAX_ARG_STRLEN (128 KiB): execve would fail with E2BIG."""
+    from orchestrator.checks import ENV_STRING_MAX_BYTES, check_environment
+
+    def plan_of(workers: int):
+        spec = JobSpec.create(strategy="parameter_server", workers=workers, ps=1)
+        addresses = {t: f"127.0.0.1:{20000 + i}" for i, t in enumerate(spec.tasks())}
+        return make_plan(spec, addresses, run_id="r", run_dir=Path("/tmp/r"), health_address="127.0.0.1:1", token="t")
+
+    check_environment(plan_of(5000))  # ~90 KB: fits
+    big = plan_of(10000)
+    assert len(big.task_plan(TaskId("worker", 9999)).env["TF_CONFIG"]) > ENV_STRING_MAX_BYTES
+    with pytest.raises(SpecError) as err:
+        check_environment(big)
+    text = str(err.value)
+    assert text.startswith("workers=10000: the TF_CONFIG of this 10002-task job is ") and "MAX_ARG_STRLEN" in text
+    assert "E2BIG" in text and "split it into jobs of at most ~" in text

@@ -1,0 +1,52 @@
+"""The view's snapshots of a large job, built a slice per tick so that the loop never stalls.
+
+A snapshot is O(tasks): 10,000 task pictures take ~0.2 s of the loop's thread, long enough to
+see a SIGKILL late. So the loop builds at most ``per_tick`` task pictures per tick, round after
+round in plan order, and hands the view a :class:`~orchestrator.supervisor.snapshot.JobSnapshot`
+each time a round is complete (the job-level fields as of that tick). A job of at most
+``per_tick`` tasks is pictured whole in one tick, as before; ``status`` and the page of a job of
+N tasks are at most about ``N / per_tick`` ticks old. The final snapshot is always whole
+(:meth:`~orchestrator.supervisor.job.Supervisor.snapshot`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from orchestrator.supervisor.snapshot import TaskSnapshot
+from orchestrator.supervisor.states import TaskRuntime
+
+
+class Pictures:
+    """Rounds of task pictures, ``per_tick`` at a time.
+
+    Args:
+        tasks: every task, in plan order.
+        per_tick: most pictures one :meth:`advance` builds (at least 1).
+        picture: ``(task, now) -> TaskSnapshot``
+            (:func:`~orchestrator.supervisor.snapshot.task_snapshot`).
+    """
+
+    def __init__(self, tasks: Sequence[TaskRuntime], per_tick: int,
+                 picture: Callable[[TaskRuntime, float], TaskSnapshot]) -> None:
+        self._tasks = tasks
+        self._per_tick = max(1, per_tick)
+        self._picture = picture
+        self._round: list[TaskSnapshot] = []
+
+    @property
+    def in_round(self) -> bool:
+        """A round is begun and not complete (the loop goes on with it at its next tick)."""
+        return bool(self._round)
+
+    def advance(self, now: float) -> tuple[TaskSnapshot, ...] | None:
+        """Picture the next ``per_tick`` tasks at ``now``; returns the whole round once its
+        last task is pictured (then the next call begins a new round), else None."""
+        start = len(self._round)
+        end = min(len(self._tasks), start + self._per_tick)
+        picture = self._picture
+        self._round.extend(picture(rt, now) for rt in self._tasks[start:end])
+        if end < len(self._tasks):
+            return None
+        done, self._round = tuple(self._round), []
+        return done
