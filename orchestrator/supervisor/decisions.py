@@ -53,12 +53,12 @@ from typing import AbstractSet, Sequence
 from orchestrator.env import PREEMPTED_EXIT_CODE
 from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy, SupervisionSpec
+from orchestrator.supervisor.hang_rules import POST_TRAINING_PHASES as POST_TRAINING_PHASES  # re-exported
+from orchestrator.supervisor.hang_rules import WORKING_PHASES as WORKING_PHASES
+from orchestrator.supervisor.hang_rules import TaskWatch as TaskWatch
+from orchestrator.supervisor.hang_rules import hang_reason as hang_reason
+from orchestrator.supervisor.hang_rules import next_check_at as next_check_at
 from orchestrator.supervisor.states import TaskState, describe_exit
-
-WORKING_PHASES = frozenset({"training", "serving", "evaluating", "saving", "finishing", "done"})
-"""Phases of a task past its start-up (heartbeat ``phase`` names, lower case)."""
-POST_TRAINING_PHASES = frozenset({"finishing", "evaluating", "saving", "done"})
-"""Phases a trainer reports once its training ended (``on_train_end``, ``training_finished()``)."""
 
 PEER_ERRORS = re.compile(
     r"Collective has timed out|DeadlineExceededError|UnavailableError|AbortedError|CancelledError"
@@ -248,90 +248,6 @@ def likely_culprit(candidates: Sequence[tuple[str, int | None, float | None]]) -
         return (-1 if c[1] is None else c[1], float("inf") if c[2] is None else c[2])
 
     return min(candidates, key=key)[0]
-
-
-@dataclass(frozen=True)
-class TaskWatch:
-    """What the hang checks need to know about one live task attempt.
-
-    Times are the orchestrator's monotonic seconds.
-
-    Attributes:
-        reports: the task reports heartbeats (the built-in programs always; a user's program
-            once it called ``report()`` / ``keras_callback()``).
-        started_at: when the attempt was started.
-        heartbeat_at: when its latest heartbeat arrived; None before the first.
-        phase: phase of that heartbeat (``training``, ``serving``, ...); None before it.
-        progress_at: when it last made progress (a new step, or a phase change).
-        step: its latest step, if any.
-        trains: a chief or worker (the evaluator's evaluating is its main work, not post-training).
-        exiting: its last heartbeat said its interpreter is exiting (a user's program's
-            ``atexit``): the heartbeats stop there, and only its exit is watched from then on.
-    """
-
-    reports: bool
-    started_at: float
-    heartbeat_at: float | None = None
-    phase: str | None = None
-    progress_at: float | None = None
-    step: int | None = None
-    trains: bool = True
-    exiting: bool = False
-
-
-def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
-    """Why a live task counts as hung at ``now``, or None.
-
-    Checked in this order: start-up (no working phase ``startup_timeout_s`` after start),
-    heartbeat (none for ``heartbeat_timeout_s``, past start-up only: while it is initializing,
-    importing TensorFlow holds the heartbeat thread off the GIL for seconds), stall (``training``
-    without a new step for ``stall_timeout_s``). A task that does not report is never hung: only
-    its exit is watched.
-    """
-    if not watch.reports and watch.heartbeat_at is None:
-        return None
-    if watch.phase == "done" or watch.exiting:  # it is on its way out: its heartbeats stop there
-        return None
-    s = supervision
-    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
-        since = now - watch.started_at
-        if since > s.startup_timeout_s:
-            return f"not training or serving {since:.1f} s after its start (startup timeout {s.startup_timeout_s:g} s)"
-    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
-        return None
-    silent = now - watch.heartbeat_at
-    if silent > s.heartbeat_timeout_s:
-        return f"no heartbeat for {silent:.1f} s (heartbeat timeout {s.heartbeat_timeout_s:g} s)"
-    if watch.phase == "training" and watch.progress_at is not None and now - watch.progress_at > s.stall_timeout_s:
-        step = watch.step if watch.step is not None else "-"
-        return (f"no training progress for {now - watch.progress_at:.1f} s at step {step} "
-                f"(stall timeout {s.stall_timeout_s:g} s)")
-    if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}
-            and watch.progress_at is not None and now - watch.progress_at > s.finish_timeout_s):
-        return (f"still {watch.phase} {now - watch.progress_at:.1f} s after training ended "
-                f"(finish timeout {s.finish_timeout_s:g} s)")
-    return None
-
-
-def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | None:
-    """The earliest time :func:`hang_reason` could first say the task is hung, given what is
-    known now (None: never, until something changes). Any time strictly after it may be hung;
-    no time at or before it is. The loop keeps these in a heap, so a tick checks only the
-    tasks whose deadline has passed (O(changes), not O(tasks))."""
-    if (not watch.reports and watch.heartbeat_at is None) or watch.phase == "done" or watch.exiting:
-        return None
-    s = supervision
-    times: list[float] = []
-    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
-        times.append(watch.started_at + s.startup_timeout_s)
-    if watch.heartbeat_at is not None and watch.phase in WORKING_PHASES:
-        times.append(watch.heartbeat_at + s.heartbeat_timeout_s)
-        if watch.phase == "training" and watch.progress_at is not None:
-            times.append(watch.progress_at + s.stall_timeout_s)
-        if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}
-                and watch.progress_at is not None):
-            times.append(watch.progress_at + s.finish_timeout_s)
-    return min(times) if times else None
 
 
 def spare_count(strategy: Strategy, trainers: int, requested: int | None, builtin: bool) -> int:

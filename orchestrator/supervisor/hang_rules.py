@@ -1,0 +1,99 @@
+"""Hang rules (pure: plain data in, a reason or a time out): :func:`hang_reason` says whether a
+live task counts as hung now, :func:`next_check_at` when it first could. The rules, and their
+sources, are in :mod:`orchestrator.supervisor.decisions` (which re-exports these); the loop's
+heap of checks is :mod:`orchestrator.supervisor.hangs`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.spec.supervision import SupervisionSpec
+
+WORKING_PHASES = frozenset({"training", "serving", "evaluating", "saving", "finishing", "done"})
+"""Phases of a task past its start-up (heartbeat ``phase`` names, lower case)."""
+POST_TRAINING_PHASES = frozenset({"finishing", "evaluating", "saving", "done"})
+"""Phases a trainer reports once its training ended (``on_train_end``, ``training_finished()``)."""
+
+
+@dataclass(frozen=True)
+class TaskWatch:
+    """What the hang checks need to know about one live task attempt.
+
+    Times are the orchestrator's monotonic seconds.
+
+    Attributes:
+        reports: the task reports heartbeats (the built-in programs always; a user's program
+            once it called ``report()`` / ``keras_callback()``).
+        started_at: when the attempt was started.
+        heartbeat_at: when its latest heartbeat arrived; None before the first.
+        phase: phase of that heartbeat (``training``, ``serving``, ...); None before it.
+        progress_at: when it last made progress (a new step, or a phase change).
+        step: its latest step, if any.
+        trains: a chief or worker (the evaluator's evaluating is its main work, not post-training).
+        exiting: its last heartbeat said its interpreter is exiting (a user's program's
+            ``atexit``): the heartbeats stop there, and only its exit is watched from then on.
+    """
+
+    reports: bool
+    started_at: float
+    heartbeat_at: float | None = None
+    phase: str | None = None
+    progress_at: float | None = None
+    step: int | None = None
+    trains: bool = True
+    exiting: bool = False
+
+
+def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
+    """Why a live task counts as hung at ``now``, or None.
+
+    Checked in this order: start-up (no working phase ``startup_timeout_s`` after start),
+    heartbeat (none for ``heartbeat_timeout_s``, past start-up only: while it is initializing,
+    importing TensorFlow holds the heartbeat thread off the GIL for seconds), stall (``training``
+    without a new step for ``stall_timeout_s``). A task that does not report is never hung: only
+    its exit is watched.
+    """
+    if not watch.reports and watch.heartbeat_at is None:
+        return None
+    if watch.phase == "done" or watch.exiting:  # it is on its way out: its heartbeats stop there
+        return None
+    s = supervision
+    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
+        since = now - watch.started_at
+        if since > s.startup_timeout_s:
+            return f"not training or serving {since:.1f} s after its start (startup timeout {s.startup_timeout_s:g} s)"
+    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
+        return None
+    silent = now - watch.heartbeat_at
+    if silent > s.heartbeat_timeout_s:
+        return f"no heartbeat for {silent:.1f} s (heartbeat timeout {s.heartbeat_timeout_s:g} s)"
+    if watch.phase == "training" and watch.progress_at is not None and now - watch.progress_at > s.stall_timeout_s:
+        step = watch.step if watch.step is not None else "-"
+        return (f"no training progress for {now - watch.progress_at:.1f} s at step {step} "
+                f"(stall timeout {s.stall_timeout_s:g} s)")
+    if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}
+            and watch.progress_at is not None and now - watch.progress_at > s.finish_timeout_s):
+        return (f"still {watch.phase} {now - watch.progress_at:.1f} s after training ended "
+                f"(finish timeout {s.finish_timeout_s:g} s)")
+    return None
+
+
+def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | None:
+    """The earliest time :func:`hang_reason` could first say the task is hung, given what is
+    known now (None: never, until something changes). Any time strictly after it may be hung;
+    no time at or before it is. The loop keeps these in a heap, so a tick checks only the
+    tasks whose deadline has passed (O(changes), not O(tasks))."""
+    if (not watch.reports and watch.heartbeat_at is None) or watch.phase == "done" or watch.exiting:
+        return None
+    s = supervision
+    times: list[float] = []
+    if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
+        times.append(watch.started_at + s.startup_timeout_s)
+    if watch.heartbeat_at is not None and watch.phase in WORKING_PHASES:
+        times.append(watch.heartbeat_at + s.heartbeat_timeout_s)
+        if watch.phase == "training" and watch.progress_at is not None:
+            times.append(watch.progress_at + s.stall_timeout_s)
+        if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}
+                and watch.progress_at is not None):
+            times.append(watch.progress_at + s.finish_timeout_s)
+    return min(times) if times else None
