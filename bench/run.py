@@ -114,7 +114,10 @@ class Suite:
 
     def _orchestrated(self, prefix: str, args: list[str], coordinator: str, **kwargs):
         """``run_orchestrated``; with ``--quick``, a job with the very same arguments run earlier
-        by another section is reused (quick figures are smoke tests, not measurements)."""
+        by another section is reused (quick figures are smoke tests, not measurements); every --quick
+        job samples the orchestrator (``sample_s`` 0.25 s), so the footprint section can reuse one."""
+        if self.quick:
+            kwargs.setdefault("sample_s", 0.25)
         key = (tuple(args), coordinator, tuple(sorted(kwargs.items())))
         if self.quick and key in self._runs:
             log(f"{prefix}: reusing run {self._runs[key].run_dir.name} (same arguments, --quick)")
@@ -378,22 +381,23 @@ class Suite:
                               f"CPU {_r(summarize(cpus)['median'])} % of a core while training")
         return peaks, cpus, tf_mapped
 
-    def _footprint_args(self) -> list[str]:
-        return ["--strategy", "parameter_server", "--workers", "1" if self.quick else "3", "--ps", "1",
-                "--epochs", "2" if self.quick else "4"]
-
     def footprint(self) -> None:
+        # --quick: the tf section's MWMS 2-worker job, reused (sampled like every --quick job: a smoke test of the
+        # path; PSS orchestration runs in the recovery section)
         runs = 1 if self.quick else 2
         results = []
-        workers = 1 if self.quick else 3  # --quick: chief + 1 worker + 1 ps, a smoke test of the path
-        tasks = workers + 2
+        if self.quick:
+            args, coordinator, tasks, label = ["--workers", "2", "--epochs", "2"], "worker-0", 2, "MWMS 2 workers"
+        else:
+            args = ["--strategy", "parameter_server", "--workers", "3", "--ps", "1", "--epochs", "4"]
+            coordinator, tasks, label = "chief-0", 5, "PSS chief + 3 worker(s) + 1 ps"
         for _ in range(runs):
-            r = self._orchestrated("footprint", self._footprint_args(), "chief-0", sample_s=0.25)
+            r = self._orchestrated("footprint", args, coordinator, sample_s=0.25)
             log(f"footprint run: exit {r.exit_code}, wall {r.wall_s:.1f} s, {len(r.samples)} samples")
             results.append(r)
         peaks, cpus, tf_mapped = self._footprint_samples(results, f"the {tasks}-task job")
         total_cpu = [100 * r.samples[-1]["cpu_s"] / (r.samples[-1]["t"] - r.launch_unix) for r in results if r.samples]
-        self.add("6", "orchestrator_peak_rss", f"orchestrator peak RSS, PSS chief + {workers} worker(s) + 1 ps", "MB",
+        self.add("6", "orchestrator_peak_rss", f"orchestrator peak RSS, {label}", "MB",
                  peaks, "<= 100", {"tensorflow_mapped_in_orchestrator": tf_mapped})
         self.add("6", "orchestrator_cpu", f"orchestrator CPU while the {tasks} tasks train", "% of a core", cpus,
                  "<= 3", {"whole_run_incl_startup_percent": summarize(total_cpu)})

@@ -83,22 +83,9 @@ def test_mwms_two_workers_train_in_containers(tmp_path, engine, image):
     assert_nothing_left(engine, "mwms")
 
 
-def test_pss_chief_worker_ps_train_in_containers_and_the_servers_are_stopped(tmp_path, engine, image):
-    spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1, training=TrainingSpec(epochs=2))
-    job = api.prepare(spec, runs_dir=tmp_path, run_id="pss", backend="docker", backend_options={"image": image})
-    result, summary = api.run(job)
-    assert (result.exit_code, summary["status"]) == (0, "Succeeded"), summary["reason"]
-    assert summary["metrics"]["test_accuracy"] >= 5 * CHANCE
-    states = {name: (t["state"], t["signal"]) for name, t in by_task(summary).items()}
-    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"),
-                      "ps:0": ("Stopped", "SIGTERM")}
-    assert by_task(summary)["ps:0"]["last_heartbeat"]["phase"] == "serving"
-    assert "tf.distribute.Server serving" in Path(by_task(summary)["ps:0"]["stdout"]).read_text()
-    assert_no_process_left(all_pids(summary))
-    assert_nothing_left(engine, "pss")
-
-
-def test_a_container_killed_mid_job_is_restarted_by_the_policy(tmp_path, engine, image):
+def test_pss_in_containers_a_killed_worker_restarts_alone_and_the_servers_are_stopped(tmp_path, engine, image):
+    # one PSS job for both: it trains (chief, worker, ps in their containers), a worker container is
+    # killed from outside mid-job and restarted alone, and at the end the worker and ps are stopped
     spec = JobSpec.create(strategy="parameter_server", workers=1, ps=1, training=TrainingSpec(epochs=4))
     job = api.prepare(spec, runs_dir=tmp_path, run_id="kill", backend="docker", backend_options={"image": image})
     outcome: dict = {}
@@ -125,6 +112,11 @@ def test_a_container_killed_mid_job_is_restarted_by_the_policy(tmp_path, engine,
     assert {name: t["restarts"] for name, t in by_task(summary).items()} == {"chief:0": 0, "worker:0": 1, "ps:0": 0}
     assert summary["metrics"]["test_accuracy"] >= 5 * CHANCE
     assert (tmp_path / "kill" / "attempt-1" / "worker-0" / "stdout.log").read_text()
+    states = {name: (t["state"], t["signal"]) for name, t in by_task(summary).items()}
+    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"),
+                      "ps:0": ("Stopped", "SIGTERM")}
+    assert by_task(summary)["ps:0"]["last_heartbeat"]["phase"] == "serving"
+    assert "tf.distribute.Server serving" in Path(by_task(summary)["ps:0"]["stdout"]).read_text()
     assert_no_process_left(all_pids(summary))
     assert_nothing_left(engine, "kill")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -99,20 +98,24 @@ def test_sigterm_from_outside_to_an_mwms_worker_resumes_at_the_step_it_stopped_a
 
 def test_custom_loop_preemption_saves_at_the_next_step_with_tfs_handler(tmp_path, launches):
     # the custom loop runs every step through PreemptionCheckpointHandler.run (mirrored: one task,
-    # TF's local mode); `term` sends the SIGTERM a preemption sends, right after step 30
-    launch = start(launches, tmp_path, "custom-preempt", "--strategy", "mirrored", "--loop", "custom",
-                   "--epochs", "2", "--restart-backoff", "0.2", "--inject-fault", "worker:0:term@step=30")
+    # TF's local mode); `term` sends the SIGTERM a preemption sends, right after step 30. Also the mirrored
+    # custom-loop training test (test_training_modes.py): the same job trains 4 epochs to high accuracy
+    launch = start(launches, tmp_path, "custom-preempt", "--strategy", "mirrored", "--replicas", "2", "--loop",
+                   "custom", "--epochs", "4", "--restart-backoff", "0.2", "--inject-fault", "worker:0:term@step=30")
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines[-30:])
     stopped_at = _saved_after_step(launch.run_dir, "worker-0")
     assert stopped_at == 31  # the signal came after step 30; TF saves before the next step runs
     [recovery] = summary["recoveries"]
     assert recovery["resumed_from_step"] == stopped_at
-    assert summary["metrics"]["steps"] == 90
-    assert "epoch 2/2: mean loss" in _log(launch.run_dir, 1, "worker-0")
+    assert summary["metrics"]["steps"] == 4 * 45 == 4 * summary["metrics"]["steps_per_epoch"]
+    assert summary["metrics"]["test_accuracy"] >= 0.85 and summary["training"]["loop"] == "custom"
+    assert summary["metrics"]["replicas"] == 2 and summary["training"]["global_batch_size"] == 32
+    assert "epoch 4/4: mean loss" in _log(launch.run_dir, 1, "worker-0")
 
 
 def test_a_preempted_pss_worker_exits_143_and_restarts_alone_while_training_goes_on(tmp_path, launches):
+    # also the PSS custom-loop training test (test_training_modes.py): the same job trains to high accuracy
     os.environ["BENCH_TIMING"] = "1"
     try:
         launch = start(launches, tmp_path, "pss-preempt", "--strategy", "parameter_server", "--workers", "1",
@@ -133,7 +136,9 @@ def test_a_preempted_pss_worker_exits_143_and_restarts_alone_while_training_goes
     assert recovery["scope"] == "task" and recovery["tasks"] == ["worker-0"]
     chief = _task(summary, "chief:0")
     assert chief["attempts"] == 1 and chief["exit_code"] == 0  # the coordinator never restarted: nothing lost
-    assert summary["metrics"]["steps"] == 4 * 90
+    assert summary["metrics"]["steps"] == 4 * 90 == 4 * summary["metrics"]["steps_per_epoch"]
+    assert summary["metrics"]["test_accuracy"] >= 0.85 and summary["training"]["loop"] == "custom"
+    assert "epoch 4/4: mean loss" in _log(launch.run_dir, 0, "chief-0")
     # the orchestrator's own stops at the end (ps, PSS worker) are not preemptions: SIGTERM, not 143
     for name in ("worker:0", "ps:0"):
         assert _task(summary, name)["state"] == "Stopped" and _task(summary, name)["signal"] == "SIGTERM"
@@ -141,7 +146,8 @@ def test_a_preempted_pss_worker_exits_143_and_restarts_alone_while_training_goes
 
 
 def test_sigkill_with_checkpoint_every_10_loses_at_most_10_steps(tmp_path, launches):
-    launch = start(launches, tmp_path, "ckpt-every", "--workers", "2", "--loop", "custom", "--epochs", "2",
+    # also the MWMS custom-loop training test (test_training_modes.py): the same job trains 4 epochs to high accuracy
+    launch = start(launches, tmp_path, "ckpt-every", "--workers", "2", "--loop", "custom", "--epochs", "4",
                    "--checkpoint-every", "10", "--restart-backoff", "0.2", "--inject-fault", "worker:1:kill@step=37")
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines[-30:])
@@ -150,8 +156,10 @@ def test_sigkill_with_checkpoint_every_10_loses_at_most_10_steps(tmp_path, launc
     resumed = recovery["resumed_from_step"]
     assert resumed == 30  # the last checkpoint before the kill at step 37 (per epoch alone: step 0)
     assert 37 - resumed <= 10
-    assert summary["metrics"]["steps"] == 90
+    assert summary["metrics"]["steps"] == 4 * 45 == 4 * summary["metrics"]["steps_per_epoch"]
     assert summary["training"]["checkpoint_every"] == 10
+    assert summary["metrics"]["test_accuracy"] >= 0.85 and summary["training"]["loop"] == "custom"
+    assert "epoch 4/4: mean loss" in _log(launch.run_dir, 1, "worker-0")
 
 
 def test_hogwild_threads_train_one_shared_model_to_high_accuracy(tmp_path, launches):
@@ -164,21 +172,3 @@ def test_hogwild_threads_train_one_shared_model_to_high_accuracy(tmp_path, launc
     out = _log(launch.run_dir, 0, "worker-0")
     assert "hogwild, 2 threads on one model, no locks" in out and "epoch 3/3: mean loss" in out
     assert summary["tasks"][0]["last_heartbeat"]["loss"] is not None
-
-
-def test_a_users_preemption_is_named_after_the_worker_signalled_even_when_a_peer_exits_first(tmp_path, launches):
-    # issue 21, item 7: worker-1 got the SIGTERM; worker-0, which only saved and exited 42 with it,
-    # was seen first and named the preemption
-    launch = start(launches, tmp_path, "named", "--workers", "2", "--spares", "0", "--max-restarts", "0",
-                   "--", sys.executable, "tests/programs/user_preempt.py", "8", "--slow-exit")
-    pid = int(launch.wait_for(r"worker-1 started \(pid (\d+)")[1])  # the wrapper's pid, as `status` shows it
-    waiting = [tmp_path / "named" / "attempt-0" / f"worker-{i}" / "at-step-3" for i in range(2)]
-    wait_until(lambda: all(p.exists() for p in waiting), 120, what="both workers at step 3")
-    os.kill(pid, signal.SIGTERM)
-    wait_until((tmp_path / "named" / "attempt-0" / "worker-1" / "sigterm-received").exists, 10,
-               what="the wrapper took the notice")
-    (tmp_path / "named" / "go").write_text("")
-    code, summary = launch.finish()
-    assert code == 0, "".join(launch.lines[-30:])
-    (recovery,) = summary["recoveries"]
-    assert recovery["cause"].startswith("worker-1 received SIGTERM from outside"), recovery["cause"]

@@ -18,11 +18,12 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import assert_no_process_left, wait_until
 from tests.e2e.test_preemption import RESUMED_ACCURACY_TOLERANCE, STEPS_3_EPOCHS, UNDISTURBED_MWMS_ACCURACY
 from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
 
@@ -67,12 +68,18 @@ def test_sigterm_to_the_orchestrator_saves_and_a_resume_loses_no_step(tmp_path, 
 
 
 def test_a_sigkilled_orchestrator_resumes_losing_at_most_checkpoint_every_steps(tmp_path, launches):  # noqa: F811
+    # also the orphan test (test_recovery.py's test_tasks_die_within_seconds_when_the_orchestrator_is_sigkilled
+    # ran a job of its own for it): the tasks of the SIGKILLed orchestrator are gone within seconds
     first = start(launches, tmp_path, "killed", "--workers", "2", "--epochs", "2", "--spares", "0",
                   "--checkpoint-every", "10")
+    pids = [int(first.wait_for(rf"worker-{i} started \(pid (\d+)")[1]) for i in range(2)]
     _wait_for_epoch(first.run_dir, "2/2")
     seen = 45  # one epoch: 45 steps; a checkpoint every 10 steps and at the epoch's end
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
+    killed_at = time.monotonic()
+    assert_no_process_left(pids, timeout_s=5.0)
+    print(f"tasks gone {time.monotonic() - killed_at:.2f} s after the orchestrator's SIGKILL")
     endpoint = first.run_dir / "endpoint.json"
     assert endpoint.exists()  # the killed orchestrator could not clean up
 
@@ -87,8 +94,11 @@ def test_a_sigkilled_orchestrator_resumes_losing_at_most_checkpoint_every_steps(
 
 
 def test_a_users_program_with_tfs_default_handler_exit_42_resumes_for_free(tmp_path, launches):  # noqa: F811
+    # also issue 21 item 7 (test_preemption.py's test_a_users_preemption_is_named_after_the_worker_signalled... ran
+    # this job with 8 steps): worker-1 gets the SIGTERM and is slow to exit (--slow-exit); worker-0, which only
+    # saved and exited 42 with it, is seen first, and the preemption is still named after worker-1
     launch = start(launches, tmp_path, "user42", "--workers", "2", "--spares", "0", "--max-restarts", "0",
-                   "--", sys.executable, "tests/programs/user_preempt.py", "30")
+                   "--", sys.executable, "tests/programs/user_preempt.py", "30", "--slow-exit")
     pid = int(launch.wait_for(r"worker-1 started \(pid (\d+)")[1])  # the pid `status` shows: the wrapper's
     waiting = [tmp_path / "user42" / "attempt-0" / f"worker-{i}" / "at-step-3" for i in range(2)]
     wait_until(lambda: all(p.exists() for p in waiting), 120, what="both workers at step 3")
@@ -101,6 +111,7 @@ def test_a_users_program_with_tfs_default_handler_exit_42_resumes_for_free(tmp_p
     assert summary["restarts"] == 0  # --max-restarts 0: a preemption is free
     (recovery,) = summary["recoveries"]
     assert "exit code 42" in recovery["cause"] and "received SIGTERM from outside" in recovery["cause"]
+    assert recovery["cause"].startswith("worker-1 received SIGTERM from outside"), recovery["cause"]
     resumed = int(re.search(r"resumed from step (\d+)",
                             (launch.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text())[1])
     assert resumed >= 3 and recovery["resumed_from_step"] == resumed

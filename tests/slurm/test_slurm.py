@@ -86,25 +86,6 @@ def assert_node_addresses(addresses: dict[str, str]) -> None:
     assert len(set(hosts)) == len(hosts), addresses
 
 
-def test_mwms_two_workers_across_two_nodes(slurm_env, tmp_path):
-    code, seen, summary, left = run_job(slurm_env, tmp_path, "mwms", "--workers", "2", "--epochs", "3")
-    assert code == 0, output(seen)
-    assert summary["status"] == "Succeeded"
-    assert summary["metrics"]["test_accuracy"] >= 0.85
-    addresses = cluster_addresses(tmp_path, "mwms")
-    assert set(addresses) == {"worker-0", "worker-1"}
-    assert_node_addresses(addresses)
-    worker_1_log = tmp_path / "mwms" / "attempt-0" / "worker-1" / "stdout.log"
-    tf_config_lines = [ln for ln in worker_1_log.read_text().splitlines()
-                       if "registered" in ln]
-    assert tf_config_lines and addresses["worker-1"] in tf_config_lines[0]
-    plan = (tmp_path / "mwms" / "plan.json").read_text()
-    token_free = plan + output(seen)
-    assert '"ORCH_JOB_TOKEN": "***"' in plan and "x-job-token" not in token_free
-    assert (tmp_path / "mwms" / "model" / "saved_model.pb").exists()
-    assert left == [], left
-
-
 def test_pss_chief_worker_ps_on_three_nodes(slurm_env, tmp_path):
     code, seen, summary, left = run_job(slurm_env, tmp_path, "pss", "--strategy", "parameter_server",
                                         "--workers", "1", "--ps", "1", "--epochs", "4")
@@ -119,7 +100,8 @@ def test_pss_chief_worker_ps_on_three_nodes(slurm_env, tmp_path):
     assert left == [], left
 
 
-def test_a_sigkilled_worker_is_recovered_by_a_group_restart(slurm_env, tmp_path):
+def test_mwms_two_workers_across_two_nodes_recover_a_sigkilled_worker_by_a_group_restart(slurm_env, tmp_path):
+    # one MWMS job for both: 2 workers on 2 nodes train, worker-1 is SIGKILLed at step 60 and the group restarts
     code, seen, summary, left = run_job(slurm_env, tmp_path, "kill", "--workers", "2", "--epochs", "3",
                                         "--inject-fault", "worker:1:kill@step=60")
     assert code == 0, output(seen)
@@ -129,6 +111,17 @@ def test_a_sigkilled_worker_is_recovered_by_a_group_restart(slurm_env, tmp_path)
     first = summary["failures"][0]
     assert first["task"] == "worker:1" and first["signal"] == "SIGKILL", first
     assert summary["recoveries"][0]["scope"] == "group"
+    addresses = cluster_addresses(tmp_path, "kill")  # the cluster of the last attempt (attempt 1)
+    assert set(addresses) == {"worker-0", "worker-1"}
+    assert_node_addresses(addresses)
+    worker_1_log = tmp_path / "kill" / "attempt-1" / "worker-1" / "stdout.log"
+    tf_config_lines = [ln for ln in worker_1_log.read_text().splitlines()
+                       if "registered" in ln]
+    assert tf_config_lines and addresses["worker-1"] in tf_config_lines[0]
+    plan = (tmp_path / "kill" / "plan.json").read_text()
+    token_free = plan + output(seen)
+    assert '"ORCH_JOB_TOKEN": "***"' in plan and "x-job-token" not in token_free
+    assert (tmp_path / "kill" / "model" / "saved_model.pb").exists()
     assert left == [], left
 
 
