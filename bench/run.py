@@ -36,18 +36,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from bench import client_cost, heartbeat_gaps, ingest, preemption, timeline
-from bench.stats import markdown_table, meets, ratios, summarize
-from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, precompile, run_hand, run_orchestrated
+from bench import preemption, timeline
+from bench.kills import REJOINED, pss_worker_once_trained, rejoined, spares_warm
+from bench.light import LightSections
+from bench.report import _diff, _r, _tail, log, machine, write_report
+from bench.stats import meets, ratios, summarize
+from bench.tfjobs import TaskLog, Topology, precompile, run_hand, run_orchestrated
 from orchestrator.spec.supervision import SupervisionSpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -58,24 +59,7 @@ SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint
 FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
 
 
-def _r(value, digits: int = 1):
-    return None if value is None else round(value, digits)
-
-
-def _diff(record: dict, end: str, start: str):
-    return None if record.get(end) is None or record.get(start) is None else round(record[end] - record[start], 3)
-
-
-def _tail(r, lines: int = 12) -> str:
-    """The last lines the orchestrator printed in run ``r`` (why a run came out incomplete)."""
-    return "".join(f"\n    | {line}" for _, line in r.events[-lines:])
-
-
-def log(text: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
-
-
-class Suite:
+class Suite(LightSections):
     def __init__(self, quick: bool, workdir: Path, results: Path = RESULTS, pairs: int | None = None) -> None:
         self.quick = quick
         self.pairs = pairs  # the tf section's pairs (default: 1 with --quick, else 5)
@@ -261,7 +245,7 @@ class Suite:
                 resumed_from = s["recoveries"][0].get("resumed_from_step")
                 if resumed_from is None:  # the first heartbeat after the resume may precede the metric
                     resumed_from = resumed.first_step[0] - 1
-                warm = _spares_warm(r, kill_at)
+                warm = spares_warm(r, kill_at)
                 detect.append(d)
                 m_rec.append(rec)
                 m_cold.append(c)
@@ -277,17 +261,17 @@ class Suite:
             r = run_orchestrated(self.workdir, self._id("recovery-pss"),
                                  ["--strategy", "parameter_server", "--workers", "2", "--epochs", str(pss_epochs)],
                                  "chief-0",
-                                 kill_when=_pss_worker_once_trained(kill_epoch, wait_for_spares=not self.quick),
-                                 stop_when=_rejoined)
+                                 kill_when=pss_worker_once_trained(kill_epoch, wait_for_spares=not self.quick),
+                                 stop_when=rejoined)
             chief_log = r.run_dir / "attempt-0" / "chief-0" / "stdout.log"
-            back = _REJOINED.search(chief_log.read_text(errors="replace")) if chief_log.exists() else None
+            back = REJOINED.search(chief_log.read_text(errors="replace")) if chief_log.exists() else None
             c = r.first_step_s()
             if not r.killed_at or not back or not c:
                 log(f"recovery run {r.run_dir.name}: incomplete (exit {r.exit_code}, killed {r.killed_at}, "
                     f"rejoined {bool(back)}){_tail(r)}")
                 continue
             rec = float(back[1]) - r.killed_at
-            warm = _spares_warm(r, r.killed_at)
+            warm = spares_warm(r, r.killed_at)
             p_rec.append(rec)
             p_cold.append(c)
             p_ratio.append(rec / c)
@@ -344,24 +328,6 @@ class Suite:
                  f"(heartbeat timeout {timeout:g} s; the runs of detect_hang_tf): fault -> hung decision", "s",
                  decision, "<= 5", details)
 
-    # -- 3b: heartbeat gaps under load --------------------------------------------------------
-    def beats(self) -> None:
-        """How late heartbeats arrive while the machine is loaded (:mod:`bench.heartbeat_gaps`)."""
-        heartbeat_gaps.section(self)
-
-    # -- 3: exit detection on the local backend --------------------------------------------------
-    def detect(self) -> None:
-        kills = 3 if self.quick else 10
-        proc = subprocess.run([PY, "-m", "bench.detect", "--kills", str(kills)], capture_output=True, text=True,
-                              cwd=REPO, env=base_env(), timeout=300)
-        try:
-            out = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            log(f"detect: failed: {proc.stderr[-2000:]}")
-            out = {"kill_detect_s": [], "errors": [proc.stderr[-2000:]]}
-        self.add("3", "detect_sigkill_local", "detection of a SIGKILLed task, local backend, real processes without "
-                 "TensorFlow (kill -> decision; exit events: pidfd)", "s", out["kill_detect_s"], "<= 0.01", out)
-
     # -- 6: footprint -------------------------------------------------------------------------
     def _footprint_samples(self, runs, label: str) -> tuple[list, list, list]:
         peaks, cpus, tf_mapped = [], [], []
@@ -401,94 +367,6 @@ class Suite:
                  peaks, "<= 100", {"tensorflow_mapped_in_orchestrator": tf_mapped})
         self.add("6", "orchestrator_cpu", f"orchestrator CPU while the {tasks} tasks train", "% of a core", cpus,
                  "<= 3", {"whole_run_incl_startup_percent": summarize(total_cpu)})
-
-    # -- 6: client cost -----------------------------------------------------------------------
-    def client(self) -> None:
-        runs = 1 if self.quick else 3
-        res = [client_cost.measure(3.0 if self.quick else 15.0, 1.5 if self.quick else 3.0) for _ in range(runs)]
-        self.add("6", "client_rss", "health client per task: RSS, reporter process - bare Python", "MB",
-                 [r["reporter_minus_bare_rss_mb"] for r in res], None,
-                 {"bare_mb": summarize([r["bare"]["rss_mb"] for r in res]),
-                  "imports_only_mb": summarize([r["imports_only"]["rss_mb"] for r in res]),
-                  "reporter_mb": summarize([r["reporter"]["rss_mb"] for r in res])})
-        self.add("6", "client_cpu", "health client per task: CPU at 1 heartbeat/s", "% of a core",
-                 [r["reporter_minus_bare_cpu_percent"] for r in res])
-
-    # -- 5: ingest ----------------------------------------------------------------------------
-    def ingest(self) -> None:
-        """The server's capacity under paced load (:func:`bench.ingest.capacity`: 1,000 streams
-        of raw HTTP/2, one heartbeat per write, rising offered rates), then the older saturating
-        load from grpc.aio clients as a cross-check (client-bound on 2 cores)."""
-        runs = 1 if self.quick else 3
-        rates = [20000] if self.quick else [20000, 25000, 30000, 35000, 40000, 50000]
-        window = 2.0 if self.quick else 4.0
-        res = [ingest.capacity(rates, window_s=window) for _ in range(runs)]
-        for r in res:
-            log("ingest: " + "; ".join(f"offered {s['offered_per_s']:.0f}/s: stored {s['stored_per_s']:.0f}/s, server "
-                                       f"{s['server_cpu_percent']:.0f} %, clients {s['clients_cpu_percent']:.0f} %, "
-                                       f"backlog {s['backlog_start']} -> {s['backlog_end']}"
-                                       f"{'' if s['sustained'] else ' (not sustained)'}" for s in r["steps"]))
-        first = [r["steps"][0] for r in res]
-        self.add("5", "ingest_rate", f"heartbeat ingest capacity: highest offered rate stored as fast as sent, "
-                 f"{res[0]['connections']} streams of paced load, same 2 cores", "heartbeats/s",
-                 [r["capacity"] for r in res], ">= 20000", {"runs": res})
-        self.add("5", "ingest_server_cpu", f"HealthServer CPU at {rates[0]:,} heartbeats/s offered", "% of a core",
-                 [s["server_cpu_percent"] for s in first])
-        self.add("5", "ingest_per_server_core", f"heartbeats stored per server CPU-second at {rates[0]:,}/s offered",
-                 "heartbeats/core-s", [s["per_server_core_s"] for s in first])
-        grpc_runs = [ingest.measure(200, 2, 2.0 if self.quick else 6.0) for _ in range(runs)]
-        for r in grpc_runs:
-            log(f"ingest, grpc.aio clients: {r}")
-        self.add("5", "ingest_grpc_clients", "heartbeat ingest, 200 grpc.aio streams sending flat out (the clients "
-                 "share the 2 cores: client-bound)", "heartbeats/s", [r["heartbeats_per_s"] for r in grpc_runs], None,
-                 {"runs": grpc_runs, "clients_cpu_percent": summarize(r["clients_cpu_percent"] for r in grpc_runs),
-                  "server_cpu_percent": summarize(r["server_cpu_percent"] for r in grpc_runs)})
-
-    # -- 7: scale -----------------------------------------------------------------------------
-    def scale(self) -> None:
-        sizes = [100] if self.quick else [1000, 5000, 10000]
-        kills, hangs = (1, 1) if self.quick else (3, 3)
-        timeout = 4.0
-        per_connection = 10  # streams per HTTP/2 connection: 10,000 sockets + 10,000 exit fds pass 20,000 open files
-        supported, per_size = [], []
-        for n in sizes:
-            proc = subprocess.run([PY, "-m", "bench.scale", "--tasks", str(n), "--kills", str(kills), "--hangs",
-                                   str(hangs), "--heartbeat-timeout", str(timeout), "--per-connection",
-                                   str(per_connection)],
-                                  capture_output=True, text=True, cwd=REPO, env=base_env(), timeout=600)
-            try:
-                out = json.loads(proc.stdout.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                log(f"scale {n}: failed: {proc.stderr[-2000:]}")
-                continue
-            kd, hd = summarize(out["kill_detect_s"]), summarize(out["hang_detect_s"])
-            ok = (not out["errors"] and kd["runs"] == kills and hd["runs"] == hangs and kd["max"] <= 0.2
-                  and hd["max"] <= timeout + 1 and out.get("status_tasks") == n and out.get("false_hangs") == 0)
-            out["within_targets"] = ok
-            per_size.append(out)
-            log(f"scale {n}: kill {kd}, hang {hd}, tick {out.get('tick_ms')}, cpu {out.get('cpu_percent')}, ok {ok}")
-            if ok:
-                supported.append(n)
-            self.add("7", f"scale_{n}_detect_sigkill", f"{n} simulated tasks: SIGKILL detection", "s",
-                     out["kill_detect_s"], "<= 0.2", out)
-            self.add("7", f"scale_{n}_detect_hang", f"{n} simulated tasks: hang detection (timeout {timeout:g} s)", "s",
-                     out["hang_detect_s"], f"<= {timeout + 1:g}")
-            self.add("7", f"scale_{n}_tick", f"{n} simulated tasks: supervisor loop work per tick (median of ticks)",
-                     "ms", [out["tick_ms"]["median"]] if out.get("tick_ms") else [])
-            self.add("7", f"scale_{n}_cpu", f"{n} simulated tasks at 1 heartbeat/s: orchestrator CPU", "% of a core",
-                     [out.get("cpu_percent")])
-            self.add("7", f"scale_{n}_simulators_cpu", f"{n} simulated tasks: CPU of the simulated hosts (the same "
-                     "2 cores as the orchestrator)", "% of a core", [out.get("hosts_cpu_percent")],
-                     details={"heartbeats_per_s": out.get("heartbeats_per_s")})
-            self.add("7", f"scale_{n}_rss_per_task", f"{n} simulated tasks: orchestrator RSS per task (steady state "
-                     "less before the plan)", "KB", [out.get("rss_per_task_kb")])
-            self.add("7", f"scale_{n}_status", f"{n} simulated tasks reporting: `status` (GetStatus over gRPC) "
-                     "latency, median of 5", "ms", [(out.get("status_ms") or {}).get("median")],
-                     details={"web_api_status_ms": out.get("web_ms"), "status_bytes": out.get("status_bytes")})
-        self.add("7", "scale_supported_tasks", "most simulated tasks supervised with SIGKILL detection <= 0.2 s, hang "
-                 f"detection <= {timeout + 1:g} s, no false hang and `status` answering (sizes tried {sizes})", "tasks",
-                 [max(supported)] if supported else [0], ">= 100" if self.quick else ">= 10000", {"sizes": per_size})
-
 
     # -- 8: checkpoint cost and steps lost ----------------------------------------------
     def _lost_args(self, fault: list[str]) -> list[str]:
@@ -573,93 +451,6 @@ class Suite:
         """MWMS 2 workers: SIGTERM to the orchestrator in epoch 2, ``launch --resume`` at once
         (``bench/preemption.py``)."""
         preemption.section(self, log)
-
-
-_REJOINED = re.compile(r"bench: worker-1 rejoined \(unix ([\d.]+)\)")
-_SPARE_READY = re.compile(r"bench: mark spare-ready \(unix ([\d.]+)\)")
-
-
-def _pss_worker_once_trained(epoch: int, wait_for_spares: bool):
-    """A ``kill_when`` for :func:`run_orchestrated`: worker-1's pid once the chief printed
-    ``Epoch {epoch}/`` and, with ``wait_for_spares``, a spare finished its imports."""
-    def when(run_dir: Path, events) -> int | None:
-        chief = run_dir / "attempt-0" / "chief-0" / "stdout.log"
-        if not chief.exists() or f"Epoch {epoch}/" not in chief.read_text(errors="replace"):
-            return None
-        if wait_for_spares and not any(_SPARE_READY.search(p.read_text(errors="replace"))
-                                       for p in (run_dir / "spares").glob("spare-*.log")):
-            return None
-        for _, line in events:
-            if m := re.search(r"worker-1 started \(pid (\d+), attempt 0\)", line):
-                return int(m[1])
-        return None
-
-    return when
-
-
-def _rejoined(run_dir: Path, events) -> bool:
-    """A ``stop_when`` for :func:`run_orchestrated`: the chief has worker-1 back in its rotation."""
-    chief = run_dir / "attempt-0" / "chief-0" / "stdout.log"
-    return chief.exists() and _REJOINED.search(chief.read_text(errors="replace")) is not None
-
-
-def _spares_warm(r, kill_at: float) -> bool:
-    """Whether every spare that took over a task had finished its imports before ``kill_at``."""
-    used = [s["pid"] for s in (r.summary or {}).get("spares") or [] if s.get("state") == "used"]
-    if not used:
-        return False
-    ready = {}
-    for path in (r.run_dir / "spares").glob("spare-*.log"):
-        text = path.read_text(errors="replace")
-        pid = re.search(r"ready \(pid (\d+)\)", text)
-        when = _SPARE_READY.search(text)
-        if pid and when:
-            ready[int(pid[1])] = float(when[1])
-    return all(pid in ready and ready[pid] < kill_at for pid in used)
-
-
-def machine() -> dict:
-    cpu = ""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "memory_gib": round(mem_gib, 1),
-            "python": platform.python_version(), "kernel": platform.release()}
-
-
-def write_report(suite: Suite, meta: dict, only: list[str] | None = None) -> str:
-    title = f"`python -m bench{' --quick' if suite.quick else ''}{' --only ' + ' '.join(only) if only else ''}`"
-    lines = [
-        "# Benchmark results" if not only else f"## {title}",
-        "",
-        f"{title} on {meta['date']}: {meta['machine']['cores']} cores "
-        f"({meta['machine']['cpu']}), {meta['machine']['memory_gib']} GiB, Python {meta['machine']['python']}; "
-        f"load average {meta['load_before']} before, {meta['load_after']} after; {meta['duration_s']:.0f} s.",
-        "",
-        ("Ratios are orchestrated / hand-launched runs done side by side (interleaved, alternating order). " if not only
-         else "Ratios are runs of this section done side by side (interleaved, rotating order), paired by round. ") +
-        "Each figure is min / median / max over its runs; a target is met when the median meets it.",
-        "",
-        markdown_table(suite.rows),
-        "",
-    ]
-    if suite.notes:
-        lines += ["Notes:", ""] + [f"- {n}" for n in suite.notes] + [""]
-    text = "\n".join(lines)
-    if only:  # keep the full run's table; replace this selection's earlier section, if any
-        readme = suite.results / "README.md"
-        old = readme.read_text() if readme.exists() else "# Benchmark results\n"
-        head = f"## {title}"
-        if head in old:
-            start = old.index(head)
-            nxt = old.find("\n## ", start + len(head))
-            old = old[:start] + (old[nxt + 1:] if nxt != -1 else "")
-        readme.write_text(old.rstrip("\n") + "\n\n" + text)
-        return text
-    (suite.results / "README.md").write_text(text)
-    return text
 
 
 def main(argv: list[str] | None = None) -> int:
