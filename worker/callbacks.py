@@ -50,6 +50,12 @@ class HeartbeatCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None) -> None:
         self._progress.report(_loss(logs), epoch=epoch + 1)
 
+    def on_train_end(self, logs=None) -> None:
+        """Training ended: say ``finishing`` now and wait (<= 1 s) until it went out. What ``fit``
+        does next, TF's teardown of its traced functions (a PSS coordinator removes them from
+        every worker), can hold the GIL for seconds on a loaded machine, and the heartbeats with it."""
+        self._progress.finished()
+
 
 class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
     """tf-keras ``BackupAndRestore(save_before_preemption=True)`` that works on any platform.

@@ -71,3 +71,10 @@ class Progress:
         self._reporter.update(step=self.step_now, epoch=epoch, loss=self.loss, examples_per_second=rate)
         if epoch is not None and env.is_set(env.BENCH_TIMING):
             print(f"bench: epoch {epoch} done at step {self.step_now} (unix {time.time():.3f})", flush=True)
+
+    def finished(self) -> None:
+        """Training ended: phase ``finishing`` with the last step and loss, sent before this
+        returns (bounded: :meth:`orchestrator.task.reporter.HeartbeatReporter.flush`)."""
+        self._reporter.update(phase=pb.PHASE_FINISHING, message="training finished", step=self.step_now or None,
+                              loss=self.loss)
+        self._reporter.flush()

@@ -106,7 +106,9 @@ class SupervisionSpec:
             loaded machine (``python -m bench.heartbeat_gaps``: 2 tasks and 4 busy processes on
             2 cores, TF ops, tracing, saving). A task still initializing is judged by
             ``startup_timeout_s`` alone: loading TensorFlow holds the GIL, which the heartbeat
-            thread needs, for seconds.
+            thread needs, for seconds; so may a trainer whose training ended (finishing,
+            evaluating, saving: TF's teardown and export hold it too) go silent that long
+            (:func:`orchestrator.supervisor.hang_rules.silence_limit_s`).
         stall_timeout_s: a task reporting ``training`` whose step does not advance for this
             long is hung.
         startup_timeout_s: a task that has not reached training or serving this long after

@@ -15,6 +15,19 @@ POST_TRAINING_PHASES = frozenset({"finishing", "evaluating", "saving", "done"})
 """Phases a trainer reports once its training ended (``on_train_end``, ``training_finished()``)."""
 
 
+def silence_limit_s(watch: "TaskWatch", supervision: SupervisionSpec) -> float:
+    """How long a task past start-up may go without a heartbeat: ``heartbeat_timeout_s``, but
+    for a trainer whose training ended (``finishing``, ``evaluating``, ``saving``) at least
+    ``startup_timeout_s``. After ``fit``, TensorFlow's teardown of its traced functions, the
+    evaluation and the SavedModel export are C calls that can hold the GIL, and so the heartbeat
+    thread, for seconds as importing TensorFlow does (measured on a loaded 2-core machine: a PSS
+    coordinator's function teardown past 4 s in four attempts in a row, an export of 20.7 s); a
+    false kill there costs a job whose training is done. ``finish_timeout_s`` bounds that work."""
+    if watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}:
+        return max(supervision.heartbeat_timeout_s, supervision.startup_timeout_s)
+    return supervision.heartbeat_timeout_s
+
+
 @dataclass(frozen=True)
 class TaskWatch:
     """What the hang checks need to know about one live task attempt.
@@ -64,9 +77,10 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
             return f"not training or serving {since:.1f} s after its start (startup timeout {s.startup_timeout_s:g} s)"
     if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
         return None
-    silent = now - watch.heartbeat_at
-    if silent > s.heartbeat_timeout_s:
-        return f"no heartbeat for {silent:.1f} s (heartbeat timeout {s.heartbeat_timeout_s:g} s)"
+    silent, limit = now - watch.heartbeat_at, silence_limit_s(watch, s)
+    if silent > limit:
+        what = "heartbeat timeout" if limit == s.heartbeat_timeout_s else f"{watch.phase} after training, limit"
+        return f"no heartbeat for {silent:.1f} s ({what} {limit:g} s)"
     if watch.phase == "training" and watch.progress_at is not None and now - watch.progress_at > s.stall_timeout_s:
         step = watch.step if watch.step is not None else "-"
         return (f"no training progress for {now - watch.progress_at:.1f} s at step {step} "
@@ -90,7 +104,7 @@ def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | Non
     if watch.heartbeat_at is None or watch.phase not in WORKING_PHASES:
         times.append(watch.started_at + s.startup_timeout_s)
     if watch.heartbeat_at is not None and watch.phase in WORKING_PHASES:
-        times.append(watch.heartbeat_at + s.heartbeat_timeout_s)
+        times.append(watch.heartbeat_at + silence_limit_s(watch, s))
         if watch.phase == "training" and watch.progress_at is not None:
             times.append(watch.progress_at + s.stall_timeout_s)
         if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}

@@ -83,6 +83,7 @@ class HeartbeatReporter:
         self._closing = False
         self._exiting = False
         self._sequence = 0
+        self._handed = -1  # sequence of the last heartbeat gRPC took (it asks for the next once that one went out)
         self._process = psutil.Process()
         self._process.cpu_percent(None)
         self._thread: threading.Thread | None = None
@@ -135,6 +136,27 @@ class HeartbeatReporter:
                     self._fields[name] = float(value)
                 else:
                     self._metrics[name] = float(value)
+
+    def flush(self, timeout_s: float = 1.0) -> bool:
+        """Block (at most ``timeout_s`` seconds, the GIL released) until what was recorded so far
+        went out in a heartbeat. Called where the caller is about to enter work that may hold the
+        GIL for seconds (the end of ``fit``: TF's teardown of its traced functions, an export), so
+        the supervisor knows the phase before the heartbeats pause.
+
+        Returns:
+            True when it went out; False on timeout or without a stream.
+        """
+        if self._thread is None:
+            return False
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            target = self._sequence if self._dirty else self._sequence - 1
+            while self._handed < target:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._cond.wait(left)
+        return True
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> "HeartbeatReporter":
@@ -239,6 +261,9 @@ class HeartbeatReporter:
             # gRPC asks for the next message once the last one went out on an open stream: the
             # orchestrator is reachable. (The connectivity poller alone can miss a short READY
             # under load, and a task that never saw READY would never notice it was orphaned.)
+            with self._cond:
+                self._handed = hb.sequence
+                self._cond.notify_all()
             if hb.sequence == 0:
                 env.bench_mark("first-heartbeat")  # bench/timeline.py: it went out on an open stream
             self._reached, self._lost_at = True, None

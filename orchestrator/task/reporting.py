@@ -168,6 +168,7 @@ def training_finished(step: int | None = None, loss: float | None = None, **metr
     from orchestrator.proto import supervisor_pb2 as pb  # protobuf: only once there is a reporter
 
     reporter.update(phase=pb.PHASE_FINISHING, step=step, loss=loss, **metrics)
+    reporter.flush()  # before what follows (TF's teardown, an export) holds the GIL and pauses the heartbeats
 
 
 def done(**metrics: float) -> None:

@@ -191,9 +191,15 @@ TIMEOUTS = SupervisionSpec.create(heartbeat_timeout_s=10.0, stall_timeout_s=60.0
         (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="initializing", progress_at=100.0), 170.0, None),
         (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="initializing", progress_at=100.0), 180.5,
          "not training or serving 180.5 s after its start"),
-        # past start-up it is: training, evaluating, saving, finishing alike
-        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="evaluating", progress_at=100.0), 110.5, "no heartbeat"),
-        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="finishing", progress_at=100.0), 110.5, "no heartbeat"),
+        # past start-up it is; a trainer whose training ended (evaluating, saving, finishing: TF's
+        # teardown and export hold the GIL for seconds) has at least the startup timeout
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="evaluating", progress_at=100.0), 110.5, None),
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="finishing", progress_at=100.0), 280.0, None),
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="saving", progress_at=100.0), 280.5,
+         "no heartbeat for 180.5 s (saving after training, limit 180 s)"),
+        # the evaluator's evaluating is its main work: the heartbeat timeout
+        (TaskWatch(True, 0.0, heartbeat_at=100.0, phase="evaluating", progress_at=100.0, trains=False), 110.5,
+         "no heartbeat"),
         # a program that does not report is watched by its exit only
         (TaskWatch(False, 0.0), 10_000.0, None),
         # a task that reported done is exiting: its heartbeats stop on the way out (the success

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -92,3 +94,30 @@ def test_reporter_with_a_wrong_token_is_not_recorded(server):
     assert reporter.release_port() == 0
     reporter.close(pb.PHASE_DONE, timeout_s=1.0)
     assert store.total == 0
+
+
+def test_flush_returns_once_the_latest_state_went_out_and_not_before(server):
+    """``flush`` (the end of ``fit``, before TF's teardown may hold the GIL for seconds): True
+    once a heartbeat with what was recorded went out; False while none can go out (a listener
+    that never speaks HTTP/2: gRPC never takes a message) and without a stream."""
+    srv, store = server
+    assert HeartbeatReporter(srv.address, TOKEN, "worker", 0).flush(0.1) is False  # not started
+    reporter = HeartbeatReporter(srv.address, TOKEN, "worker", 0, interval_s=60.0).start()  # phase changes only
+    try:
+        wait_until(lambda: store.get(TaskId("worker", 0), 0), 10, what="the first heartbeat")
+        reporter.update(phase=pb.PHASE_FINISHING, step=7)
+        assert reporter.flush(10.0) is True
+        record = wait_until(lambda: (r := store.get(TaskId("worker", 0), 0)) and r.heartbeat.phase == pb.PHASE_FINISHING
+                            and r, 10, what="the finishing heartbeat")
+        assert record.heartbeat.step == 7
+    finally:
+        reporter.close(timeout_s=2.0)
+    with socket.socket() as mute:  # accepts connections, never answers
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        silent = HeartbeatReporter(f"127.0.0.1:{mute.getsockname()[1]}", TOKEN, "worker", 1, interval_s=60.0).start()
+        try:
+            silent.update(phase=pb.PHASE_FINISHING)
+            assert silent.flush(0.5) is False
+        finally:
+            silent.close(timeout_s=0.5)
