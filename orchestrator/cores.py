@@ -180,12 +180,10 @@ def node_share(training: int, others: int, slot: str, index: int, threads: int |
                       separators=(",", ":"))
 
 
-def node_share_cores(text: str, cores: Sequence[int]) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
-    """This task's share of ``cores`` (its step's cores, :func:`allowed_cores`) from its
-    ``ORCH_NODE_CPUS`` (:func:`node_share`): :func:`assign_cores` over the node's tasks.
-
-    Returns:
-        (its cores, () when it floats; its intra-op threads; the cores kept for the others, ()).
+def node_share_plan(text: str, cores: Sequence[int]) -> tuple[CpuPlan, TaskId]:
+    """The plan of ``cores`` (its step's cores, :func:`allowed_cores`) among the node's tasks that
+    a task's ``ORCH_NODE_CPUS`` (:func:`node_share`) describes (:func:`assign_cores`), and which of
+    them the task is: its variables are ``plan.env(task)``, as on one machine.
 
     Raises:
         ValueError: text that is not such a share.
@@ -198,5 +196,15 @@ def node_share_cores(text: str, cores: Sequence[int]) -> tuple[tuple[int, ...], 
         threads = int(share["threads"]) if share.get("threads") else None
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise ValueError(f"bad {env.NODE_CPUS} {text!r}: {exc}") from exc
-    plan = assign_cores(cores, training, others, threads=threads)
+    return assign_cores(cores, training, others, threads=threads), me
+
+
+def node_share_cores(text: str, cores: Sequence[int]) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
+    """:func:`node_share_plan` for one task: (its cores, () when it floats; its intra-op threads;
+    the cores kept for the others, ()).
+
+    Raises:
+        ValueError: text that is not such a share.
+    """
+    plan, me = node_share_plan(text, cores)
     return tuple(plan.tasks.get(me, ())), plan.threads[me], tuple(plan.service)

@@ -105,7 +105,7 @@ class SlurmBackend(Backend[SlurmStep]):
         self.node_addr: dict[str, str] = {}
         self.slurmd_port = DEFAULT_SLURMD_PORT
         self.placement: dict[TaskId, str] = {}
-        self.spec: JobSpec | None = None
+        self.cores_divided_for: JobSpec | None = None  # the job whose tasks divide their node's cores, or None
         self.lost: set[str] = set()
         self.book: AddressBook | None = None
         self.run_id = ""
@@ -216,7 +216,7 @@ class SlurmBackend(Backend[SlurmStep]):
         nodes = self.nodes or ["localhost"]
         tasks = list(spec.tasks())
         self.placement = place(tasks, nodes, self.tasks_per_node_option)
-        self.spec = spec
+        self.cores_divided_for = spec if node_cpus_plan(spec, self.environ).nodes else None
         self.tasks_per_node = self.tasks_per_node_option or math.ceil(len(tasks) / len(nodes))
         self.book = AddressBook(spec, self.run_dir)
         return {task: f"{self.node_addr.get(node, node)}:0" for task, node in self.placement.items()}
@@ -258,8 +258,8 @@ class SlurmBackend(Backend[SlurmStep]):
         full_env = {**self.environ, **request.env, envvars.ADDRESS_FROM_TASK: "1",
                     envvars.ORPHAN_TIMEOUT_S: repr(self.orphan_timeout_s)}
         full_env.pop(envvars.ORCHESTRATOR_PID, None)
-        if self.spec is not None and node_cpus_plan(self.spec, self.environ).nodes:  # its share of the node's cores
-            full_env.update(node_share_env(self.spec, self.placement, task))
+        if self.cores_divided_for is not None:  # its share of the node's cores
+            full_env.update(node_share_env(self.cores_divided_for, self.placement, task))
         if envvars.GPUS in request.env:  # Slurm sets the step's own CUDA_VISIBLE_DEVICES
             full_env.pop("CUDA_VISIBLE_DEVICES", None)
         with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 
 from orchestrator import env
-from orchestrator.cores import INTEROP, INTRAOP, OMP, allowed_cores, format_cpus, node_share_cores
+from orchestrator.cores import allowed_cores, node_share_plan
 
 
 def parse_cpus(text: str) -> tuple[int, ...]:
@@ -67,12 +67,8 @@ def resolve_node_share() -> tuple[int, ...]:
         The task's cores; () when it floats.
     """
     try:
-        mine, threads, service = node_share_cores(env.read(env.NODE_CPUS), allowed_cores())
+        plan, me = node_share_plan(env.read(env.NODE_CPUS), allowed_cores())
     except ValueError:
         return ()
-    os.environ.update({INTRAOP: str(threads), INTEROP: str(max(2, threads)), OMP: str(threads)})
-    if mine:
-        os.environ[env.CPUS] = format_cpus(mine)
-    if service:
-        os.environ[env.SERVICE_CPUS] = format_cpus(service)
-    return mine
+    os.environ.update(plan.env(me))  # what CpuPlan.env gives a task planned on one machine
+    return tuple(plan.tasks.get(me, ()))
