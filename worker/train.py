@@ -61,6 +61,61 @@ PEER_SAVE_TIMEOUT_S = 30.0
 """Bound on the wait, after a preemption checkpoint, for every trainer to confirm its save."""
 
 
+LEAVE_TIMEOUT_S = 10.0
+"""Bound on the leader's wait, once every trainer saved, for the others to have said their last word."""
+
+
+class SaveBarrier:
+    """The trainers' rendezvous after a preemption checkpoint, through the key-value store of
+    TF's coordination service (``context.set_config_key_value`` / ``get_config_key_value``).
+
+    The service runs inside its leader, the first trainer (``chief:0``, else ``worker:0``: TF's
+    ``multi_worker_util.coordination_leader`` without a ps). So the leader leaves last: once it
+    exits, a peer still reading a key would fail with "Connection reset by peer", and the
+    orchestrator, which restarts the group at the first exit, would stop that peer before it
+    reported its save. Both waits are bounded; a peer gone or late only costs a log line (the
+    chief's checkpoint is what the restart resumes from).
+
+    Args:
+        name: this trainer, ``worker-1``.
+        peers: every trainer of the cluster, the leader first (``chief-0``, ``worker-0``, ...).
+        attempt: the job attempt, so that keys of an earlier attempt never count.
+    """
+
+    def __init__(self, name: str, peers: list[str], attempt: int) -> None:
+        from tensorflow.python.eager import context as tf_context
+
+        self._ctx, self.name, self.peers = tf_context.context(), name, peers
+        self._prefix = f"orchestrator/preemption/{attempt}"
+
+    @property
+    def leader(self) -> bool:
+        return self.name == self.peers[0]
+
+    def saved(self, step: int | None) -> None:
+        """Say this trainer saved after ``step``; wait (:data:`PEER_SAVE_TIMEOUT_S`) until every trainer did."""
+        self._wait("saved", self.peers, PEER_SAVE_TIMEOUT_S, mine=str(step))
+
+    def leave(self) -> None:
+        """Right before this trainer exits: the others say so; the leader waits (:data:`LEAVE_TIMEOUT_S`) for them."""
+        if self.leader:
+            self._wait("leaving", self.peers[1:], LEAVE_TIMEOUT_S)
+        else:
+            self._wait("leaving", [], 0.0, mine="1")
+
+    def _wait(self, what: str, names: list[str], timeout_s: float, mine: str | None = None) -> None:
+        deadline = time.monotonic() + timeout_s
+        try:
+            if mine is not None:
+                self._ctx.set_config_key_value(f"{self._prefix}/{what}/{self.name}", mine)
+            for name in names:
+                left_ms = int(max(1.0, deadline - time.monotonic()) * 1000)
+                self._ctx.get_config_key_value(f"{self._prefix}/{what}/{name}", timeout_in_ms=left_ms)
+        except Exception as exc:  # noqa: BLE001 - a peer gone or late: exit anyway, the chief saved
+            said = {"saved": "confirmed its preemption save", "leaving": "said it was leaving"}[what]
+            print(f"{self.name}: not every peer {said}: {exc}", flush=True)
+
+
 def train(context, reporter) -> None:
     """Run this task's part of the job. Raises whatever TensorFlow raises."""
     if context.strategy == "parameter_server" and context.task_type in ("worker", "ps"):
@@ -232,24 +287,16 @@ class Job(CustomLoops):
         """``TerminationConfig.exit_fn``: every trainer runs it right after its part of the
         preemption checkpoint. Waits (bounded) until every trainer has saved, so that none
         exits first and has the orchestrator stop a peer, the chief above all, in the middle
-        of its save; then exits with :data:`orchestrator.env.PREEMPTED_EXIT_CODE`."""
+        of its save; then exits with :data:`orchestrator.env.PREEMPTED_EXIT_CODE`, the
+        coordination service's leader last (:class:`SaveBarrier`)."""
         step = self.progress.step_now
         peers = self._trainer_names()
-        if len(peers) > 1:
-            from tensorflow.python.eager import context as tf_context
-
-            ctx, prefix = tf_context.context(), f"orchestrator/preemption-saved/{self.context.attempt}"
-            deadline = time.monotonic() + PEER_SAVE_TIMEOUT_S
-            try:
-                ctx.set_config_key_value(f"{prefix}/{self.context.name}", str(step))
-                for name in peers:
-                    left_ms = int(max(1.0, deadline - time.monotonic()) * 1000)
-                    ctx.get_config_key_value(f"{prefix}/{name}", timeout_in_ms=left_ms)
-            except Exception as exc:  # noqa: BLE001 - a peer gone or late: exit anyway, the chief saved
-                print(f"{self.context.name}: not every peer confirmed its preemption save: {exc}", flush=True)
+        barrier = SaveBarrier(self.context.name, peers, self.context.attempt) if len(peers) > 1 else None
+        if barrier is not None:
+            barrier.saved(step)
         self.reporter.update(message=f"preempted: checkpoint saved after step {step}", preempted_after_step=step)
         self.reporter.close(timeout_s=1.0)
-        exit_preempted(f"checkpoint saved after step {step}")
+        exit_preempted(f"checkpoint saved after step {step}", before_exit=barrier.leave if barrier else None)
 
     def _trainer_names(self) -> list[str]:
         cluster = self.context.tf_config.get("cluster", {})

@@ -310,6 +310,33 @@ def preempted_task(cause: str, notice: bool, noticed: Sequence[str]) -> str:
     return cause if notice or not noticed else noticed[0]
 
 
+def awaits_saving_peers(*, preemption_exit: bool, strategy: Strategy, saving: Sequence[str], waited_s: float,
+                        bound_s: float) -> bool:
+    """Whether to hold the decision on a trainer's preemption exit until its peers exit too.
+
+    Under MultiWorkerMirroredStrategy every trainer saves the preemption checkpoint and exits
+    when one is preempted (TF's ``PreemptionCheckpointHandler``: one coordinated save, at the same
+    step, then ``exit_fn`` in every worker). A group restart at the first exit would stop the
+    others in the middle of their own exit: their last report, and the leader of TF's
+    coordination service, which leaves last (``worker.train.SaveBarrier``), cut short. So the
+    decision waits for the other live trainers, at most ``bound_s`` (the preemption grace).
+
+    Args:
+        preemption_exit: the first training failure is a preemption exit (the spec's
+            ``preemption_exit_codes``, or a death by SIGTERM).
+        strategy: the job's strategy; ParameterServerStrategy has no such handler (a
+            preempted PSS worker exits alone).
+        saving: the trainers still alive, besides those a restart already waits for.
+        waited_s: seconds since that first failure was seen.
+        bound_s: the longest wait, seconds.
+
+    Returns:
+        True to wait (decide nothing yet), False to decide now.
+    """
+    return (preemption_exit and strategy is Strategy.MULTI_WORKER_MIRRORED and bool(saving)
+            and waited_s < bound_s)
+
+
 def late_notice(*, preemption_exit: bool, notice: bool, ended: str) -> str:
     """The note for a task that exited on a SIGTERM from outside after training ended, or "".
 

@@ -33,12 +33,18 @@ from orchestrator.supervisor.states import (
     describe_exit,
 )
 
+AWAIT_SAID_AFTER_S = 1.0
+"""A wait for preempted peers is said in the events once it lasts this long (seconds): the peers
+normally exit within milliseconds of each other."""
+
 
 class FailureHandling:
     """The failure half of the supervision loop (see the module docstring)."""
 
     _preempted: str = ""
     """While a restart is decided: the task that received the preemption notice, when not the cause's."""
+    _awaiting: tuple[str, int] | None = None
+    """The preemption exit (task, attempt) whose peers the decision waits for, once said."""
 
     if TYPE_CHECKING:  # the loop's records and actions this part uses
         plan: Plan
@@ -65,7 +71,32 @@ class FailureHandling:
         def _stop(self, tasks: list[TaskRuntime], reason: str, grace_s: float | None = None) -> None: ...
         def _crash_loop(self, cause: Failure) -> str: ...
 
+    def _awaiting_saving_peers(self, now: float) -> bool:
+        """Whether the first new training failure is a preemption exit under MWMS whose peers
+        are still saving and exiting (:func:`~orchestrator.supervisor.decisions.awaits_saving_peers`);
+        says so once per failure, when the wait lasts :data:`AWAIT_SAID_AFTER_S`."""
+        if self.state.terminal or self.preemption.requested:
+            return False
+        pending = [f for f in self.log.pending()
+                   if f.task.task_type != "evaluator" and f.task.name not in self._restart_at]
+        if not pending:
+            return False
+        first, trainers = pending[0], self.plan.spec.trainers()
+        saving = [rt.task.name for rt in self._live() if rt.task in trainers and rt.task.name not in self._restart_at]
+        bound = self.preemption.grace_s
+        wait = decisions.awaits_saving_peers(preemption_exit=self.policy.preemption_code(first.exit_code),
+                                             strategy=self.plan.spec.strategy, saving=saving,
+                                             waited_s=now - first.at, bound_s=bound)
+        if wait and now - first.at >= AWAIT_SAID_AFTER_S and self._awaiting != (first.task.name, first.attempt):
+            self._awaiting = (first.task.name, first.attempt)  # said once, and only when it lasts
+            self._event(f"{first.task.name} exited preempted {now - first.at:.1f} s ago; waiting up to {bound:g} s "
+                        f"for {', '.join(saving)} to save and exit too (every MWMS worker saves when one is "
+                        f"preempted; --preemption-grace)")
+        return wait
+
     def _decide(self, now: float) -> None:
+        if self._awaiting_saving_peers(now):
+            return
         failures = self.log.take_new()
         if self.state is JobState.SUCCEEDED and failures:
             self.log.mark(failures, after_success=True)

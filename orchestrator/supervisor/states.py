@@ -272,6 +272,10 @@ class FailureLog:
         self.failures.append(failure)
         self._new.append(failure)
 
+    def pending(self) -> list[Failure]:
+        """The failures added since the last :meth:`take_new`, in the order seen (left in place)."""
+        return list(self._new)
+
     def take_new(self) -> list[Failure]:
         """The failures added since the last call, in the order seen."""
         new, self._new = self._new, []

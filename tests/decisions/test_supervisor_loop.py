@@ -235,17 +235,59 @@ def test_of_workers_exiting_preempted_together_the_one_that_got_the_sigterm_is_t
                               "(a preemption notice)")
 
 
+def test_a_preempted_mwms_worker_waits_for_its_peers_to_save_and_exit_before_the_group_restarts(tmp_path):
+    h = Harness(tmp_path, spec_of(workers=3))
+    h.all_beat(step=5)
+    h.tick()
+    (h.backend.latest("worker-1").stdout_path.parent / "sigterm-received").write_text("1796000000.0\n")
+    h.exit("worker-1", 143)  # TF's handler: every worker saves at the same step, then exits
+    h.tick(0.1)
+    h.tick(0.5)
+    assert not any("waiting" in e for e in h.view.events)  # peers normally exit within milliseconds
+    h.tick(0.5)
+    h.tick(0.5)
+    assert (h.sup.state, h.backend.stopped, h.sup.snapshot().recoveries) == (JobState.RUNNING, [], ())
+    assert h.view.events.count("worker-1 exited preempted 1.0 s ago; waiting up to 30 s for worker-0, worker-2 to "
+                               "save and exit too (every MWMS worker saves when one is preempted; "
+                               "--preemption-grace)") == 1
+    h.exit("worker-2", 143)
+    h.tick(0.5)
+    assert h.sup.snapshot().recoveries == ()  # worker-0, the coordination service's leader, leaves last
+    h.exit("worker-0", 143)
+    h.tick(0.1)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert recovery.cause == ("worker-1 (attempt 0) failed: exit code 143 (preempted): received SIGTERM from outside "
+                              "(a preemption notice)")
+    assert h.backend.stopped == [] and all(h.backend.latest(n).signals == [] for n in ("worker-0", "worker-2"))
+
+
 def test_a_worker_exiting_preempted_because_a_peer_was_says_which_peer(tmp_path):
     h = Harness(tmp_path, spec_of(workers=2))
     h.all_beat(step=5)
     h.tick()
     (h.backend.latest("worker-1").stdout_path.parent / "sigterm-received").write_text("1796000000.0\n")
-    h.exit("worker-0", 143)  # worker-1 still saving
+    h.exit("worker-0", 143)  # worker-1 still saving, and it never exits on its own
     h.tick(0.1)
+    for _ in range(149):  # the preemption grace (30 s) is not over; worker-1 beats through its save
+        h.beat("worker-1", "training", 5)
+        h.tick(0.2)
+    assert h.sup.state is not JobState.RESTARTING and h.backend.stopped == []
+    h.tick(0.3)
+    assert h.backend.stopped == [["worker-1"]]
     (recovery,) = h.sup.snapshot().recoveries
     assert recovery.cause == ("worker-1 received SIGTERM from outside (a preemption notice): worker-0 (attempt 0) "
                               "failed: exit code 143 (preempted): worker-1 received SIGTERM from outside; every worker "
                               "saved and exited")  # named after the one preempted (issue 21)
+
+
+def test_a_preempted_pss_worker_restarts_at_once_without_waiting_for_anyone(tmp_path):
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1))
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("worker-1", 143)
+    h.tick(0.1)
+    (recovery,) = h.sup.snapshot().recoveries
+    assert (recovery.scope, recovery.tasks) == ("task", ("worker-1",))
 
 
 def test_a_sigterm_from_outside_too_late_to_matter_is_said_not_swallowed(tmp_path):
