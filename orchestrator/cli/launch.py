@@ -120,8 +120,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--preemption-grace", type=float, default=30.0, metavar="S",
                      help="on SIGTERM to the orchestrator (a preemption: Slurm, docker stop, a Kubernetes eviction), "
                      "the training tasks get S seconds to save at their next step before every task is stopped and "
-                     "the job ends Preempted, exit 75 (default 30, inside Slurm's and Kubernetes' 30 s grace); also how long a "
-                     "group restart after one MWMS worker's preemption waits for its peers to save and exit")
+                     "the job ends Preempted, exit 75 (default 30, inside Slurm's and Kubernetes' 30 s grace); also "
+                     "how long a group restart after one MWMS worker's preemption waits for its peers to save and "
+                     "exit")
     sup.add_argument("--preemption-exit-codes", default=None, metavar="CODES",
                      help="exit codes that mean 'preempted, state saved' (retried under every policy but never, not "
                      "counted against --max-restarts; default 143,42: TF's restartable code and the exit 42 of its "
