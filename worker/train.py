@@ -70,11 +70,11 @@ class SaveBarrier:
     TF's coordination service (``context.set_config_key_value`` / ``get_config_key_value``).
 
     The service runs inside its leader, the first trainer (``chief:0``, else ``worker:0``: TF's
-    ``multi_worker_util.coordination_leader`` without a ps). So the leader leaves last: once it
-    exits, a peer still reading a key would fail with "Connection reset by peer", and the
-    orchestrator, which restarts the group at the first exit, would stop that peer before it
-    reported its save. Both waits are bounded; a peer gone or late only costs a log line (the
-    chief's checkpoint is what the restart resumes from).
+    ``multi_worker_util.coordination_leader`` without a ps), so the leader leaves the rendezvous
+    last: had it gone on to exit first, a peer still reading a key would fail with "Connection
+    reset by peer" and exit without reporting its save. Both waits are bounded; a peer gone or
+    late only costs a log line (the chief's checkpoint is what the restart resumes from). The
+    heartbeats go on through them: this runs before the task's last report.
 
     Args:
         name: this trainer, ``worker-1``.
@@ -88,17 +88,12 @@ class SaveBarrier:
         self._ctx, self.name, self.peers = tf_context.context(), name, peers
         self._prefix = f"orchestrator/preemption/{attempt}"
 
-    @property
-    def leader(self) -> bool:
-        return self.name == self.peers[0]
-
-    def saved(self, step: int | None) -> None:
-        """Say this trainer saved after ``step``; wait (:data:`PEER_SAVE_TIMEOUT_S`) until every trainer did."""
+    def meet(self, step: int | None) -> None:
+        """Say this trainer saved after ``step`` and wait (:data:`PEER_SAVE_TIMEOUT_S`) until every
+        trainer did; then the others say they are leaving, and the leader waits
+        (:data:`LEAVE_TIMEOUT_S`) until they all did."""
         self._wait("saved", self.peers, PEER_SAVE_TIMEOUT_S, mine=str(step))
-
-    def leave(self) -> None:
-        """Right before this trainer exits: the others say so; the leader waits (:data:`LEAVE_TIMEOUT_S`) for them."""
-        if self.leader:
+        if self.name == self.peers[0]:
             self._wait("leaving", self.peers[1:], LEAVE_TIMEOUT_S)
         else:
             self._wait("leaving", [], 0.0, mine="1")
@@ -287,16 +282,15 @@ class Job(CustomLoops):
         """``TerminationConfig.exit_fn``: every trainer runs it right after its part of the
         preemption checkpoint. Waits (bounded) until every trainer has saved, so that none
         exits first and has the orchestrator stop a peer, the chief above all, in the middle
-        of its save; then exits with :data:`orchestrator.env.PREEMPTED_EXIT_CODE`, the
-        coordination service's leader last (:class:`SaveBarrier`)."""
+        of its save; then exits with :data:`orchestrator.env.PREEMPTED_EXIT_CODE`
+        (:class:`SaveBarrier`: the coordination service's leader leaves it last)."""
         step = self.progress.step_now
         peers = self._trainer_names()
-        barrier = SaveBarrier(self.context.name, peers, self.context.attempt) if len(peers) > 1 else None
-        if barrier is not None:
-            barrier.saved(step)
+        if len(peers) > 1:
+            SaveBarrier(self.context.name, peers, self.context.attempt).meet(step)
         self.reporter.update(message=f"preempted: checkpoint saved after step {step}", preempted_after_step=step)
         self.reporter.close(timeout_s=1.0)
-        exit_preempted(f"checkpoint saved after step {step}", before_exit=barrier.leave if barrier else None)
+        exit_preempted(f"checkpoint saved after step {step}")
 
     def _trainer_names(self) -> list[str]:
         cluster = self.context.tf_config.get("cluster", {})

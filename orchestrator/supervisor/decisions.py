@@ -317,8 +317,8 @@ def awaits_saving_peers(*, preemption_exit: bool, strategy: Strategy, saving: Se
     Under MultiWorkerMirroredStrategy every trainer saves the preemption checkpoint and exits
     when one is preempted (TF's ``PreemptionCheckpointHandler``: one coordinated save, at the same
     step, then ``exit_fn`` in every worker). A group restart at the first exit would stop the
-    others in the middle of their own exit: their last report, and the leader of TF's
-    coordination service, which leaves last (``worker.train.SaveBarrier``), cut short. So the
+    others in the middle of their own exit (the rendezvous after the save,
+    ``worker.train.SaveBarrier``, and their last report) and cut it short. So the
     decision waits for the other live trainers, at most ``bound_s`` (the preemption grace).
 
     Args:

@@ -176,13 +176,11 @@ def _die_of_sigterm() -> None:
         os.kill(os.getpid(), signal.SIGKILL)  # not reached unless the above failed
 
 
-def exit_preempted(why: str, before_exit: Callable[[], None] | None = None) -> None:
+def exit_preempted(why: str) -> None:
     """Exit at once with :data:`orchestrator.env.PREEMPTED_EXIT_CODE` (from any thread).
 
     Args:
         why: one clause for the task's logs, e.g. ``checkpoint saved at step 37``.
-        before_exit: called after the line is logged, right before the exit (the trainers'
-            last rendezvous, ``worker.train.SaveBarrier.leave``); what it raises is ignored.
     """
     cause = "SIGTERM from outside" if _sigterm_received() else "a peer received SIGTERM from outside"
     line = f"preempted ({cause}): {why}; exiting with code {env.PREEMPTED_EXIT_CODE}"
@@ -190,11 +188,6 @@ def exit_preempted(why: str, before_exit: Callable[[], None] | None = None) -> N
         try:
             print(line, file=stream, flush=True)
         except (OSError, ValueError):
-            pass
-    if before_exit is not None:
-        try:
-            before_exit()
-        except Exception:  # noqa: BLE001 - exiting anyway
             pass
     os._exit(env.PREEMPTED_EXIT_CODE)
 
