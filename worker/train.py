@@ -107,8 +107,8 @@ class SaveBarrier:
                 left_ms = int(max(1.0, deadline - time.monotonic()) * 1000)
                 self._ctx.get_config_key_value(f"{self._prefix}/{what}/{name}", timeout_in_ms=left_ms)
         except Exception as exc:  # noqa: BLE001 - a peer gone or late: exit anyway, the chief saved
-            said = {"saved": "confirmed its preemption save", "leaving": "said it was leaving"}[what]
-            print(f"{self.name}: not every peer {said}: {exc}", flush=True)
+            print(f"{self.name}: the trainers' rendezvous after the preemption save ({what}) did not complete: {exc}",
+                  flush=True)
 
 
 def train(context, reporter) -> None:
