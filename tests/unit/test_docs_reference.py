@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 
 import pytest
 
@@ -68,9 +69,21 @@ def test_backend_table_comes_from_the_backends_declarations():
     assert "| `docker` | `base_image` | `--base-image` |" in text
 
 
-def test_benchmark_tables_carry_the_date_and_machine_of_their_run():
-    text = bench.bench_markdown()
-    assert "### Recovery of a SIGKILLed worker (warm spares)" in text
-    assert "`python -m bench --only recovery`, 2026-11-30 18:46 UTC, 2 cores" in text
+def test_benchmark_tables_carry_the_date_and_machine_of_their_run(tmp_path):
+    # two runs: the whole suite earlier, then only the recovery section again (what a re-bench does)
+    machine = {"cpu": "Xeon", "cores": 2, "memory_gib": 23.5, "python": "3.11.7"}
+    runs = {"suite.json": ("2026-11-30 04:25 UTC", list(bench.SECTION_TITLES), 4),
+            "suite-recovery.json": ("2026-12-01 21:28 UTC", ["recovery"], 16)}
+    for name, (date, sections, cores) in runs.items():
+        (tmp_path / name).write_text(json.dumps({"date": date, "machine": {**machine, "cores": cores},
+                                                 "sections": sections, "quick": False}))
+    for figure, section in (("throughput_ratio_mwms2", "tf"), ("recovery_ratio_mwms", "recovery")):
+        (tmp_path / f"{figure}.json").write_text(json.dumps({"id": "1", "name": figure, "section": section,
+                                                             "measure": figure, "unit": "ratio", "median": 1.0}))
+    text = bench.bench_markdown(tmp_path)
+    tf, recovery = text.split("### Recovery of a SIGKILLed worker (warm spares)")
+    assert "`python -m bench`, 2026-11-30 04:25 UTC, 4 cores (Xeon)" in tf and "2026-12-01" not in tf
+    assert "`python -m bench --only recovery`, 2026-12-01 21:28 UTC, 16 cores (Xeon)" in recovery
+    assert "### Recovery" in bench.bench_markdown()  # the committed results render too
     svg = bench.timeline_svg()
     assert svg.startswith("<svg") and "resumed" in svg
