@@ -147,8 +147,9 @@ def test_tasks_on_other_nodes_divide_their_nodes_cores_as_one_machine_does(monke
     assert node_cpus_plan(spec, {}).nodes and not node_cpus_plan(spec, {"SLURM_CPU_BIND": "cores"}).nodes
     assert "SLURM_CPU_BIND=cores" in node_cpus_plan(spec, {"SLURM_CPU_BIND": "cores"}).describe()
     # the task side: what a task on n2 sets for itself (its step may use cores 0-4)
-    for name in (env.CPUS, env.SERVICE_CPUS, "TF_NUM_INTRAOP_THREADS"):
-        monkeypatch.delenv(name, raising=False)
+    for name in (env.CPUS, env.SERVICE_CPUS, "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.setenv(name, "")  # recorded, so that what resolve_node_share sets is undone after the test
+        monkeypatch.delenv(name)
     monkeypatch.setenv(env.NODE_CPUS, shares[W[1]])
     monkeypatch.setattr("orchestrator.task.pinning.allowed_cores", lambda: list(range(5)))
     assert resolve_node_share() == (2, 3)
