@@ -164,7 +164,7 @@ def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves
 
     try:
         code, seen, summary, left = run_job(
-            slurm_env, tmp_path, "lost", "--workers", "2", "--epochs", "10",
+            slurm_env, tmp_path, "lost", "--workers", "2", "--epochs", "6",
             "--heartbeat-timeout", str(heartbeat_timeout_s), "--restart-backoff", "0.5", on_line=on_line)
     finally:
         _restore_node(slurm_env, lost_node)
