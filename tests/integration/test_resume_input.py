@@ -43,7 +43,7 @@ def _state(run: Path) -> dict[str, tuple[int, float]]:
 @pytest.mark.parametrize("setup, args, fragment", [
     (dict(), ["--resume", "nosuch"], "resume='nosuch': no such run"),
     (dict(status="Succeeded"), [], "already succeeded: there is nothing left to train"),
-    (dict(pid=os.getpid()), [], f"its orchestrator (pid {os.getpid()}) is still running"),
+    (dict(pid=os.getpid()), [], "its orchestrator (pid {pid}) is still running"),  # the same id in every xdist worker
     (dict(status="Preempted"), ["--workers", "3"], "workers=3: differs from the resumed run's 2"),
     (dict(status="Preempted"), ["--epochs", "5"], "training.epochs=5: differs from the resumed run's 3"),
     (dict(status="Preempted"), ["--run-id", "other"], "run-id='other': differs from --resume r"),
@@ -59,7 +59,7 @@ def test_bad_resume_input_is_one_line_exit_2_and_changes_nothing(tmp_path, setup
                             capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], result.stderr
+    assert len(lines) == 1 and fragment.format(pid=os.getpid()) in lines[0], result.stderr
     assert result.stdout == ""
     assert _state(run) == before and sorted(p.name for p in runs.iterdir()) == ["r"]
 
