@@ -2,7 +2,7 @@
 figure.
 
 The bench is run as users run it (a subprocess from the repository root), into a temporary
-results directory: the committed ``bench/results`` must stay untouched. About 3.5 minutes on
+results directory: the committed ``bench/results`` must stay untouched. About 2.5 minutes on
 2 cores. Its figures are smoke values (one short run each) and are not checked against the
 targets; what fails here is a section that raised or a figure left without any value.
 """
