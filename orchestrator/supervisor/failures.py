@@ -81,7 +81,7 @@ class FailureHandling:
                    if f.task.task_type != "evaluator" and f.task.name not in self._restart_at]
         if not pending:
             return False
-        first, trainers = pending[0], self.plan.spec.trainers()
+        first, trainers = pending[0], set(self.plan.spec.trainers())  # a set: O(tasks) per tick, not O(tasks^2)
         saving = [rt.task.name for rt in self._live() if rt.task in trainers and rt.task.name not in self._restart_at]
         bound = self.preemption.grace_s
         wait = decisions.awaits_saving_peers(preemption_exit=self.policy.preemption_code(first.exit_code),
