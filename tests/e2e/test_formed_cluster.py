@@ -36,7 +36,10 @@ def test_two_solo_mwms_trainings_fail_the_job_naming_replicas_in_sync_1_vs_2_pla
     check = summary["cluster_check"]
     assert check["planned_workers"] == 2 and check["mismatches"] and not check["allowed"]
     assert all(v == {"replicas_in_sync": 1, "cluster_workers": 1} for v in check["formed"].values()), check
-    assert set(check["formed"]) == {"worker-0", "worker-1"}, check  # each as itself, whatever its TF_CONFIG says
+    # the job fails at the first mismatch, so the other task may be stopped before it reports (CI run 18): every
+    # task that reported is recorded as itself (its ORCH_TASK, whatever its TF_CONFIG says), with its mismatch
+    assert check["formed"] and set(check["formed"]) <= {"worker-0", "worker-1"}, check
+    assert all(any(m.startswith(f"{name} formed ") for m in check["mismatches"]) for name in check["formed"]), check
 
 
 def test_an_allowed_mismatch_succeeds_with_a_warning(tmp_path):
