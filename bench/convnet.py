@@ -4,7 +4,7 @@ MultiWorkerMirroredStrategy (one worker or several: the same program, only TF_CO
 
     python -m orchestrator launch --workers 2 -- python bench/convnet.py --global-batch 64
 
-Its step is compute-bound (about 150 MFLOP per example forward and backward, 65,000 weights,
+Its step is compute-bound (about 150 MFLOP per example forward and backward, 66,000 weights,
 one 0.26 MB gradient all-reduce per step; nothing saved), unlike the built-in digits MLP, whose ~2 ms step is
 shorter than one TF CPU collective (~5.5 ms, ``bench/results/NOTES.md``). It prints the bench's
 markers (``global batch N``, ``bench: epoch E done at step S (unix T)``) that
@@ -39,7 +39,7 @@ class Markers(keras.callbacks.Callback):
 
 
 def build(classes: int) -> keras.Model:
-    """(batch, 32, 32, 3) images -> (batch, classes) logits; 65,000 weights."""
+    """(batch, 32, 32, 3) images -> (batch, classes) logits; 66,000 weights."""
     init = keras.initializers.GlorotUniform(seed=0)
     conv = dict(kernel_size=3, padding="same", activation="relu", kernel_initializer=init)
     return keras.Sequential([

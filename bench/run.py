@@ -190,25 +190,19 @@ class Suite(LightSections):
         epochs = 2 if self.quick else 8
         cases = {"mwms2": ["--workers", "2", "--epochs", str(epochs)],  # = the tf section's args (--quick reuses it)
                  "one": ["--workers", "1", "--batch-size", "32", "--epochs", str(epochs)]}
-        rates: dict[str, list] = {k: [] for k in cases}
-        pinning = []
-        for i in range(rounds):
-            for name in (("mwms2", "one") if i % 2 == 0 else ("one", "mwms2")):
-                r = self._orchestrated(f"coloc-{name}", cases[name], "worker-0")
-                rates[name].append(r.coordinator.examples_per_second())
-                if name == "mwms2":
-                    try:
-                        pinning.append(json.loads((r.run_dir / "plan.json").read_text()).get("cpus"))
-                    except (OSError, ValueError):
-                        pinning.append(None)
-                log(f"colocated {name}: {rates[name][-1]} examples/s (global batch {r.coordinator.global_batch})")
+        runs = self._interleaved("coloc", cases, rounds)
+        rates = {k: [r.coordinator.examples_per_second() for r in v] for k, v in runs.items()}
+        try:  # how the first MWMS run was placed
+            pinning = json.loads((runs["mwms2"][0].run_dir / "plan.json").read_text()).get("cpus")
+        except (OSError, ValueError):
+            pinning = None
         self.add("11", "colocated_mwms2_over_one_process",
                  "MWMS 2 workers on this machine / one process, same model and global batch (32), same cores",
                  "ratio", ratios(rates["mwms2"], rates["one"]), ">= 0.9",
                  {"mwms2_examples_per_s": summarize(rates["mwms2"]), "one_process_examples_per_s":
-                  summarize(rates["one"]), "mwms2_cpus": pinning[0] if pinning else None, "epochs": epochs,
+                  summarize(rates["one"]), "mwms2_cpus": pinning, "epochs": epochs,
                   "measured": "coordinator's epoch-end markers, epoch 1 excluded; defaults (pinned, spares on)"})
-        if not self.quick:  # two more TF jobs (~45 s of CI's 2 cores) for a figure --quick does not check
+        if not self.quick:  # CI's budget: the quick section took 51 s with its 2 TF jobs, 20 s without (idle machine)
             self._colocated_compute_bound(rounds)
 
     def _colocated_compute_bound(self, rounds: int) -> None:
@@ -220,13 +214,8 @@ class Suite(LightSections):
         program = [PY, str(REPO / "bench" / "convnet.py"), "--global-batch", "64", "--epochs", "6"]
         cases = {"mwms2": ["--workers", "2", "--", *program], "one": ["--workers", "1", "--", *program],
                  "mwms2-no-pin": ["--workers", "2", "--no-pin", "--", *program]}
-        rates: dict[str, list] = {k: [] for k in cases}
-        for i in range(rounds):
-            for name in (list(cases) if i % 2 == 0 else list(reversed(cases))):
-                r = self._orchestrated(f"coloc-conv-{name}", cases[name], "worker-0")
-                rates[name].append(r.coordinator.examples_per_second())
-                log(f"colocated convnet {name}: {rates[name][-1]} examples/s "
-                    f"(global batch {r.coordinator.global_batch})")
+        runs = self._interleaved("coloc-conv", cases, rounds)
+        rates = {k: [r.coordinator.examples_per_second() for r in v] for k, v in runs.items()}
         details = {f"{k.replace('-', '_')}_examples_per_s": summarize(v) for k, v in rates.items()}
         self.add("11", "colocated_mwms2_over_one_process_convnet",
                  "MWMS 2 workers on this machine / one process, compute-bound convnet (bench/convnet.py), "
@@ -237,6 +226,18 @@ class Suite(LightSections):
         self.add("11", "colocated_convnet_pinned_over_unpinned",
                  "MWMS 2 workers, compute-bound convnet: pinned (default) / --no-pin", "ratio",
                  ratios(rates["mwms2"], rates["mwms2-no-pin"]))
+
+    def _interleaved(self, prefix: str, cases: dict[str, list[str]], rounds: int) -> dict[str, list]:
+        """Each case's orchestrated runs (``launch`` arguments by name), ``rounds`` rounds, the
+        order reversed every other round so that neither side always runs first."""
+        runs: dict[str, list] = {k: [] for k in cases}
+        for i in range(rounds):
+            for name in (list(cases) if i % 2 == 0 else list(reversed(cases))):
+                r = self._orchestrated(f"{prefix}-{name}", cases[name], "worker-0")
+                runs[name].append(r)
+                log(f"{prefix} {name}: {r.coordinator.examples_per_second()} examples/s "
+                    f"(global batch {r.coordinator.global_batch})")
+        return runs
 
     # -- 3, 4: SIGKILL detection and recovery with warm spares --------------------------------
     def recovery(self) -> None:
