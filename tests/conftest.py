@@ -19,6 +19,13 @@ REPO = Path(__file__).resolve().parent.parent
 # Every other test (unit, integration, docs, and the quick bench, whose figures are smoke values and not checked)
 # runs in the other lane, beside them.
 MACHINE_LANE = ("e2e", "slurm", "docker", "browser")
+# ... but for these, which mostly wait on an engine's clock: each is a unit of its own, run beside the machine lane.
+# The time-limit test's program is a paced step counter that waits for Slurm's time-limit checks (every 30 s) in
+# three lives: 51 s, of which 8 CPU-seconds, measured alone. Slurm tests still run one at a time whatever their lane
+# (tests/slurm/conftest.py: cluster_lock).
+BESIDE_THE_MACHINE_LANE = (
+    "tests/slurm/test_slurm_preemption.py::test_a_run_longer_than_its_time_limit_continues_in_three_lives",
+)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -30,9 +37,23 @@ def pytest_xdist_make_scheduler(config, log):
     class MachineLane(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             parts = nodeid.split("/", 2)
+            if nodeid in BESIDE_THE_MACHINE_LANE:
+                return nodeid
             return "machine" if len(parts) == 3 and parts[0] == "tests" and parts[1] in MACHINE_LANE else nodeid
 
     return MachineLane(config, log)
+
+
+def pytest_sessionfinish(session) -> None:
+    """The run's controller (not an xdist worker) removes the Slurm test cluster once every test is done,
+    when a test of the run set it up (tests/slurm/conftest.py)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from tests.slurm.conftest import teardown_if_set_up_by_tests
+
+    took_s = teardown_if_set_up_by_tests()
+    if took_s is not None:
+        print(f"\nslurm-teardown: {took_s:.1f} s")
 
 
 def alive(pid: int) -> bool:

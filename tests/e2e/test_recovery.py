@@ -78,7 +78,7 @@ def start(launches, tmp_path, run_id, *args) -> Launch:
 
 
 def test_mwms_worker_sigkill_restarts_the_group_from_the_checkpoint(tmp_path, launches):
-    launch = start(launches, tmp_path, "mwms-kill", "--workers", "2", "--epochs", "5", "--restart-backoff", "0.5",
+    launch = start(launches, tmp_path, "mwms-kill", "--workers", "2", "--epochs", "3", "--restart-backoff", "0.5",
                    "--inject-fault", "worker:1:kill@step=100")
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines)

@@ -16,14 +16,14 @@ pytestmark = pytest.mark.e2e
 
 
 TWINS = {  # started at the same moment (test_two_launches_at_the_same_moment_do_not_collide)
-    "mwms": ("--workers", "2", "--epochs", "5"),
+    "mwms": ("--workers", "2", "--epochs", "3"),
     "exit3": ("--workers", "2", "--epochs", "3", "--inject-fault", "worker:1:exit=3@step=5"),
 }
 
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory) -> dict[str, tuple[int, str, dict, Path, str]]:
-    """Two MWMS launches started at the same moment, run once for three tests: the 5-epoch training
+    """Two MWMS launches started at the same moment, run once for three tests: the 3-epoch training
     and the job whose worker-1 exits with code 3 at step 5 (each reached training: neither
     collided with the other's ports). Per run id: (exit code, stdout, summary.json, run dir,
     stderr)."""
@@ -58,7 +58,7 @@ def test_mwms_two_workers_train_to_high_accuracy(twins):
     assert code == 0, out + err
     assert summary["status"] == "Succeeded"
     assert summary["metrics"]["test_accuracy"] >= 0.85
-    assert summary["metrics"]["steps"] == 5 * summary["metrics"]["steps_per_epoch"]
+    assert summary["metrics"]["steps"] == 3 * summary["metrics"]["steps_per_epoch"]
     assert summary["training"]["global_batch_size"] == 32
     assert [t["state"] for t in summary["tasks"]] == ["Succeeded", "Succeeded"]
     assert summary["cluster_check"]["formed"] == {f"worker-{i}": {"replicas_in_sync": 2, "cluster_workers": 2}
@@ -81,7 +81,7 @@ def test_a_task_exiting_with_code_3_fails_the_job_naming_it(twins):
 
 
 def test_two_launches_at_the_same_moment_do_not_collide(twins):
-    # both trained (the 5 epochs; worker-1 of the other reached step 5 before its fault), on ports of their own
+    # both trained (the 3 epochs; worker-1 of the other reached step 5 before its fault), on ports of their own
     (code, out, summary, _, err), (_, out3, summary3, _, err3) = twins["mwms"], twins["exit3"]
     assert code == 0 and summary["metrics"]["steps"] > 0, out + err
     assert "injecting fault: exit at step=5" in out3, out3 + err3
