@@ -19,12 +19,16 @@ REPO = Path(__file__).resolve().parent.parent
 # Every other test (unit, integration, docs, and the quick bench, whose figures are smoke values and not checked)
 # runs in the other lane, beside them.
 MACHINE_LANE = ("e2e", "slurm", "docker", "browser")
-# ... but for these, which mostly wait on an engine's clock: each is a unit of its own, run beside the machine lane.
-# The time-limit test's program is a paced step counter that waits for Slurm's time-limit checks (every 30 s) in
-# three lives: 51 s, of which 8 CPU-seconds, measured alone. Slurm tests still run one at a time whatever their lane
-# (tests/slurm/conftest.py: cluster_lock).
+# ... but for these (test functions, every parameter of each), each case a unit of its own, run beside the machine lane
+# as the other tests are. They time nothing and fit beside it: the machine lane leaves most of a core idle (a CI run
+# used 1.15 cores on average while pytest ran), waiting on heartbeats, restarts and engines.
+# - The time-limit test's program is a paced step counter that waits for Slurm's time-limit checks (every 30 s) in
+#   three lives: 51 s, of which 8 CPU-seconds, measured alone. Slurm tests still run one at a time whatever their lane
+#   (tests/slurm/conftest.py: cluster_lock).
+# - Each example spec file launched for 5 steps: it succeeds or not, however long its start takes (~80 s in all).
 BESIDE_THE_MACHINE_LANE = (
     "tests/slurm/test_slurm_preemption.py::test_a_run_longer_than_its_time_limit_continues_in_three_lives",
+    "tests/e2e/test_render_cluster.py::test_every_example_spec_launches",
 )
 
 
@@ -37,7 +41,7 @@ def pytest_xdist_make_scheduler(config, log):
     class MachineLane(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             parts = nodeid.split("/", 2)
-            if nodeid in BESIDE_THE_MACHINE_LANE:
+            if nodeid.split("[", 1)[0] in BESIDE_THE_MACHINE_LANE:
                 return nodeid
             return "machine" if len(parts) == 3 and parts[0] == "tests" and parts[1] in MACHINE_LANE else nodeid
 
