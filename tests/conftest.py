@@ -32,18 +32,23 @@ BESIDE_THE_MACHINE_LANE = (
 )
 
 
+def lane_scope(nodeid: str) -> str:
+    """The xdist unit of work a test belongs to: ``"machine"`` for the machine lane, else the test's own id."""
+    parts = nodeid.split("/", 2)
+    if nodeid.split("[", 1)[0] in BESIDE_THE_MACHINE_LANE:
+        return nodeid
+    return "machine" if len(parts) == 3 and parts[0] == "tests" and parts[1] in MACHINE_LANE else nodeid
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """xdist's load-scope scheduler with one scope for every test of ``MACHINE_LANE`` and one per other test
-    (its ``xdist_group`` marks do not reach the test ids under pytest 9.2: xdist sets ``item._nodeid``)."""
+    """xdist's load-scope scheduler with the scopes of :func:`lane_scope` (its ``xdist_group`` marks do not reach
+    the test ids under pytest 9.2: xdist sets ``item._nodeid``)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class MachineLane(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            parts = nodeid.split("/", 2)
-            if nodeid.split("[", 1)[0] in BESIDE_THE_MACHINE_LANE:
-                return nodeid
-            return "machine" if len(parts) == 3 and parts[0] == "tests" and parts[1] in MACHINE_LANE else nodeid
+            return lane_scope(nodeid)
 
     return MachineLane(config, log)
 

@@ -37,9 +37,10 @@ LOCK_WAIT_S = 900.0  # the longest Slurm test takes ~2 min alone; a bound, not a
 
 
 @contextmanager
-def cluster_lock(timeout_s: float = LOCK_WAIT_S):
-    """Hold the cluster for one test (or its setup) against every other process of the run; bounded."""
-    with open(LOCK, "a") as handle:
+def cluster_lock(timeout_s: float = LOCK_WAIT_S, path: str = LOCK):
+    """Hold the cluster for one test (or its setup) against every other process of the run: an exclusive
+    ``flock`` on ``path``, waited for at most ``timeout_s`` seconds (then the test fails, naming the lock)."""
+    with open(path, "a") as handle:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -47,7 +48,7 @@ def cluster_lock(timeout_s: float = LOCK_WAIT_S):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"the Slurm cluster was still held by another test after {timeout_s:.0f} s ({LOCK})")
+                    pytest.fail(f"the Slurm cluster was still held by another test after {timeout_s:.0f} s ({path})")
                 time.sleep(0.2)
         try:
             yield
