@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 
 SLURM_DIR = os.environ.get("ORCH_SLURM_DIR", "/tmp/orch-slurm-ci")
 NODES = ("osl0", "osl1", "osl2")
@@ -41,15 +41,15 @@ def cluster_lock(timeout_s: float = LOCK_WAIT_S, path: str = LOCK):
     """Hold the cluster for one test (or its setup) against every other process of the run: an exclusive
     ``flock`` on ``path``, waited for at most ``timeout_s`` seconds (then the test fails, naming the lock)."""
     with open(path, "a") as handle:
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def taken() -> bool:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return True
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the Slurm cluster was still held by another test after {timeout_s:.0f} s ({path})")
-                time.sleep(0.2)
+                return False
+
+        wait_until(taken, timeout_s, interval_s=0.2, what=f"the Slurm cluster lock {path}, held by another test")
         try:
             yield
         finally:
