@@ -50,7 +50,7 @@ from bench.kills import REJOINED, pss_worker_once_trained, rejoined, spares_warm
 from bench.light import LightSections
 from bench.report import _diff, _r, _tail, log, machine, write_report
 from bench.stats import meets, ratios, summarize
-from bench.tfjobs import PY, REPO, TaskLog, Topology, precompile, run_hand, run_orchestrated
+from bench.tfjobs import PY, REPO, TaskLog, Topology, precompile, run_hand, run_orchestrated, warm_up
 from orchestrator.spec.supervision import SupervisionSpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -129,6 +129,8 @@ class Suite(LightSections):
     def tf(self) -> None:
         pairs = self.pairs or (1 if self.quick else 5)
         precompile()
+        if not self.quick:  # the first pair's orchestrated side would otherwise import TensorFlow cold
+            warm_up()
         # --quick: MWMS only (PSS orchestration runs in the footprint section; hand-launched PSS
         # only in the full run)
         topos = [Topology("mwms2", "multi_worker_mirrored", 0, 2, 0, 2 if self.quick else 10)]

@@ -303,3 +303,17 @@ def precompile() -> None:
 
     for package in ("orchestrator", "worker", "ps", "bench"):
         compileall.compile_dir(str(REPO / package), quiet=1)
+
+
+def warm_up() -> None:
+    """Import TensorFlow and tf-keras once in a process of their own, untimed, before the first
+    measured launch (hyperfine's ``--warmup``). After the machine has been idle the kernel may
+    have dropped TensorFlow's ~1 GB of shared libraries from the page cache (the 2-core host of
+    bench/results pages out what nobody touched for ~60 s: a DAMON ``pageout`` scheme, min age
+    12 x 5 s), and the first process to import it then reads them from disk. That process is
+    always the first pair's orchestrated side (``Suite.tf``), whose launch -> first step then
+    carries disk reads that the hand-launched side after it does not. A failed import shows in
+    the measured runs; raises ``subprocess.TimeoutExpired`` after 300 s."""
+    subprocess.run([PY, "-c", "import tensorflow, tf_keras"], env={**base_env(), "TF_CPP_MIN_LOG_LEVEL": "3"},
+                   cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300, check=False)
