@@ -314,6 +314,5 @@ def warm_up() -> None:
     always the first pair's orchestrated side (``Suite.tf``), whose launch -> first step then
     carries disk reads that the hand-launched side after it does not. A failed import shows in
     the measured runs; raises ``subprocess.TimeoutExpired`` after 300 s."""
-    subprocess.run([PY, "-c", "import tensorflow, tf_keras"], env={**base_env(), "TF_CPP_MIN_LOG_LEVEL": "3"},
-                   cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=300, check=False)
+    subprocess.run([PY, "-c", "import tensorflow, tf_keras"], env=base_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
