@@ -238,7 +238,8 @@ class Job(CustomLoops):
             epochs=self.epochs,
         )
         with self.strategy.scope():
-            model = self._build(compile=self.loop == "fit" and ctx.strategy != "hogwild")
+            model = self._build(compile=self.loop == "fit" and ctx.strategy != "hogwild",
+                                local_logs=ctx.strategy == "multi_worker_mirrored")
         mark("model")
         if ctx.strategy == "hogwild":
             final_loss = self._hogwild(model)
@@ -296,11 +297,11 @@ class Job(CustomLoops):
         cluster = self.context.tf_config.get("cluster", {})
         return [f"{t}-{i}" for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
 
-    def _build(self, compile: bool = True):
+    def _build(self, compile: bool = True, local_logs: bool = False):
         from worker.model import build_model
 
         return build_model(self.keras, self.learning_rate, self.seed, self.data.num_features, self.data.num_classes,
-                           compile=compile)
+                           compile=compile, local_logs=local_logs)
 
     def _dataset(self, shuffle_seed: int | None):
         """The training dataset (global batches) and its auto-shard policy across the
