@@ -46,7 +46,16 @@ import traceback
 from pathlib import Path
 
 from bench import preemption, timeline
-from bench.kills import REJOINED, pss_worker_once_trained, rejoined, spares_warm
+from bench.kills import (
+    REJOINED,
+    epoch_ends,
+    mwms_worker_into_epoch,
+    pss_worker_once_trained,
+    rejoined,
+    resumed_an_epoch,
+    spares_warm,
+    step_at,
+)
 from bench.light import LightSections
 from bench.report import _diff, _r, _tail, log, machine, write_report
 from bench.stats import meets, ratios, summarize
@@ -246,27 +255,35 @@ class Suite(LightSections):
         """MWMS 2 workers and PSS (chief, 2 workers, ps): one worker SIGKILLed, each ratio
         (recovery / that same run's cold launch -> first step) measured in one run.
 
-        MWMS: the kill fires at step ``kill_step``, late enough that the warm spares (started
-        after the first step, importing TensorFlow while training runs) are ready; recovery =
-        kill -> first step of the resumed training. PSS: the bench SIGKILLs worker-1 once the
+        MWMS: the bench SIGKILLs worker-1 a third of an epoch into an epoch (the 4th or a later
+        one) that began after a warm spare was ready (:func:`bench.kills.mwms_worker_into_epoch`:
+        the spares start once the job has trained as long as a start takes and import at the
+        lowest CPU priority beside the two workers, so when they are ready depends on how busy
+        the cores are); recovery = kill -> first step of the resumed training; the job is
+        stopped (Ctrl-C) once the resumed training finished an epoch. ``--quick``: the
+        checkpoint section's job, killed by an injected fault at step 67. PSS: the bench SIGKILLs worker-1 once the
         chief is in epoch ``kill_epoch`` and (full runs) the spare is ready; recovery = kill ->
         the coordinator has the restarted worker back in its rotation (its ``Worker ... has been
         recovered`` log line, ``worker/rotation.py``). Each run records whether the spare that
         took over was ready before the kill.
         """
         runs = 1 if self.quick else 3
-        epochs, kill_step = (2, 67) if self.quick else (24, 915)
+        mwms_kill_epoch = 3
         # PSS: the job is far longer than the recovery (the chief would otherwise finish before a restarted
         # worker is back when the machine is loaded) and is stopped once the worker is back in the rotation
         pss_epochs, kill_epoch = (60, 2) if self.quick else (80, 3)
         detect, m_ratio, m_rec, m_cold, lost, p_ratio, p_rec, p_cold, details = ([] for _ in range(9))
         for _ in range(runs):
             if self.quick:  # the checkpoint section's SIGKILL run (the same arguments): one job for both
-                args = self._lost_args(SIGKILL_EVERY_10)
-            else:
-                args = ["--workers", "2", "--epochs", str(epochs), "--inject-fault", f"worker:1:kill@step={kill_step}"]
-            r = self._orchestrated("recovery-mwms", args, "worker-0")
-            fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
+                r = self._orchestrated("recovery-mwms", self._lost_args(SIGKILL_EVERY_10), "worker-0")
+                fault = TaskLog.read(r.run_dir / "attempt-0" / "worker-1" / "stdout.log").fault
+            else:  # long enough by construction: stopped once measured
+                r = run_orchestrated(self.workdir, self._id("recovery-mwms"), ["--workers", "2", "--epochs", "400"],
+                                     "worker-0", kill_when=mwms_worker_into_epoch(mwms_kill_epoch, 1 / 3),
+                                     stop_when=resumed_an_epoch)
+                killed_step = step_at(epoch_ends(r.run_dir / "attempt-0" / "worker-1" / "stdout.log"),
+                                      r.killed_at) if r.killed_at else None
+                fault = ("kill", killed_step, r.killed_at) if killed_step is not None else None
             resumed = TaskLog.read(r.run_dir / "attempt-1" / "worker-0" / "stdout.log")
             s = r.summary or {}
             if not fault or not s.get("failures") or not s.get("recoveries") or not resumed.first_step:
@@ -320,7 +337,10 @@ class Suite(LightSections):
         self.add("4", "recovery_ratio_mwms", "MWMS 2 workers, one SIGKILLed: kill -> first step after resume / cold "
                  "launch -> first step (warm spares)", "ratio", m_ratio, "<= 0.35",
                  {"recovery_s": summarize(m_rec), "cold_start_s": summarize(m_cold), "spares": spares_note,
-                  "settings": f"defaults (spares on, first restart without backoff); kill at step {kill_step}",
+                  "settings": "defaults (spares on, first restart without backoff); "
+                              + ("killed at step 67 (--quick)" if self.quick else
+                                 f"SIGKILLed by the bench 1/3 of an epoch into an epoch >= {mwms_kill_epoch} that "
+                                 "began after a spare was ready; steps lost from the last epoch's rate"),
                   "detected_to_restarted_s": summarize(d.get("detected_to_restarted_s") for d in details),
                   "restarted_to_resumed_s": summarize(d.get("restarted_to_resumed_s") for d in details)})
         self.add("4", "recovery_mwms_s", "MWMS recovery: SIGKILL -> first step after resume", "s", m_rec)
