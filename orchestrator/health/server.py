@@ -13,6 +13,7 @@ Health service stays open so stock probes (``grpc_health_probe``, Docker healthc
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hmac
 import logging
 import threading
@@ -36,6 +37,14 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "tfcluster.v1.Supervisor"
 REGISTER_MAX_WAIT_S = 10.0
 """Longest one ``RegisterAddress`` call waits for the rest of the cluster, seconds."""
+PULSE_S = 0.1
+"""Period of the server loop's pulse, seconds: how late it runs is how long the loop, and so
+the heartbeat intake, was held up (:meth:`HeartbeatStore.deaf_s`)."""
+DEAF_MIN_S = 0.25
+"""A pulse later than this counts as deaf time, whole; less is a scheduling hiccup on a busy
+machine, which the heartbeat timeout (seconds, against 1 s between beats) already absorbs."""
+DEAF_HISTORY_S = 3600.0
+"""How far back :meth:`HeartbeatStore.deaf_s` keeps the loop's late pulses, seconds."""
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
@@ -72,6 +81,48 @@ class HeartbeatStore:
         self._changed: dict[tuple[str, int, int], tuple[tuple[TaskId, int], HeartbeatRecord]] = {}
         self._task_ids: dict[tuple[str, int], TaskId] = {}
         self.total = 0
+        # the intake's own deafness: (time a late pulse ran, lateness up to then in all), ascending
+        self._pulse_at: float | None = None
+        self._pulse_period_s = PULSE_S
+        self._late: list[tuple[float, float]] = []
+        self._late_total = 0.0
+        self._late_dropped = 0.0  # the total at the last entry dropped from ``_late``
+
+    def pulse(self, period_s: float = PULSE_S) -> None:
+        """The server loop's periodic call (every ``period_s`` seconds when it keeps up): its
+        lateness, beyond the period, is time in which no heartbeat was taken in, whatever the
+        tasks sent (another thread held the GIL: building the status of 10,000 tasks, ~7 MB
+        of JSON, takes it for most of a second; or the loop fell behind its streams)."""
+        now = self._clock()
+        with self._lock:
+            if self._pulse_at is not None:
+                late = now - self._pulse_at - period_s
+                if late > DEAF_MIN_S:
+                    self._late_total += late
+                    self._late.append((now, self._late_total))
+                    if self._late[0][0] < now - DEAF_HISTORY_S:
+                        kept = [e for e in self._late if e[0] >= now - DEAF_HISTORY_S]
+                        self._late_dropped = self._late[len(self._late) - len(kept) - 1][1]
+                        self._late = kept
+            self._pulse_at, self._pulse_period_s = now, period_s
+
+    def deaf_s(self, since: float, now: float | None = None) -> float:
+        """Seconds since ``since`` (monotonic) in which this store's server took in no heartbeat
+        because its own loop was held up: the pulses late by more than :data:`DEAF_MIN_S` after
+        ``since`` (a pulse late by L counts whole, even when part of L came before ``since``)
+        plus the current pulse's delay; 0 for a store no server pulses. A task is not silent
+        while the orchestrator is deaf: Cassandra's failure detector, likewise, marks no node
+        down after a pause of its own (``FailureDetector``: "Not marking nodes down due to
+        local pause", ``cassandra.max_local_pause_in_ms``)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            if self._pulse_at is None:
+                return 0.0
+            i = bisect.bisect_right(self._late, since, key=lambda entry: entry[0])
+            before = self._late[i - 1][1] if i else self._late_dropped
+            overdue = now - self._pulse_at - self._pulse_period_s
+            overdue = overdue if overdue > DEAF_MIN_S else 0.0
+            return (self._late_total - before) + min(overdue, max(0.0, now - since))
 
     def record(self, heartbeat: pb.Heartbeat) -> None:
         """Store ``heartbeat`` as the latest of its task attempt (a new record: one handed out
@@ -243,6 +294,7 @@ class HealthServer:
         self._port = port
         self._loop = LoopThread("health-server", quiet=True)
         self._server: grpc.aio.Server | None = None
+        self._pulse: asyncio.Future | None = None
         self.port = 0
 
     @property
@@ -260,12 +312,24 @@ class HealthServer:
             raise RuntimeError(f"health server did not start on {self._host}:{self._port}: {self._loop.error}")
         return self
 
+    async def _beat_pulse(self) -> None:
+        """Tell the store every :data:`PULSE_S` seconds that this loop runs (:meth:`HeartbeatStore.pulse`)."""
+        while True:
+            self._store.pulse(PULSE_S)
+            await asyncio.sleep(PULSE_S)
+
+    async def _shutdown(self, grace_s: float) -> None:
+        if self._pulse is not None:
+            self._pulse.cancel()
+        assert self._server is not None
+        await self._server.stop(grace_s)
+
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving, letting open calls finish for at most ``grace_s`` seconds."""
         if self._server is None:
             return
         try:
-            self._loop.run(self._server.stop(grace_s), grace_s + 5.0)
+            self._loop.run(self._shutdown(grace_s), grace_s + 5.0)
         except Exception:  # noqa: BLE001 - best effort on shutdown
             log.debug("health server stop did not finish cleanly", exc_info=True)
         self._loop.stop(5.0)
@@ -289,6 +353,7 @@ class HealthServer:
         if self.port == 0:
             raise RuntimeError(f"could not bind {self._host}:{self._port}")
         await server.start()
+        self._pulse = asyncio.ensure_future(self._beat_pulse())
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server = server

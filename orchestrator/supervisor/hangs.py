@@ -39,13 +39,17 @@ class HangChecks:
         self._version: dict[str, int] = {}
         self._limit = 4 * tasks + 64
 
-    def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec, known: TaskWatch | None = None) -> None:
-        """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says
+    def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec, known: TaskWatch | None = None,
+                   credit_s: float = 0.0) -> None:
+        """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says,
+        ``credit_s`` seconds later (the health server's deaf time since its latest heartbeat)
         (``known``: :func:`watch` of ``rt`` as it is now, when the caller has it)."""
         if rt.current.started_at is None:
             when = None
         else:
             when = decisions.next_check_at(known if known is not None else watch(rt), policy)
+            if when is not None:
+                when += credit_s
         if rt.current.finished_at is not None:  # and its exit grace (exitrules.exit_overdue)
             due = rt.current.finished_at + policy.exit_grace_s
             when = due if when is None else min(when, due)

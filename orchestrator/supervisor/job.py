@@ -350,7 +350,9 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
 
     def _check_hangs(self, now: float) -> None:
         """Hang checks of the tasks whose check deadline has passed; the one furthest behind is
-        killed first (its peers are blocked in a collective with it)."""
+        killed first (its peers are blocked in a collective with it). Time in which the health
+        server was deaf (:meth:`~orchestrator.health.server.HeartbeatStore.deaf_s`) since a
+        task's latest heartbeat does not count as its silence."""
         if self.state.terminal:
             return
         hung = []
@@ -362,11 +364,13 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
                 self._stuck_in_exit(rt, now, stuck)
                 continue
             seen = watch(rt)
-            why = decisions.hang_reason(seen, now, self.policy)
+            # time the health server took in no heartbeat (its own loop held up) is no task's silence
+            deaf = self.store.deaf_s(seen.heartbeat_at if seen.heartbeat_at is not None else seen.started_at, now)
+            why = decisions.hang_reason(seen, now - deaf, self.policy)
             if why:
                 hung.append((rt, why))
             else:
-                self._checks.reschedule(rt, self.policy, seen)
+                self._checks.reschedule(rt, self.policy, seen, credit_s=deaf)
         for i in decisions.culprit_order([rt.current.last_step for rt, _ in hung]):
             rt, why = hung[i]
             if not rt.current.state.terminal:

@@ -612,3 +612,48 @@ def test_the_root_cause_is_the_failure_that_ended_the_job_not_a_recovered_one(tm
     assert result.root_cause is not None
     assert (result.root_cause.attempt, result.root_cause.message) == (1, "ZeroDivisionError: division by zero")
     assert [f.attempt for f in h.sup.snapshot().failures] == [0, 1]  # the recovered one is history
+
+
+def test_time_the_health_server_was_deaf_is_no_task_silence(tmp_path):
+    """10,000 tasks' ``status`` (7 MB of JSON) held the GIL for seconds at a time and the scale
+    bench's tasks were declared hung by the hundred: a heartbeat not taken in because the
+    server's own loop was held up is not the task's silence (``HeartbeatStore.deaf_s``)."""
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"heartbeat_timeout_s": 4.0}))
+    h.store.pulse()
+    h.all_beat(step=5)
+    h.tick()
+    for _ in range(10):  # 1 s of a loop on time: heartbeats keep coming from worker-0 only
+        h.clock.now += 0.1
+        h.store.pulse()
+    h.beat("worker-0", step=6)
+    h.clock.now += 3.0  # the loop held up 3 s: its next pulse is overdue
+    h.tick(0.5)  # worker-1 silent 4.5 s, 3.4 of them while nothing could be heard: not hung
+    assert h.sup.failures == []
+    h.store.pulse()  # the loop runs again: the late pulse is recorded, the same 3.4 s
+    h.beat("worker-0", step=7)
+    h.tick(0.1)
+    assert h.sup.failures == []
+    for _ in range(35):  # 3.5 s more of silence from worker-1 while the loop keeps up: 8.1 - 3.4 > 4
+        h.clock.now += 0.1
+        h.store.pulse()
+        h.beat("worker-0", step=8)
+        h.tick()
+    (failure,) = h.sup.failures
+    assert failure.task == TaskId("worker", 1) and "no heartbeat for 4." in failure.message, failure.message
+
+
+def test_a_store_no_server_pulses_is_never_deaf():
+    clock = FakeClock()
+    store = HeartbeatStore(clock=clock)
+    clock.now += 100.0
+    assert store.deaf_s(clock.now - 50.0) == 0.0
+    store.pulse()
+    clock.now += 0.1
+    store.pulse()  # on time
+    clock.now += 0.2  # 0.1 s late: a hiccup, not deafness
+    store.pulse()
+    assert store.deaf_s(clock.now - 50.0) == 0.0
+    clock.now += 2.1  # 2 s late
+    store.pulse()
+    assert store.deaf_s(clock.now - 50.0) == pytest.approx(2.0)
+    assert store.deaf_s(clock.now + 1.0, clock.now + 1.0) == 0.0  # none after it

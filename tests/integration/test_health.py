@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import grpc
 import pytest
@@ -121,3 +122,26 @@ def test_flush_returns_once_the_latest_state_went_out_and_not_before(server):
             assert silent.flush(0.5) is False
         finally:
             silent.close(timeout_s=0.5)
+
+
+def test_time_the_server_loop_is_held_up_counts_as_deaf_and_beats_on_time_do_not(server):
+    """The real server's pulse (every ``PULSE_S``): a loop held up 1.5 s (a blocking call on it,
+    as a thread holding the GIL would) is ~1.5 s in which no task could be heard; before it, none."""
+    import time
+
+    srv, store = server
+    wait_until(lambda: store._pulse_at is not None, 10, what="the server's first pulse")
+    start = time.monotonic()
+    assert store.deaf_s(start) == 0.0
+    asyncio_loop = srv._loop.loop
+    blocked = threading.Event()
+
+    def hold_up() -> None:
+        time.sleep(1.5)
+        blocked.set()
+
+    asyncio_loop.call_soon_threadsafe(hold_up)
+    wait_until(blocked.is_set, 10, what="the loop's hold-up")
+    # the pulse due during the hold-up runs once it ends; until then it counts as overdue
+    deaf = wait_until(lambda: store._late and store.deaf_s(start), 10, what="the late pulse")
+    assert 1.3 <= deaf <= 1.5 + 5.0  # what it was held up, less at most one period
