@@ -83,20 +83,19 @@ class HeartbeatStore:
         self.total = 0
         # the intake's own deafness: (time a late pulse ran, lateness up to then in all), ascending
         self._pulse_at: float | None = None
-        self._pulse_period_s = PULSE_S
         self._late: list[tuple[float, float]] = []
         self._late_total = 0.0
         self._late_dropped = 0.0  # the total at the last entry dropped from ``_late``
 
-    def pulse(self, period_s: float = PULSE_S) -> None:
-        """The server loop's periodic call (every ``period_s`` seconds when it keeps up): its
+    def pulse(self) -> None:
+        """The server loop's periodic call (every :data:`PULSE_S` seconds when it keeps up): its
         lateness, beyond the period, is time in which no heartbeat was taken in, whatever the
         tasks sent (another thread held the GIL: building the status of 10,000 tasks, ~7 MB
         of JSON, takes it for most of a second; or the loop fell behind its streams)."""
         now = self._clock()
         with self._lock:
             if self._pulse_at is not None:
-                late = now - self._pulse_at - period_s
+                late = now - self._pulse_at - PULSE_S
                 if late > DEAF_MIN_S:
                     self._late_total += late
                     self._late.append((now, self._late_total))
@@ -104,7 +103,7 @@ class HeartbeatStore:
                         kept = [e for e in self._late if e[0] >= now - DEAF_HISTORY_S]
                         self._late_dropped = self._late[len(self._late) - len(kept) - 1][1]
                         self._late = kept
-            self._pulse_at, self._pulse_period_s = now, period_s
+            self._pulse_at = now
 
     def deaf_s(self, since: float, now: float | None = None) -> float:
         """Seconds since ``since`` (monotonic) in which this store's server took in no heartbeat
@@ -120,7 +119,7 @@ class HeartbeatStore:
                 return 0.0
             i = bisect.bisect_right(self._late, since, key=lambda entry: entry[0])
             before = self._late[i - 1][1] if i else self._late_dropped
-            overdue = now - self._pulse_at - self._pulse_period_s
+            overdue = now - self._pulse_at - PULSE_S
             overdue = overdue if overdue > DEAF_MIN_S else 0.0
             return (self._late_total - before) + min(overdue, max(0.0, now - since))
 
@@ -315,7 +314,7 @@ class HealthServer:
     async def _beat_pulse(self) -> None:
         """Tell the store every :data:`PULSE_S` seconds that this loop runs (:meth:`HeartbeatStore.pulse`)."""
         while True:
-            self._store.pulse(PULSE_S)
+            self._store.pulse()
             await asyncio.sleep(PULSE_S)
 
     async def _shutdown(self, grace_s: float) -> None:

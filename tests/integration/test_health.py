@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import grpc
 import pytest
@@ -127,8 +128,6 @@ def test_flush_returns_once_the_latest_state_went_out_and_not_before(server):
 def test_time_the_server_loop_is_held_up_counts_as_deaf_and_beats_on_time_do_not(server):
     """The real server's pulse (every ``PULSE_S``): a loop held up 1.5 s (a blocking call on it,
     as a thread holding the GIL would) is ~1.5 s in which no task could be heard; before it, none."""
-    import time
-
     srv, store = server
     wait_until(lambda: store._pulse_at is not None, 10, what="the server's first pulse")
     start = time.monotonic()

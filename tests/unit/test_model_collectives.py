@@ -1,7 +1,8 @@
 """The built-in model's ``fit`` step under MWMS all-reduces its gradients and nothing else
 (``worker.model.local_logs_model``): counted in the traced ``train_function`` of a real
-one-worker MultiWorkerMirroredStrategy, in a process of its own (TensorFlow must not load into
-the unit-test process: ``test_keras_callback.py``). About 10 s."""
+two-worker MultiWorkerMirroredStrategy (``tests/programs/fit_collectives.py``), in processes
+of their own (TensorFlow must not load into the unit-test process: ``test_keras_callback.py``).
+About 10 s."""
 
 from __future__ import annotations
 
