@@ -96,6 +96,7 @@ class CustomLoops:
             self.progress.report(mean, epoch=epoch + 1)
         if not self.is_chief:
             shutil.rmtree(self._scratch("backup"), ignore_errors=True)
+        self.progress.finished()  # before this frame's traced functions are torn down (see _custom_pss)
         return mean
 
     def _custom_pss(self, model) -> float | None:
@@ -143,6 +144,11 @@ class CustomLoops:
             manager.save()
             print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
             self.progress.report(mean, epoch=epoch + 1)
+        # `finishing` is sent before this returns: the return drops the coordinator, the per-worker
+        # dataset and the traced step, and TensorFlow's teardown of them (context.remove_function,
+        # on every worker) can hold the GIL, and so the heartbeats, past the heartbeat timeout
+        # (measured: a CI run's coordinator was killed as hung there after its last step)
+        self.progress.finished()
         return mean
 
     # -- hogwild -----------------------------------------------------------------------
@@ -222,6 +228,7 @@ class CustomLoops:
             manager.save()
             print(f"epoch {epoch + 1}/{self.epochs}: mean loss {mean:.4f}", flush=True)
             self.progress.report(mean, epoch=epoch + 1)
+        self.progress.finished()  # before this frame's traced functions are torn down (see _custom_pss)
         return mean
 
     # -- the end -----------------------------------------------------------------------

@@ -249,6 +249,7 @@ class Job(CustomLoops):
             final_loss = self._custom_pss(model)
         else:
             final_loss = self._custom_sync(model)
+        mark("trained")
         # training ended: what follows (evaluation, export) is never a training stall, and a
         # failure in it must not re-run the training
         self.reporter.update(phase=pb.PHASE_FINISHING, message="training finished",

@@ -132,6 +132,7 @@ def test_a_preempted_pss_worker_exits_143_and_restarts_alone_while_training_goes
         launch.run_dir, 0, "worker-0")
     worker = _task(summary, "worker:0")
     assert worker["earlier_attempts"][0]["exit"] == "exit code 143 (preempted)"
+    assert len(summary["recoveries"]) == 1, summary["recoveries"]
     [recovery] = summary["recoveries"]
     assert recovery["scope"] == "task" and recovery["tasks"] == ["worker-0"]
     chief = _task(summary, "chief:0")
