@@ -71,6 +71,7 @@ class HeartbeatHandling:
         _cold_start_s: float | None
 
         def _event(self, *texts: str) -> None: ...
+        def _exits_meanwhile(self, done: int) -> None: ...
         def _persist(self) -> None: ...
         def _set_state(self, state: JobState, exit_code: int | None = None, reason: str = "") -> None: ...
 
@@ -78,7 +79,8 @@ class HeartbeatHandling:
         """Heartbeats that arrived since the last look (O(changes)); backend samples, once a
         second, of the tasks that send none (a user's program that never reported)."""
         by_task, checks, policy = self._by_task, self._checks, self.policy
-        for (task, attempt), record in self.store.drain().items():
+        for done, ((task, attempt), record) in enumerate(self.store.drain().items(), 1):
+            self._exits_meanwhile(done)
             rt = by_task.get(task)
             if rt is not None and rt.current.number == attempt and rt.current.process is not None:
                 if self._on_heartbeat(rt, record):

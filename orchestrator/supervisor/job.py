@@ -35,7 +35,7 @@ from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import decisions, exitrules, forensics
 from orchestrator.supervisor.beats import HeartbeatHandling
 from orchestrator.supervisor.ending import EndHandling
-from orchestrator.supervisor.exits import ExitWatch
+from orchestrator.supervisor.exits import LOOK_EVERY, ExitWatch
 from orchestrator.supervisor.failures import FailureHandling
 from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.hangs import HangChecks, watch
@@ -348,6 +348,13 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         for i in decisions.exit_order([code for _, code in exited]):
             self._on_exit(exited[i][0], exited[i][1], now)
 
+    def _exits_meanwhile(self, done: int) -> None:
+        """Inside a tick, after every :data:`~orchestrator.supervisor.exits.LOOK_EVERY` items
+        (``done``: items so far) of its O(heartbeats) and O(hang checks) work: take the exits that
+        came meanwhile, so that a task's exit waits for a slice of that work, not the whole tick."""
+        if done % LOOK_EVERY == 0 and self._exits.exited():
+            self._poll(self.clock())
+
     def _check_hangs(self, now: float) -> None:
         """Hang checks of the tasks whose check deadline has passed; the one furthest behind is
         killed first (its peers are blocked in a collective with it). Time in which the health
@@ -356,7 +363,8 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         if self.state.terminal:
             return
         hung = []
-        for name in self._checks.due(now):
+        for done, name in enumerate(self._checks.due(now), 1):
+            self._exits_meanwhile(done)
             rt = self._by_name[name]
             if not rt.live:
                 continue

@@ -7,11 +7,12 @@ fails here in milliseconds, with its reason.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pytest
 
@@ -657,3 +658,86 @@ def test_a_store_no_server_pulses_is_never_deaf():
     store.pulse()
     assert store.deaf_s(clock.now - 50.0) == pytest.approx(2.0)
     assert store.deaf_s(clock.now + 1.0, clock.now + 1.0) == 0.0  # none after it
+
+
+class EventfdBackend(FakeBackend):
+    """The fake backend with exit descriptors (``Capability.EXIT_EVENTS``): an eventfd per
+    attempt, written when the test ends the attempt, as a pidfd becomes readable."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.fds: dict[str, int] = {}
+
+    def exit_fd(self, handle: FakeHandle) -> int | None:
+        fd = os.eventfd(0)
+        self.fds[handle.task.name] = os.dup(fd)
+        return fd
+
+    def end(self, name: str, code: int) -> None:
+        self.latest(name).code = code
+        os.eventfd_write(self.fds.pop(name), 1)
+
+
+class SlowDrainStore(HeartbeatStore):
+    """The real store, whose drained records take ``per_record_s`` of the fake clock each to go
+    through, and call ``at(i)`` before the i-th (a long tick of a large job, and what happens
+    during it)."""
+
+    def __init__(self, clock: FakeClock, per_record_s: float) -> None:
+        super().__init__(clock=clock)
+        self.clock, self.per_record_s = clock, per_record_s
+        self.at: Callable[[int], None] = lambda i: None
+
+    def drain(self):
+        records = super().drain()
+        store = self
+
+        class Slow(dict):
+            def items(self):
+                for i, item in enumerate(super().items(), 1):
+                    store.at(i)
+                    store.clock.now += store.per_record_s
+                    yield item
+
+        return Slow(records)
+
+
+def test_an_exit_during_a_long_tick_is_taken_within_a_slice_of_its_work(tmp_path):
+    """1,000 tasks' heartbeats in one tick, 1 ms each; worker-7 exits at the 300th. Its failure is
+    taken at the next look at the exit descriptors (after the 512th), ~0.21 s into the tick, not at
+    the next tick's start, ~0.7 s after the exit."""
+    clock = FakeClock()
+    store = SlowDrainStore(clock, per_record_s=0.001)
+    backend = EventfdBackend(clock)
+    spec = spec_of(strategy="parameter_server", workers=998, ps=1)
+    plan = make_plan(spec, backend.allocate(spec), run_id="t", run_dir=tmp_path, health_address="127.0.0.1:1",
+                     token="x", cores=2)
+    sup = Supervisor(plan, backend, store, RecordingView(), clock=clock, stop_timeout_s=1.0)
+
+    def all_beat(step: int) -> None:  # Harness.all_beat pictures the job per heartbeat: O(tasks²)
+        for t in spec.tasks():
+            store.record(pb.Heartbeat(task=pb.TaskKey(task_type=t.task_type, task_index=t.task_index, attempt=0),
+                                      phase=pb.PHASE_SERVING if t.task_type == "ps" else pb.PHASE_TRAINING, step=step))
+
+    try:
+        sup.start()
+        all_beat(5)
+        sup.tick()
+        all_beat(6)
+        exited_at: list[float] = []
+
+        def at(i: int) -> None:
+            if i == 300:
+                backend.end("worker-7", -signal.SIGKILL)
+                exited_at.append(clock.now)
+
+        store.at = at
+        clock.now += 0.1
+        sup.tick()
+        (failure,) = sup.failures
+        assert failure.task == TaskId("worker", 7), failure
+        assert 0.2 <= failure.at - exited_at[0] <= 0.22, (failure.at, exited_at)  # 212 records later
+    finally:
+        sup._exits.close()
+        for fd in backend.fds.values():
+            os.close(fd)
