@@ -84,7 +84,7 @@ class CpuPlan:
 
     def env(self, task: TaskId) -> dict[str, str]:
         """The task's variables: its thread limits, ``ORCH_CPUS`` (its cores: the task sets its
-        own affinity before it imports TensorFlow) and ``ORCH_SERVICE_CPUS`` when kept."""
+        own affinity before TensorFlow starts its pools) and ``ORCH_SERVICE_CPUS`` when kept."""
         out: dict[str, str] = {}
         if task in self.threads:
             n = self.threads[task]

@@ -52,7 +52,7 @@ Variable                       Meaning
                                reads instead of NVML (tests, demos; docs/gpus.md); tasks inherit
                                it on the local backend, so their heartbeats sample the same devices
 ``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.cpus`): it sets its
-                               own affinity to them before it imports TensorFlow; unset: not pinned
+                               own affinity to them before TensorFlow starts its pools; unset: not pinned
 ``ORCH_NODE_CPUS``             Slurm: this task's share of its node's cores (JSON: the job's tasks on that
                                node, which one it is; :func:`orchestrator.cores.node_share_cores`): it
                                divides the cores its step may use, as ``ORCH_CPUS`` would, before TF starts

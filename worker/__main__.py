@@ -4,10 +4,6 @@ from orchestrator.env import bench_mark
 
 bench_mark("task-main")  # bench/timeline.py: this task's interpreter is up
 
-from orchestrator.task.pinning import pin_self  # noqa: E402
-
-pin_self()  # the task's own cores (ORCH_CPUS), before TensorFlow starts a thread
-
 from orchestrator.task.runtime import run_task  # noqa: E402
 from worker.train import train  # noqa: E402
 

@@ -1,6 +1,7 @@
 """Each task runs on the cores its plan gives it (orchestrator.cpus), with real processes: tiny
 programs, no TensorFlow, started through ``execwrap`` as any user's program is (the built-in
-``python -m worker`` and ``ps`` pin themselves the same way, first thing)."""
+``python -m worker`` and ``ps`` pin every thread of theirs the same way, right after importing
+TensorFlow: ``test_pin_self_all_threads_moves_the_floating_threads_and_leaves_a_pinned_one``)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,37 @@ def test_pinning_stays_within_the_orchestrators_own_affinity_and_no_pin_sets_non
     got = seen(run_dir, "worker-0")
     assert got["planned"] is None and got["cpus"] == MINE[:2]  # inherited, nothing set
     assert json.loads((run_dir / "plan.json").read_text())["cpus"]["reason"] == "--no-pin"
+
+
+THREADS = """
+import json, os, threading
+from orchestrator.task.pinning import pin_self
+service = threading.Event(); other = threading.Event(); stop = threading.Event(); seen = {}
+
+def reporter():  # the heartbeat reporter's thread: pinned to the service cores first
+    pin_self(variable="ORCH_SERVICE_CPUS"); seen["reporter"] = threading.get_native_id(); service.set(); stop.wait()
+
+def loader():  # a thread started before the pinning (an import's, a data loader's): floating
+    seen["loader"] = threading.get_native_id(); other.set(); stop.wait()
+
+threads = [threading.Thread(target=f) for f in (reporter, loader)]
+for t in threads:
+    t.start()
+service.wait(10); other.wait(10)
+pin_self(all_threads=True)
+print(json.dumps({name: sorted(os.sched_getaffinity(tid)) for name, tid in
+                  {**seen, "main": threading.get_native_id()}.items()}))
+stop.set()
+for t in threads:
+    t.join()
+"""
+
+
+@pytest.mark.skipif(len(MINE) < 2, reason="a task's cores and service cores apart need two cores")
+def test_pin_self_all_threads_moves_the_floating_threads_and_leaves_a_pinned_one():
+    task, service = MINE[:1], MINE[1:2]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ORCH_CPUS": str(task[0]), "ORCH_SERVICE_CPUS": str(service[0])}
+    done = subprocess.run([sys.executable, "-c", THREADS], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"main": task, "loader": task, "reporter": service}, got
