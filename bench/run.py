@@ -40,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 import traceback
@@ -59,7 +60,7 @@ from bench.kills import (
 from bench.light import LightSections
 from bench.report import _diff, _r, _tail, log, machine, write_report
 from bench.stats import meets, ratios, summarize
-from bench.tfjobs import PY, REPO, TaskLog, Topology, precompile, run_hand, run_orchestrated, warm_up
+from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, precompile, run_hand, run_orchestrated, warm_up
 from orchestrator.spec.supervision import SupervisionSpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -214,7 +215,36 @@ class Suite(LightSections):
                   summarize(rates["one"]), "mwms2_cpus": pinning, "epochs": epochs,
                   "measured": "coordinator's epoch-end markers, epoch 1 excluded; defaults (pinned, spares on)"})
         if not self.quick:  # CI's budget: the quick section took 51 s with its 2 TF jobs, 20 s without (idle machine)
+            self._colocated_limit(rates["one"], rounds)
             self._colocated_compute_bound(rounds)
+
+    def _colocated_limit(self, one_rates: list[float], rounds: int) -> None:
+        """The MLP row's ceiling, measured in the same run: one TF CPU all-reduce of the built-in
+        model's gradients between two processes placed as ``launch --workers 2`` places them
+        (``bench/allreduce.py``), against the one-process step. Two workers each take at least
+        one process's step (this model's step is per-step overhead, not per-example compute:
+        half the batch each saves next to nothing) plus the all-reduce, so the ratio cannot pass
+        ``step / (step + all-reduce)``. Full runs only."""
+        measured = []
+        for _ in range(rounds):
+            proc = subprocess.run([PY, "-m", "bench.allreduce"], capture_output=True, text=True, cwd=REPO,
+                                  env=base_env(), timeout=300)
+            try:
+                measured.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                log(f"allreduce: failed: {proc.stderr[-2000:]}")
+        if not measured or not one_rates:
+            return
+        log(f"allreduce: {measured}")
+        allreduce = [m["allreduce_ms"] for m in measured]
+        step_ms = 32 / summarize(one_rates)["median"] * 1000  # the one-process run's global batch
+        self.add("11", "colocated_allreduce_ms", f"one TF CPU all-reduce of the built-in model's gradients "
+                 f"({measured[0]['floats']:,} floats) between two processes pinned as launch pins them, "
+                 "less the call's dispatch (bench/allreduce.py)", "ms", allreduce, details={"runs": measured})
+        self.add("11", "colocated_mwms2_limit", "estimated ceiling of colocated_mwms2_over_one_process: one "
+                 "process's step / (that step + one all-reduce measured alone), medians of this run", "ratio",
+                 [round(step_ms / (step_ms + summarize(allreduce)["median"]), 4)],
+                 details={"one_process_step_ms": round(step_ms, 3), "allreduce_ms": summarize(allreduce)})
 
     def _colocated_compute_bound(self, rounds: int) -> None:
         """The same comparison with a compute-bound user program (``bench/convnet.py``: a
