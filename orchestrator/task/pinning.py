@@ -8,7 +8,8 @@ before the import: four TensorFlow imports on two cores, two of them pinned one 
 0.4-1 s later than floating ones (the kernel cannot even out the load of pinned processes), and a
 PSS job's launch -> first step took a median 11.90 s pinned that way against 10.91 s unpinned
 (4 interleaved pairs; after the change 11.57 s against 11.63 s). Importing uses one thread and
-no pool: where the import runs does not change where training runs.
+no pool: where the import runs does not change where training runs. A Slurm task's node share is
+still resolved first thing (:func:`resolve_early`), before its heartbeat reporter starts.
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ def pin_self(environ: Mapping[str, str] | None = None, variable: str = env.CPUS,
             except OSError:  # it ended meanwhile
                 pass
     return cpus
+
+
+def resolve_early() -> None:
+    """What ``python -m worker`` and ``python -m ps`` run first thing, before their heartbeat
+    reporter starts: a task with a node share (``ORCH_NODE_CPUS``, Slurm) turns it into its
+    ``ORCH_CPUS``, ``ORCH_SERVICE_CPUS`` and thread limits now (:func:`resolve_node_share`), so
+    that the reporter's thread finds its service cores; the pinning itself waits until
+    TensorFlow is imported (:func:`pin_self` with ``all_threads``)."""
+    if not os.environ.get(env.CPUS) and os.environ.get(env.NODE_CPUS):
+        resolve_node_share()
 
 
 def _threads() -> list[int]:
