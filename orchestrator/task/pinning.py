@@ -80,7 +80,7 @@ def resolve_early() -> None:
     ``ORCH_CPUS``, ``ORCH_SERVICE_CPUS`` and thread limits now (:func:`resolve_node_share`), so
     that the reporter's thread finds its service cores; the pinning itself waits until
     TensorFlow is imported (:func:`pin_self` with ``all_threads``)."""
-    if not os.environ.get(env.CPUS) and os.environ.get(env.NODE_CPUS):
+    if not env.read(env.CPUS) and env.read(env.NODE_CPUS):
         resolve_node_share()
 
 

@@ -155,9 +155,15 @@ def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves
     heartbeat_timeout_s = 4.0
     lost_node = "osl1"  # placement: worker-0 on osl0, worker-1 on osl1, osl2 spare
     cut: dict[str, float] = {}
+    log = tmp_path / "lost" / "attempt-0" / "worker-1" / "stdout.log"
 
     def on_line(line: str) -> None:
-        if not cut and "worker-1 Running/training step" in line:
+        # cut at a known point of training, not at a status line (6 epochs can fit between two):
+        # worker-1 in its 2nd epoch of 6 (tf-keras prints "Epoch 2/6" as it begins); worker-0 then
+        # waits in the all-reduce, so the job cannot end before the loss is seen
+        if not cut and "job Running" in line:
+            wait_until(lambda: log.exists() and "Epoch 2/6" in log.read_text(), timeout_s=180, interval_s=0.05,
+                       what="worker-1 in its 2nd epoch")
             os.kill(_slurmd_pid(lost_node), signal.SIGKILL)
             subprocess.run(["ip", "link", "set", f"oslv{NODES.index(lost_node)}", "down"], check=True)
             cut["at"] = time.monotonic()
@@ -184,7 +190,8 @@ def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves
     recovery = summary["recoveries"][0]
     before = [int(m.group(1)) for t, ln in seen if t <= cut["at"]
               for m in [re.search(r"worker-1 Running/training step (\d+)", ln)] if m]
-    print(f"node cut at step >= {before[-1]}, training resumed from step {recovery['resumed_from_step']}; "
+    print(f"node cut at step >= {before[-1] if before else 45}, training resumed from step "
+          f"{recovery['resumed_from_step']}; "
           f"cut -> training again {seen_at(seen, 'training again') - cut['at']:.1f} s")
     # only a step on the lost node may be left (Slurm lists it until it declares the node down)
     assert all(ln.endswith(f"|{lost_node}") for ln in left), left
