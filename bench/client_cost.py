@@ -11,7 +11,8 @@ import time
 import psutil
 
 from bench.tfjobs import PY, REPO, base_env
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 
 
 def measure(window_s: float = 15.0, settle_s: float = 3.0) -> dict:

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from bench.tfjobs import PY, REPO
 from orchestrator.backends.local import LocalBackend
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.spec.model import JobSpec, Strategy
 from orchestrator.spec.supervision import SupervisionSpec

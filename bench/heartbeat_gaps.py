@@ -21,7 +21,8 @@ import time
 from collections import defaultdict
 
 from bench.tfjobs import PY, REPO, base_env
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.proto import supervisor_pb2 as pb
 
 BUSY = "while True: pass"

@@ -14,7 +14,8 @@ import pstats
 import sys
 import time
 
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 
 
 class ProfiledHealthServer(HealthServer):

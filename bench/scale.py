@@ -44,7 +44,8 @@ from bench.tfjobs import PY, REPO, base_env
 from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle
 from orchestrator.backends.host import pidfd
 from orchestrator.health.client import EndpointClient
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.report.history import Recorder
 from orchestrator.spec.model import JobSpec, Strategy, TaskId

@@ -3,8 +3,8 @@
 Both sides of the ``tf`` section print the same ``bench: mark LABEL (unix T)`` lines
 (``BENCH_TIMING``, :func:`orchestrator.env.bench_mark`): the orchestrator on its stderr
 (``cli-start``: its interpreter is up; ``cli-imported``: ``launch``'s modules are imported;
-``ports-held``, ``health-up``, ``prepared``: the ports held, the health server up, the plan
-written), every task in its ``stdout.log`` (``task-main``: its interpreter is up;
+``ports-held``, ``prepared``: the ports held, the plan written; ``health-up``: the health server
+up, after the tasks have started), every task in its ``stdout.log`` (``task-main``: its interpreter is up;
 ``runtime-imported``, ``reporter-started``, ``first-heartbeat``: the task runtime and its
 health client; ``train``, ``imported``: TensorFlow imported; ``port-released``, ``leader-up``
 (MWMS), ``servers-up`` (the PSS coordinator: every worker and ps listens), ``strategy``,
@@ -26,7 +26,7 @@ _MARK = re.compile(r"bench: mark (\S+) \(unix ([\d.]+)\)")
 _FIRST = re.compile(r"bench: first step \d+ done \(unix ([\d.]+)\)")
 _STARTED = re.compile(r"(\w+-\d+) started \(pid \d+, attempt 0\)")
 
-ORCHESTRATOR = ("cli-start", "cli-imported", "ports-held", "health-up", "prepared")
+ORCHESTRATOR = ("cli-start", "cli-imported", "ports-held", "prepared", "health-up")
 """The orchestrator's points, in the order they happen."""
 TASK = ("started", "task-main", "runtime-imported", "reporter-started", "first-heartbeat", "train", "imported",
         "port-released", "leader-up", "servers-up", "serving", "strategy", "data", "model", "fit", "first-step")

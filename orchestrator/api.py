@@ -3,9 +3,10 @@
 ``launch`` starts a job in the background from a spec file, a dict, a :class:`JobSpec` or
 keyword arguments and returns a :class:`JobHandle` (status, stop, wait). Underneath it (and
 under the CLI): ``dry_run`` builds the plan and starts nothing; ``prepare`` reserves
-addresses, starts the health server (and the web page with ``web=``), writes ``plan.json``
-and ``endpoint.json``; ``run`` supervises to the end, stops the servers and writes
-``summary.json``. ``check_job`` holds the checks both paths share.
+addresses (the health server's port too), starts the web page with ``web=``, writes
+``plan.json``; ``run`` starts the tasks, then the health server and ``endpoint.json``,
+supervises to the end, stops the servers and writes ``summary.json``. ``check_job`` holds the
+checks both paths share.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from orchestrator import rundir
 from orchestrator.backends import get_backend
@@ -34,7 +35,8 @@ from orchestrator.cpus import node_cpus_plan, plan_cpus
 from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
 from orchestrator.gpus import discover
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.endpoint import HealthEndpoint
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.placement import Placement, place
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
@@ -56,7 +58,10 @@ from orchestrator.supervisor import Supervisor
 from orchestrator.supervisor.job import View
 from orchestrator.supervisor.record import run_record
 from orchestrator.supervisor.snapshot import JobSnapshot
-from orchestrator.web.server import WebServer, parse_bind
+from orchestrator.web.bind import parse_bind
+
+if TYPE_CHECKING:
+    from orchestrator.web.server import WebServer
 
 ENDPOINT_FILE = rundir.ENDPOINT_FILE
 """``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
@@ -65,9 +70,14 @@ web URL), for ``status``, ``stop`` and ``status --web``. Removed when the job ha
 
 @dataclass
 class Job:
-    """A prepared job: plan written, ports held, health server up, nothing started yet.
+    """A prepared job: plan written, ports held (the health server's too), nothing started yet.
+    :func:`run` starts the tasks, then the health server on its held port (the tasks' first
+    heartbeats wait for it; a launch's tasks start before ``grpc`` is imported), then writes
+    ``endpoint.json``.
 
     Attributes:
+        server: the health endpoint (:class:`~orchestrator.health.endpoint.HealthEndpoint`):
+            its ``address`` from now, its server from :func:`run`.
         recorder: the supervisor's view: keeps the latest snapshot, progress series and events
             for status queries and the page; set ``recorder.view`` to show the job in a terminal.
         web: the web page's server (``prepare(web=...)``), else None.
@@ -76,7 +86,7 @@ class Job:
 
     plan: Plan
     supervisor: Supervisor
-    server: HealthServer
+    server: HealthEndpoint
     store: HeartbeatStore
     recorder: Recorder = field(default_factory=Recorder)
     web: WebServer | None = None
@@ -230,11 +240,11 @@ def prepare(
         bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
         if web_bind is not None:
+            from orchestrator.web.server import WebServer
+
             web_server = WebServer(recorder.status, secrets.token_urlsafe(18), *web_bind).start()
-        server = HealthServer(token, store, engine.release_port, host=engine.health_host,
-                              register=engine.register_address, status=recorder.status_json,
-                              stop=stop_job).start()
-        bench_mark("health-up", sys.stderr)
+        server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
+                                register=engine.register_address, status=recorder.status_json, stop=stop_job)
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address,
                          token=token, faults=faults, commands=commands, dry_run=False, placement=placement)
     except BaseException:
@@ -248,15 +258,20 @@ def prepare(
     write_json_atomic(rd.plan, plan.to_dict())
     if resume:
         rd.endpoint.unlink(missing_ok=True)  # left by a life whose orchestrator was killed (checked: not alive)
-    supervisor = Supervisor(plan, engine, store, recorder, carried=carried,
+    endpoint = rd.endpoint
+    health, web_url = server, web_server.url if web_server is not None else None
+
+    def serve() -> None:  # the supervisor's first call once every task has started
+        health.start()
+        bench_mark("health-up", sys.stderr)
+        write_private(endpoint, json.dumps({
+            "run_id": run_id, "pid": os.getpid(), "address": health.address, "token": token, "web_url": web_url,
+        }, indent=2) + "\n")
+
+    supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve,
                             persist=lambda sup: write_json_atomic(rd.record, run_record(sup)), **supervisor_options)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
-    endpoint = rd.endpoint
-    write_private(endpoint, json.dumps({
-        "run_id": run_id, "pid": os.getpid(), "address": server.address, "token": token,
-        "web_url": web_server.url if web_server is not None else None,
-    }, indent=2) + "\n")
     bench_mark("prepared", sys.stderr)
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint)
 

@@ -129,11 +129,18 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a new file only its owner can read (mode 0600 from its creation).
+    """Write ``text`` to a new file only its owner can read (mode 0600 from its creation), whole:
+    written beside it, then linked in, so a reader that polls for it (``status``, ``stop``) never
+    reads it half written.
 
     Raises:
         FileExistsError: when ``path`` exists.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.link(partial, path)  # fails when path exists, as O_EXCL would
+    finally:
+        partial.unlink(missing_ok=True)

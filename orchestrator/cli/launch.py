@@ -23,7 +23,7 @@ from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.supervisor import EXIT_PREEMPTED
-from orchestrator.web.server import parse_bind
+from orchestrator.web.bind import parse_bind
 
 
 def add_parser(subparsers) -> None:

@@ -103,7 +103,8 @@ def run_status_command(args: argparse.Namespace) -> int:
 
 
 def _serve_web(run_dir, args: argparse.Namespace) -> int:
-    from orchestrator.web.server import WebServer, parse_bind
+    from orchestrator.web.bind import parse_bind
+    from orchestrator.web.server import WebServer
 
     host, port = parse_bind(args.web, allow_public=args.web_public)
     endpoint = read_endpoint(run_dir)

@@ -13,11 +13,13 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import SpecError
-from orchestrator.health.client import EndpointClient, EndpointError
 from orchestrator.rundir import ENDPOINT_FILE, PLAN_FILE, SUMMARY_FILE, RunDir, read_json  # noqa: F401
+
+if TYPE_CHECKING:  # grpc is imported by the calls that talk to a job, not by a launch (orchestrator.resume)
+    from orchestrator.health.client import EndpointClient
 
 
 def is_run_dir(path: Path) -> bool:
@@ -74,6 +76,8 @@ class Endpoint:
     web_url: str | None
 
     def client(self, timeout_s: float = 3.0) -> EndpointClient:
+        from orchestrator.health.client import EndpointClient
+
         return EndpointClient(self.address, self.token, timeout_s)
 
 
@@ -132,6 +136,8 @@ def run_status(run_dir: Path, history: bool = False, timeout_s: float = 3.0) -> 
     With ``history``, also the charted series and events (``history``): live from the
     orchestrator, or from ``history.json`` of a finished run.
     """
+    from orchestrator.health.client import EndpointError
+
     endpoint = read_endpoint(run_dir)
     if endpoint is not None:
         try:

@@ -2,7 +2,7 @@
 
 A part of the :class:`~orchestrator.supervisor.job.Supervisor`'s loop (a mixin, as
 :mod:`~orchestrator.supervisor.failures`), with one concern: each tick it drains the
-:class:`~orchestrator.health.server.HeartbeatStore` (only what changed since the last look) and
+:class:`~orchestrator.health.store.HeartbeatStore` (only what changed since the last look) and
 updates each reporting task's attempt: its latest heartbeat, progress, peaks, running state,
 recoveries it completes, the coordinator's life record. Tasks that send none are sampled by the
 backend once a second.
@@ -22,7 +22,7 @@ import gc
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import Backend
-from orchestrator.health.server import HeartbeatRecord, HeartbeatStore
+from orchestrator.health.store import HeartbeatRecord, HeartbeatStore
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.backends.base import Backend, LaunchRequest
-from orchestrator.health.server import HeartbeatStore
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, attempt_env
 from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.model import Strategy
@@ -79,6 +79,10 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         carried: what a resumed run takes over from its earlier lives (:class:`Carried`).
         persist: called with the supervisor whenever the run record changes (the API writes
             ``run.json``); None: nothing persisted.
+        on_started: called by :meth:`run` once every task's first attempt has started, before
+            the first tick (the API starts the health server there, on the port it held:
+            :class:`~orchestrator.health.endpoint.HealthEndpoint`); what it raises ends the run
+            with every task stopped.
         clock: monotonic clock, seconds.
         **options: the timing knobs of :class:`~orchestrator.supervisor.options.LoopOptions`
             (``stop_timeout_s``, ``success_grace_s``, ``tick_s``, ``preemption_grace_s``, ...).
@@ -96,6 +100,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         *,
         carried: Carried | None = None,
         persist: Callable[["Supervisor"], None] | None = None,
+        on_started: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         **options: float,
     ) -> None:
@@ -106,6 +111,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         self.clock = clock
         self.carried = carried or Carried()
         self._persist_hook = persist
+        self._on_started = on_started
         self.tasks = [TaskRuntime(plan=tp, current=Attempt(number=self.carried.next_attempt.get(tp.task.name, 0)),
                                   restarts=self.carried.task_restarts.get(tp.task.name, 0)) for tp in plan.tasks]
         self._by_task = {rt.task: rt for rt in self.tasks}
@@ -169,6 +175,8 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         try:
             self._exits.open()
             self.start()
+            if self._on_started is not None:
+                self._on_started()
             while not self.tick():  # wakes on a task's exit, a stop request, or after tick_s
                 self._exits.wait(self.options.tick_s)
         finally:
@@ -358,7 +366,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
     def _check_hangs(self, now: float) -> None:
         """Hang checks of the tasks whose check deadline has passed; the one furthest behind is
         killed first (its peers are blocked in a collective with it). Time in which the health
-        server was deaf (:meth:`~orchestrator.health.server.HeartbeatStore.deaf_s`) since a
+        server was deaf (:meth:`~orchestrator.health.store.HeartbeatStore.deaf_s`) since a
         task's latest heartbeat does not count as its silence."""
         if self.state.terminal:
             return

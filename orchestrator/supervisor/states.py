@@ -17,7 +17,7 @@ from pathlib import Path
 from orchestrator.backends.base import ProcessSample, TaskHandle
 from orchestrator.env import PREEMPTED_EXIT_CODE
 from orchestrator.gpus import GpuUsage
-from orchestrator.health.server import HeartbeatRecord
+from orchestrator.health.store import HeartbeatRecord
 from orchestrator.plan import TaskPlan
 from orchestrator.spec.model import TaskId
 

@@ -104,6 +104,7 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
     from orchestrator import env
     from orchestrator.proto import supervisor_pb2 as pb
     from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+    from orchestrator.task.reporter import CHANNEL_OPTIONS
 
     host = node_host(context.health_address)
     sock, port = hold_port()
@@ -111,7 +112,7 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
     metadata = ((env.TOKEN_METADATA_KEY, context.token),)
     deadline = time.monotonic() + timeout_s
     backoff_s = 0.2
-    with grpc.insecure_channel(context.health_address) as channel:
+    with grpc.insecure_channel(context.health_address, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.SupervisorStub(channel)
         while True:
             left = deadline - time.monotonic()

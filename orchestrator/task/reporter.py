@@ -40,6 +40,12 @@ STREAM_DEADLINE_S = 3600.0
 """A heartbeat stream is reopened after this long, so even it has a deadline."""
 RPC_DEADLINE_S = 5.0
 """Deadline of every unary call."""
+CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 5000))
+"""The task's channel to the orchestrator: after a refused connection it tries again in 0.1 s
+(gRPC's default: 1 s, growing to 120 s), at most every 5 s (the reporter's own backoff). A
+launch starts its tasks before their health server listens
+(:class:`~orchestrator.health.endpoint.HealthEndpoint`); a task that comes first is refused
+and must not wait a second for its first heartbeat."""
 
 
 class HeartbeatReporter:
@@ -163,7 +169,7 @@ class HeartbeatReporter:
         """Start the background thread (daemon). Returns self."""
         if not self._address:
             return self
-        self._channel = grpc.insecure_channel(self._address)
+        self._channel = grpc.insecure_channel(self._address, options=CHANNEL_OPTIONS)
         if self._orphan_timeout_s > 0:
             self._channel.subscribe(self._on_connectivity, try_to_connect=True)
         self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
@@ -225,7 +231,11 @@ class HeartbeatReporter:
             return 0
         stub = pb_grpc.SupervisorStub(self._channel)
         try:
-            reply = stub.ReleasePort(pb.PortRequest(task=self._key), metadata=self._metadata, timeout=RPC_DEADLINE_S)
+            # a task of this machine (its orchestrator is its parent, which holds the port) may ask
+            # before the launch's health server listens (HealthEndpoint): the call waits for the
+            # connection, within its deadline; elsewhere an endpoint that never answers fails fast
+            reply = stub.ReleasePort(pb.PortRequest(task=self._key), metadata=self._metadata, timeout=RPC_DEADLINE_S,
+                                     wait_for_ready=self._orchestrator_pid > 0)
         except grpc.RpcError as exc:
             log.warning("could not release the reserved port: %s", exc)
             return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.health.server import HeartbeatStore
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.spec import TaskId
 from orchestrator.spec.faults import Fault

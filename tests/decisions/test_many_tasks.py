@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.health.server import HeartbeatStore
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.report.status import status_dict, task_dict

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 import pytest
 
 from orchestrator.backends.base import Backend, LaunchRequest, TaskHandle
-from orchestrator.health.server import HeartbeatStore
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec import JobSpec, TaskId

@@ -10,7 +10,8 @@ import sys
 import threading
 
 from orchestrator.backends.local import LocalBackend
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.spec import JobSpec
 from orchestrator.spec.supervision import SupervisionSpec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -11,7 +12,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchestrator import env
-from orchestrator.health.server import SERVICE_NAME, HealthServer, HeartbeatStore
+from orchestrator.health.endpoint import HealthEndpoint
+from orchestrator.health.server import SERVICE_NAME, HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.spec import TaskId
@@ -144,3 +147,50 @@ def test_time_the_server_loop_is_held_up_counts_as_deaf_and_beats_on_time_do_not
     # the pulse due during the hold-up runs once it ends; until then it counts as overdue
     deaf = wait_until(lambda: store._late and store.deaf_s(start), 10, what="the late pulse")
     assert 1.3 <= deaf <= 1.5 + 5.0  # what it was held up, less at most one period
+
+
+def test_a_task_that_asks_for_its_port_before_the_launchs_health_server_listens_waits_for_it_and_gets_it():
+    """A launch holds the health port, starts its tasks, then the server (HealthEndpoint): a
+    task of this machine that asks for its port first waits for the server (within the call's
+    deadline) instead of failing, and its heartbeats follow. Without the wait the early call
+    fails at once and the task gets port 0: its tf.distribute server would then find its port
+    still held."""
+    store = HeartbeatStore()
+    endpoint = HealthEndpoint("127.0.0.1", token=TOKEN, store=store, release_port=lambda task, attempt: 23456)
+    reporter = None
+    try:
+        with socket.socket() as other:  # held: nobody else gets the port meanwhile
+            with pytest.raises(OSError):
+                other.bind(("127.0.0.1", endpoint.port))
+        with pytest.raises(ConnectionRefusedError):  # ...and nothing answers on it yet
+            socket.create_connection(("127.0.0.1", endpoint.port), timeout=5).close()
+        reporter = HeartbeatReporter(endpoint.address, TOKEN, "worker", 0, interval_s=0.05,
+                                     orchestrator_pid=os.getppid()).start()  # its parent: as a launch's task
+        asking, got = threading.Event(), []
+
+        def ask() -> None:
+            asking.set()
+            got.append(reporter.release_port())
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        assert asking.wait(10)
+        server = endpoint.start()  # the server's own start takes milliseconds: the call came first
+        asker.join(10)
+        assert got == [23456]
+        assert endpoint.address == server.address  # the address the tasks were given
+        wait_until(lambda: store.get(TaskId("worker", 0), 0), 10, what="the first heartbeat")
+    finally:
+        if reporter is not None:
+            reporter.close(pb.PHASE_DONE, timeout_s=2.0)
+        endpoint.stop()
+        endpoint.stop()  # idempotent
+    with socket.socket() as again:  # let go
+        again.bind(("127.0.0.1", endpoint.port))
+
+
+def test_a_health_endpoint_that_never_started_lets_its_port_go():
+    endpoint = HealthEndpoint("127.0.0.1", token=TOKEN, store=HeartbeatStore())
+    endpoint.stop()
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", endpoint.port))

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from orchestrator.backends.slurm import SlurmBackend, SlurmOptions
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import TaskId
 from orchestrator.task.addressing import register

@@ -20,7 +20,8 @@ from orchestrator.api import Job, run
 from orchestrator.backends.base import SpareRequest
 from orchestrator.backends.local import MAX_SPARE_DEATHS, LocalBackend
 from orchestrator.cpus import plan_cpus
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
 from orchestrator.spec import JobSpec
 from orchestrator.spec.model import TaskId

@@ -355,3 +355,28 @@ def test_a_users_program_and_its_children_die_when_the_orchestrator_is_sigkilled
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_the_health_server_starts_once_every_task_has_and_a_failure_there_stops_them(tmp_path, monkeypatch):
+    """A launch's tasks start before its health server (the CLI imports grpc after them): the
+    port is held and nothing answers on it until then, and ``endpoint.json`` waits for the server.
+    When the server cannot start, the run ends with that error and no task left running."""
+    import socket
+
+    monkeypatch.setenv("TEST_BEHAVIOR", "stall")  # runs until stopped
+    job = api.prepare(JobSpec.create(workers=2), runs_dir=tmp_path, commands=COMMANDS)
+    assert not job.endpoint_path.exists()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", int(job.server.address.rsplit(":", 1)[1])), timeout=5).close()
+    seen: dict[str, list[int]] = {}
+
+    def cannot_start(timeout_s: float = 10.0):
+        seen["pids"] = [rt.current.pid for rt in job.supervisor.tasks]
+        raise RuntimeError("health server did not start (from the test)")
+
+    monkeypatch.setattr(job.server, "start", cannot_start)
+    with pytest.raises(RuntimeError, match="from the test"):
+        api.run(job)
+    assert len(seen["pids"]) == 2 and all(seen["pids"])  # both tasks had started first
+    assert_no_process_left(seen["pids"])
+    assert not job.endpoint_path.exists()

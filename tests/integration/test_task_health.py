@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from orchestrator import env
-from orchestrator.health.server import HealthServer, HeartbeatStore
+from orchestrator.health.server import HealthServer
+from orchestrator.health.store import HeartbeatStore
 from orchestrator.spec import TaskId
 from orchestrator.task.probe import probe, serve_task_health
 from tests.conftest import REPO, test_env, wait_until

@@ -29,6 +29,22 @@ def test_a_launch_imports_no_other_subcommand_and_no_yaml():
     assert "yaml" not in modules  # a spec from flags: no YAML file to read
 
 
+def test_a_launchs_tasks_start_before_grpc_asyncio_and_aiohttp_are_imported(tmp_path):
+    """The health server's imports (grpc, grpc_health, asyncio) come after the tasks have started
+    (orchestrator.health.endpoint): seen by the local backend at each task's start, in a real launch."""
+    code = ("import json, sys; from orchestrator.backends.local import LocalBackend\n"
+            "seen = []; start = LocalBackend.start\n"
+            "def recording(self, request):\n"
+            "    seen.append(sorted(m for m in ('grpc', 'grpc_health', 'asyncio', 'aiohttp') if m in sys.modules))\n"
+            "    return start(self, request)\n"
+            "LocalBackend.start = recording; from orchestrator.cli import main; rc = main(sys.argv[1:])\n"
+            "print(json.dumps([rc, seen, 'grpc' in sys.modules]), file=sys.stderr)")
+    argv = ["launch", "--workers", "2", "--plain", "--runs-dir", str(tmp_path), "--", sys.executable, "-c", "pass"]
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    rc, seen, served = json.loads(result.stderr.strip().splitlines()[-1])
+    assert (rc, seen, served) == (0, [[], []], True), result.stderr
+
+
 def _has_nvml() -> bool:
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
