@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from orchestrator import rundir
+from orchestrator import rundir, tls
 from orchestrator.backends import get_backend
 from orchestrator.backends.base import Backend, Capability
 from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of a job
@@ -100,7 +100,7 @@ class Job:
 
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,
               health_address: str, token: str, faults: Sequence[Fault], commands: Mapping[str, Sequence[str]] | None,
-              dry_run: bool, placement: Placement) -> Plan:
+              dry_run: bool, placement: Placement, tls_dir: str | None = None) -> Plan:
     """The one path from spec, backend and addresses to a plan, for a launch and for a dry run.
 
     Raises:
@@ -118,6 +118,7 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
         faults=faults,
         commands=commands,
         placement=placement,
+        tls_dir=tls_dir,
         cpus=(plan_cpus(spec) if engine.supports(Capability.HOST_CPUS)
               else node_cpus_plan(spec, os.environ) if engine.supports(Capability.REMOTE) else None),
     )
@@ -175,6 +176,7 @@ def prepare(
     web: str | None = None,
     web_public: bool = False,
     resume: bool = False,
+    insecure: bool = False,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -196,6 +198,8 @@ def prepare(
         resume: continue the run ``run_id`` in its own directory (:mod:`orchestrator.resume`):
             the next life, attempts counting on, the restart budget and failures carried over.
             The caller passes the run's own spec (:func:`orchestrator.resume.resumed_spec`).
+        insecure: plaintext on the health endpoint (the job token only); default: mutual TLS
+            with the run's own certificates (:mod:`orchestrator.tls`).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -246,7 +250,8 @@ def prepare(
         server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
                                 register=engine.register_address, status=recorder.status_json, stop=stop_job)
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address,
-                         token=token, faults=faults, commands=commands, dry_run=False, placement=placement)
+                         token=token, faults=faults, commands=commands, dry_run=False, placement=placement,
+                         tls_dir=None if insecure else str(tls.tls_dir(run_dir)))
     except BaseException:
         if server is not None:
             server.stop()
@@ -256,6 +261,9 @@ def prepare(
         raise
     run_dir.mkdir(parents=True, exist_ok=resume)
     write_json_atomic(rd.plan, plan.to_dict())
+    if not insecure:  # before any task starts: each reads its own certificate
+        server.tls = tls.make_run_pki(run_dir, run_id, tls.server_hosts(engine.health_host),
+                                      [t.task.name for t in plan.tasks])
     if resume:
         rd.endpoint.unlink(missing_ok=True)  # left by a life whose orchestrator was killed (checked: not alive)
     endpoint = rd.endpoint
@@ -266,6 +274,7 @@ def prepare(
         bench_mark("health-up", sys.stderr)
         write_private(endpoint, json.dumps({
             "run_id": run_id, "pid": os.getpid(), "address": health.address, "token": token, "web_url": web_url,
+            "tls_dir": str(health.tls.folder) if health.tls is not None else None,
         }, indent=2) + "\n")
 
     supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve,
@@ -300,6 +309,8 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         job.server.stop()
         if job.endpoint_path is not None:
             job.endpoint_path.unlink(missing_ok=True)
+        if job.server.tls is not None:
+            tls.remove(job.plan.run_dir)
     if not keep_web:
         close_web(job, web_linger_s)
     return result, summary
@@ -480,6 +491,7 @@ def launch(
     backend_options: object | Mapping[str, Any] | None = None,
     view: View | None = None,
     stop_timeout_s: float = 10.0,
+    insecure: bool = False,
     **fields: Any,
 ) -> JobHandle:
     """Launch a job from Python and return at once with a handle to it.
@@ -499,6 +511,7 @@ def launch(
         backend_options: the backend's options (as for :func:`prepare`).
         view: live output in this process (a :mod:`orchestrator.report.live` view); default none.
         stop_timeout_s: seconds between SIGTERM and SIGKILL when stopping tasks.
+        insecure: plaintext on the health endpoint (see :func:`prepare`).
         **fields: spec fields on top of ``spec`` (see :func:`spec_from`): ``workers=2, epochs=3``.
 
     Returns:
@@ -513,5 +526,5 @@ def launch(
     commands = {t: list(program) for t in ("chief", "worker", "ps", "evaluator")} if program else None
     job = prepare(job_spec, runs_dir=runs_dir, run_id=run_id, faults=parsed, commands=commands, view=view,
                   backend=backend, backend_options=backend_options, web=web, web_public=web_public,
-                  stop_timeout_s=stop_timeout_s)
+                  stop_timeout_s=stop_timeout_s, insecure=insecure)
     return JobHandle(job, web_linger_s=web_linger_s)

@@ -15,6 +15,9 @@ Variable                       Meaning
 ``ORCH_ATTEMPT``               0 for the first attempt of the task, 1 after one restart, ...
 ``ORCH_HEALTH_ADDRESS``        ``host:port`` of the orchestrator's gRPC health endpoint
 ``ORCH_JOB_TOKEN``             secret every health call carries as ``x-job-token`` metadata
+``ORCH_TLS_DIR``               the run's certificates (``runs/<run-id>/tls``): the task presents
+                               ``<ORCH_TASK>.crt``/``.key`` and trusts ``ca.crt``
+                               (:mod:`orchestrator.health.tls`); unset with ``--insecure``
 ``ORCH_ORCHESTRATOR_PID``      pid of the orchestrator (local backend): the task dies with it
 ``ORCH_HEARTBEAT_INTERVAL_S``  seconds between two heartbeats
 ``ORCH_ERROR_FILE``            where the task writes a JSON record of an uncaught exception
@@ -122,6 +125,7 @@ TASK = "ORCH_TASK"
 ATTEMPT = "ORCH_ATTEMPT"
 HEALTH_ADDRESS = "ORCH_HEALTH_ADDRESS"
 JOB_TOKEN = "ORCH_JOB_TOKEN"
+TLS_DIR = "ORCH_TLS_DIR"
 ORCHESTRATOR_PID = "ORCH_ORCHESTRATOR_PID"
 HEARTBEAT_INTERVAL_S = "ORCH_HEARTBEAT_INTERVAL_S"
 ERROR_FILE = "ORCH_ERROR_FILE"

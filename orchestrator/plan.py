@@ -269,6 +269,7 @@ def make_plan(
     commands: Mapping[str, Sequence[str]] | None = None,
     placement: Placement = NO_GPUS,
     cpus: CpuPlan | None = None,
+    tls_dir: str | None = None,
 ) -> Plan:
     """Build the plan of a job.
 
@@ -293,6 +294,7 @@ def make_plan(
         cpus: every task's cores and threads (:func:`orchestrator.cpus.assign_cores`) on a
             backend whose tasks run on this machine; their ``ORCH_CPUS`` and thread limits land
             in each task's env. None: not pinned, ``threads`` for every task.
+        tls_dir: the run's certificates as tasks see them (``ORCH_TLS_DIR``); None: plaintext.
 
     Returns:
         The plan.
@@ -309,7 +311,7 @@ def make_plan(
     training = json.dumps(training_options, sort_keys=True)
     common = common_env(spec, run_id=run_id, run_dir=str(run_dir), health_address=health_address, token=token,
                         training_json=None if commands else training,  # the built-in program's options only
-                        threads=threads, orchestrator_pid=orchestrator_pid)
+                        threads=threads, orchestrator_pid=orchestrator_pid, tls_dir=tls_dir)
     tasks = []
     config = ClusterConfig(addresses)  # the cluster once, not once per task (O(tasks^2))
     for task in spec.tasks():

@@ -28,6 +28,7 @@ def common_env(
     health_address: str | None = None,
     token: str | None = None,
     orchestrator_pid: int = 0,
+    tls_dir: str | None = None,
 ) -> dict[str, str]:
     """The variables every task of the job gets (TF_CONFIG, faults and devices are per task).
 
@@ -42,6 +43,7 @@ def common_env(
         health_address: ``host:port`` of the health endpoint; None: tasks report nowhere.
         token: the job token (with ``health_address``).
         orchestrator_pid: the pid tasks must not outlive (local backend); 0: none.
+        tls_dir: the run's certificates (:mod:`orchestrator.health.tls`); None: plaintext (``--insecure``).
 
     Returns:
         Variable -> value.
@@ -50,6 +52,8 @@ def common_env(
     if health_address is not None:
         out[env.HEALTH_ADDRESS] = health_address
         out[env.JOB_TOKEN] = token or ""
+        if tls_dir:
+            out[env.TLS_DIR] = tls_dir
     out[env.HEARTBEAT_INTERVAL_S] = repr(float(spec.heartbeat_interval_s))
     out[env.STRATEGY] = spec.strategy.value
     if training_json is not None:

@@ -155,6 +155,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json", action="store_true", help="print only summary.json on stdout")
     out.add_argument("--dry-run", action="store_true",
                      help="print the plan (TF_CONFIG, command, env of every task) and exit")
+    p.add_argument("--insecure", action="store_true",
+                   help="plaintext on the orchestrator's gRPC endpoint (the job token only), instead of mutual TLS "
+                   "with the run's own certificates (docs/security.md)")
     web = p.add_argument_group("web page and metrics (see docs/watching.md)")
     web.add_argument("--web", default=None, metavar="[HOST:]PORT",
                      help="serve a live page of the job and Prometheus /metrics there (host 127.0.0.1 unless given; "
@@ -237,7 +240,10 @@ def run_launch(args: argparse.Namespace) -> int:
     job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
                       stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
                       web=args.web, web_public=args.web_public, resume=args.resume is not None,
-                      preemption_grace_s=args.preemption_grace)
+                      preemption_grace_s=args.preemption_grace, insecure=args.insecure)
+    if args.insecure:
+        print("warning: --insecure: the orchestrator's endpoint takes plaintext gRPC; anyone on its network path "
+              "can read the job token", file=sys.stderr, flush=True)
     print_warnings(job.plan.warnings)
     if job.plan.placement.any and not args.json:
         print(job.plan.placement.describe(), flush=True)

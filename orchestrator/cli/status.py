@@ -111,10 +111,10 @@ def _serve_web(run_dir, args: argparse.Namespace) -> int:
 
     def source(history: bool, since: int) -> dict:
         if endpoint is not None:  # live: ask the orchestrator for only what is new
-            from orchestrator.health.client import EndpointClient, EndpointError
+            from orchestrator.health.client import EndpointError
 
             try:
-                with EndpointClient(endpoint.address, endpoint.token) as client:
+                with endpoint.client() as client:
                     status = client.status(history=history, history_since=since)
                 if status:
                     return status

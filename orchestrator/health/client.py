@@ -15,6 +15,7 @@ from orchestrator import env
 from orchestrator.errors import OrchestratorError
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+from orchestrator.tls import ClientFiles, channel
 
 
 class EndpointError(OrchestratorError):
@@ -40,14 +41,19 @@ class EndpointClient:
         address: ``host:port`` of the orchestrator's endpoint.
         token: the job token.
         timeout_s: deadline of each call, seconds.
+        tls: the client certificate to present (:func:`orchestrator.tls.files_for`): mutual TLS
+            with the run's CA; None: plaintext (an ``--insecure`` run).
+
+    Raises:
+        OSError: a certificate file of ``tls`` cannot be read.
     """
 
-    def __init__(self, address: str, token: str, timeout_s: float = 3.0) -> None:
+    def __init__(self, address: str, token: str, timeout_s: float = 3.0, tls: ClientFiles | None = None) -> None:
         self.address = address
         self._metadata = ((env.TOKEN_METADATA_KEY, token),)
         self._timeout_s = timeout_s
         # a status of 10,000 tasks is ~7 MB of JSON: past gRPC's default 4 MiB a client may receive
-        self._channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", MAX_STATUS_BYTES)])
+        self._channel = channel(address, tls, [("grpc.max_receive_message_length", MAX_STATUS_BYTES)])
         self._stub = pb_grpc.SupervisorStub(self._channel)
 
     def status(self, history: bool = False, history_since: int = 0) -> dict[str, Any]:

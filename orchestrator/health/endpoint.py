@@ -21,6 +21,7 @@ from orchestrator.errors import LaunchError
 
 if TYPE_CHECKING:
     from orchestrator.health.server import HealthServer
+    from orchestrator.tls import RunPki
 
 
 class HealthEndpoint:
@@ -47,6 +48,9 @@ class HealthEndpoint:
         self.port: int = self._held.getsockname()[1]
         self._server_args = server
         self.server: HealthServer | None = None
+        self.tls: RunPki | None = None
+        """The run's certificates the server requires clients to present (set before :meth:`start`);
+        None: plaintext."""
 
     @property
     def address(self) -> str:
@@ -63,7 +67,8 @@ class HealthEndpoint:
 
         held, self._held = self._held, None
         try:
-            self.server = HealthServer(host=self.host, port=self.port, held=held, **self._server_args).start(timeout_s)
+            self.server = HealthServer(host=self.host, port=self.port, held=held, tls=self.tls,
+                                       **self._server_args).start(timeout_s)
         finally:
             if held is not None:
                 held.close()  # the server closed it before binding; not when it failed before that

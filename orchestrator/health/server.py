@@ -7,9 +7,10 @@ time; the supervisor reads the store, never the task's clock. A launch reserves 
 port before its tasks start and brings the server up after
 (:class:`~orchestrator.health.endpoint.HealthEndpoint`).
 
-Security: the server binds loopback by default, and every ``Supervisor`` call must carry
-the job token (``x-job-token`` metadata); others get ``UNAUTHENTICATED``. The standard
-Health service stays open so stock probes (``grpc_health_probe``, Docker healthchecks) work.
+Security: the server binds loopback by default; with the run's certificates (``tls``, a launch's
+default: :mod:`orchestrator.tls`) every call, ``grpc.health.v1`` included, must present a client
+certificate of the run (mutual TLS), and every ``Supervisor`` call must also carry the job token
+(``x-job-token`` metadata); others get ``UNAUTHENTICATED``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from orchestrator.health.store import PULSE_S, HeartbeatStore
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.spec.model import TaskId
+from orchestrator.tls import RunPki, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,8 @@ class HealthServer:
             worker thread; default: every registration refused.
         status: answers ``GetStatus`` (JSON text); runs on a worker thread (thread-safe).
         stop: answers ``StopJob``; must only request the stop (it runs on the server thread).
+        tls: the run's certificates: mutual TLS, a client certificate of the run required on
+            every call; None: plaintext (``--insecure``, tests, benchmarks).
     """
 
     def __init__(
@@ -166,8 +170,10 @@ class HealthServer:
         status: StatusSource | None = None,
         stop: StopHandler | None = None,
         held: socket.socket | None = None,
+        tls: RunPki | None = None,
     ) -> None:
         self._held = held
+        self._tls = tls
         self._register = register
         self._status = status
         self._stop = stop
@@ -235,7 +241,9 @@ class HealthServer:
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         if self._held is not None:  # the port is ours to bind now: no other socket may share it (so_reuseport 0)
             self._held.close()
-        self.port = server.add_insecure_port(f"{self._host}:{self._port}")
+        bind = f"{self._host}:{self._port}"
+        self.port = (server.add_insecure_port(bind) if self._tls is None
+                     else server.add_secure_port(bind, server_credentials(self._tls)))
         if self.port == 0:
             raise RuntimeError(f"could not bind {self._host}:{self._port}")
         await server.start()

@@ -68,17 +68,21 @@ class Endpoint:
         token: the job token.
         pid: the orchestrator's pid.
         web_url: its page's URL with the web token, when it serves one.
+        tls_dir: the run's certificates (the user's client certificate among them); None: the
+            run is ``--insecure`` (plaintext).
     """
 
     address: str
     token: str
     pid: int
     web_url: str | None
+    tls_dir: str | None = None
 
     def client(self, timeout_s: float = 3.0) -> EndpointClient:
         from orchestrator.health.client import EndpointClient
+        from orchestrator.tls import USER, files_for
 
-        return EndpointClient(self.address, self.token, timeout_s)
+        return EndpointClient(self.address, self.token, timeout_s, tls=files_for(self.tls_dir, USER))
 
 
 def read_endpoint(run_dir: Path) -> Endpoint | None:
@@ -86,7 +90,8 @@ def read_endpoint(run_dir: Path) -> Endpoint | None:
     data = read_json(run_dir / ENDPOINT_FILE)
     if not data or "address" not in data or "token" not in data:
         return None
-    return Endpoint(str(data["address"]), str(data["token"]), int(data.get("pid") or 0), data.get("web_url"))
+    return Endpoint(str(data["address"]), str(data["token"]), int(data.get("pid") or 0), data.get("web_url"),
+                    data.get("tls_dir") or None)
 
 
 def alive(pid: int) -> bool:

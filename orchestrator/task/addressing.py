@@ -101,7 +101,7 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
     """
     import grpc
 
-    from orchestrator import env
+    from orchestrator import env, tls
     from orchestrator.proto import supervisor_pb2 as pb
     from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
     from orchestrator.task.reporter import CHANNEL_OPTIONS
@@ -112,7 +112,8 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
     metadata = ((env.TOKEN_METADATA_KEY, context.token),)
     deadline = time.monotonic() + timeout_s
     backoff_s = 0.2
-    with grpc.insecure_channel(context.health_address, options=CHANNEL_OPTIONS) as channel:
+    files = tls.files_for(getattr(context, "tls_dir", ""), f"{context.task_type}-{context.task_index}")
+    with tls.channel(context.health_address, files, CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.SupervisorStub(channel)
         while True:
             left = deadline - time.monotonic()

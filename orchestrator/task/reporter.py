@@ -28,7 +28,7 @@ from typing import Iterator
 import grpc
 import psutil
 
-from orchestrator import env
+from orchestrator import env, tls
 from orchestrator.gpus import sample_visible
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
@@ -61,6 +61,8 @@ class HeartbeatReporter:
         orchestrator_pid: when > 0, the task kills its process group once this pid is gone.
         orphan_timeout_s: when > 0, the task kills its process group once the endpoint,
             reached before, has been unreachable this many seconds.
+        tls_dir: the run's certificates (``ORCH_TLS_DIR``): the stream is mutual TLS with this
+            task's own; empty: plaintext (``--insecure``).
     """
 
     def __init__(
@@ -73,8 +75,10 @@ class HeartbeatReporter:
         interval_s: float = 1.0,
         orchestrator_pid: int = 0,
         orphan_timeout_s: float = 0.0,
+        tls_dir: str = "",
     ) -> None:
         self._address = address
+        self._tls_dir = tls_dir
         self._metadata = ((env.TOKEN_METADATA_KEY, token),)
         self._key = pb.TaskKey(task_type=task_type, task_index=task_index, attempt=attempt)
         self._interval_s = interval_s
@@ -110,6 +114,7 @@ class HeartbeatReporter:
             context.heartbeat_interval_s,
             context.orchestrator_pid,
             getattr(context, "orphan_timeout_s", 0.0),
+            getattr(context, "tls_dir", ""),
         )
 
     # -- feeding -------------------------------------------------------------------------
@@ -169,7 +174,8 @@ class HeartbeatReporter:
         """Start the background thread (daemon). Returns self."""
         if not self._address:
             return self
-        self._channel = grpc.insecure_channel(self._address, options=CHANNEL_OPTIONS)
+        name = f"{self._key.task_type}-{self._key.task_index}"
+        self._channel = tls.channel(self._address, tls.files_for(self._tls_dir, name), CHANNEL_OPTIONS)
         if self._orphan_timeout_s > 0:
             self._channel.subscribe(self._on_connectivity, try_to_connect=True)
         self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)

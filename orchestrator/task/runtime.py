@@ -60,6 +60,7 @@ class TaskContext:
     attempt: int = 0
     health_address: str = ""
     token: str = ""
+    tls_dir: str = ""
     orchestrator_pid: int = 0
     orphan_timeout_s: float = 0.0
     heartbeat_interval_s: float = 1.0
@@ -98,6 +99,7 @@ class TaskContext:
             attempt=int(environ.get(env.ATTEMPT, "0")),
             health_address=environ.get(env.HEALTH_ADDRESS, ""),
             token=environ.get(env.JOB_TOKEN, ""),
+            tls_dir=environ.get(env.TLS_DIR, ""),
             orchestrator_pid=int(environ.get(env.ORCHESTRATOR_PID, "0") or 0),
             orphan_timeout_s=float(environ.get(env.ORPHAN_TIMEOUT_S, "0") or 0),
             heartbeat_interval_s=float(environ.get(env.HEARTBEAT_INTERVAL_S, "1.0")),

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator import api
+from orchestrator import api, tls
 from orchestrator.errors import SpecError
 from orchestrator.health.client import EndpointClient, EndpointError
 from orchestrator.report.status import COLUMNS
@@ -54,8 +54,13 @@ class Launched:
         self.out.flush()
         return (self.runs_dir / "launcher.out").read_text()
 
+    def client(self, token: str | None = None) -> EndpointClient:
+        """A client with the user's certificate of the run (``endpoint.json``'s ``tls_dir``)."""
+        files = tls.files_for(self.endpoint["tls_dir"], tls.USER)
+        return EndpointClient(self.endpoint["address"], token or self.endpoint["token"], tls=files)
+
     def steps(self) -> list[int]:
-        with EndpointClient(self.endpoint["address"], self.endpoint["token"]) as client:
+        with self.client() as client:
             status = client.status()
         return [(t["last_heartbeat"] or {}).get("step") or 0 for t in status["tasks"]]
 
@@ -95,6 +100,27 @@ def test_endpoint_json_is_private_and_the_token_is_nowhere_else(job):
     assert web_url.startswith("http://127.0.0.1:") and f"web page and /metrics: {web_url}" in job.output()
 
 
+def test_the_job_serves_mutual_tls_only_and_keys_reach_tasks_by_path(job):
+    """Launch's default: the run's certificates, keys 0600, found by tasks through ORCH_TLS_DIR
+    (never on a command line); a plaintext client with the token gets no answer."""
+    folder = Path(job.endpoint["tls_dir"])
+    assert folder == tls.tls_dir(job.run_dir)
+    keys = sorted(p.name for p in folder.glob("*.key"))
+    assert keys == ["server.key", "tasks.key", "user.key", "worker-0.key", "worker-1.key"]
+    assert all(stat.S_IMODE((folder / k).stat().st_mode) == 0o600 for k in keys)
+    secrets = [(folder / k).read_text().splitlines()[1] for k in keys]
+    launcher = psutil.Process(job.proc.pid)
+    for proc in [launcher, *launcher.children(recursive=True)]:
+        line = " ".join(proc.cmdline())
+        assert ".key" not in line and not any(s in line for s in secrets), proc.cmdline()
+    plan = json.loads((job.run_dir / "plan.json").read_text())
+    assert {t["env"]["ORCH_TLS_DIR"] for t in plan["tasks"]} == {str(folder)}
+    with EndpointClient(job.endpoint["address"], job.endpoint["token"], timeout_s=2.0) as plain:
+        with pytest.raises(EndpointError) as err:
+            plain.status()
+    assert err.value.code == "UNAVAILABLE"
+
+
 def test_status_of_a_running_job_over_grpc(job):
     first = cli("status", "steer", "--runs-dir", str(job.runs_dir), "--json")
     assert first.returncode == 0, first.stderr
@@ -115,7 +141,7 @@ def test_status_of_a_running_job_over_grpc(job):
 
 
 def test_a_wrong_token_is_refused_over_grpc(job):
-    with EndpointClient(job.endpoint["address"], "not-the-token") as client:
+    with job.client("not-the-token") as client:
         with pytest.raises(EndpointError) as err:
             client.status()
         assert err.value.code == "UNAUTHENTICATED"
@@ -187,6 +213,7 @@ def test_stop_from_another_terminal_ends_the_job_like_ctrl_c_and_logs_follow_to_
     assert [t["signal"] for t in summary["tasks"]] == ["SIGTERM", "SIGTERM"]
     assert_no_process_left(pids + all_pids(summary))
     assert not (job.run_dir / "endpoint.json").exists()
+    assert not tls.tls_dir(job.run_dir).exists()  # the run's keys go with it
     # -f ends by itself once the summary is written (a few KB of output)
     assert follow.wait(30) == 0, follow.stderr.read()
     # not communicate(): it skips what readline buffered
