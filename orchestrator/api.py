@@ -309,8 +309,7 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         job.server.stop()
         if job.endpoint_path is not None:
             job.endpoint_path.unlink(missing_ok=True)
-        if job.server.tls is not None:
-            tls.remove(job.plan.run_dir)
+        tls.remove(job.plan.run_dir)  # the run's keys (none with --insecure)
     if not keep_web:
         close_web(job, web_linger_s)
     return result, summary

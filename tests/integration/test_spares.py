@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from orchestrator import tls
 from orchestrator.api import Job, run
 from orchestrator.backends.base import SpareRequest
 from orchestrator.backends.local import MAX_SPARE_DEATHS, LocalBackend
@@ -39,11 +40,12 @@ def job_with_spares(tmp_path, spares: int | None) -> Job:
     spec = JobSpec.create(workers=2, supervision=SupervisionSpec.create(deadline_s=30.0, spares=spares))
     backend = LocalBackend()
     store = HeartbeatStore()
-    server = HealthServer("t0ken", store, backend.release_port).start()
+    # mutual TLS as a launch has it: a spare that becomes a task streams with that task's certificate
+    pki = tls.make_run_pki(tmp_path / "r", "r", tls.server_hosts("127.0.0.1"), ["worker-0", "worker-1"])
+    server = HealthServer("t0ken", store, backend.release_port, tls=pki).start()
     plan = make_plan(spec, backend.allocate(spec), run_id="r", run_dir=tmp_path / "r", health_address=server.address,
-                     token="t0ken", orchestrator_pid=os.getpid(), cpus=plan_cpus(spec))
+                     token="t0ken", orchestrator_pid=os.getpid(), cpus=plan_cpus(spec), tls_dir=str(pki.folder))
     plan = dataclasses.replace(plan, tasks=tuple(dataclasses.replace(tp, argv=PROGRAM) for tp in plan.tasks))
-    plan.run_dir.mkdir(parents=True)
     return Job(plan, Supervisor(plan, backend, store, stop_timeout_s=5.0), server, store)
 
 
@@ -72,6 +74,7 @@ def test_a_group_restart_takes_the_ready_spares(tmp_path, monkeypatch):
     if planned:
         assert f"cpus={','.join(map(str, parse_cpus(planned)))} " in out
     assert json.loads((job.plan.run_dir / "summary.json").read_text())["spares"] == summary["spares"]
+    assert job.store.get(TaskId("worker", 1), 1) is not None  # the spare's heartbeats came in over mutual TLS
 
 
 def test_spares_zero_starts_none_and_unused_spares_are_stopped(tmp_path, monkeypatch):
