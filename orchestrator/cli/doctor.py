@@ -71,6 +71,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--runs-dir", default="runs", help="where run directories go, for the disk check (default ./runs)")
     p.add_argument("--quick", action="store_true", help="skip the TensorFlow import in a subprocess (~4 s)")
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--exposure", nargs="?", const="", default=None, metavar="RUN",
+                   help="instead of the checks: every address from which a running job's TensorFlow ports are "
+                   "reachable (RUN: a run id or directory; default the latest run); exit 1 when one answers outside "
+                   "loopback")
     p.set_defaults(func=run_doctor)
 
 
@@ -289,7 +293,15 @@ def run_checks(spec: JobSpec, runs_dir: Path, quick: bool = False) -> list[Check
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    """Run ``doctor``. Returns 0 (ready), 1 (a check failed)."""
+    """Run ``doctor``. Returns 0 (ready), 1 (a check failed; ``--exposure``: a TF port answers
+    outside loopback)."""
+    if args.exposure is not None:
+        from orchestrator.cli.exposure import report
+        from orchestrator.report.runs import resolve_run
+
+        code, text = report(resolve_run(args.exposure or None, args.runs_dir), as_json=args.json)
+        print(text)
+        return code
     spec = spec_from_flags(args)
     checks = run_checks(spec, Path(args.runs_dir), quick=args.quick)
     failed = any(c.status == "FAIL" for c in checks)
