@@ -34,7 +34,8 @@ from orchestrator.backends.base import (
     faulthandler_dump,
 )
 from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_memory, pidfd, py_spy_dump  # noqa: F401
-from orchestrator.backends.options import NoOptions
+from orchestrator.backends.netns import NetworkNamespace, socket_path
+from orchestrator.backends.options import LocalOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.gpus import VISIBLE_ENV, uuids_in
@@ -106,7 +107,8 @@ class LocalBackend(Backend[LocalProcess]):
     """Runs tasks as local subprocesses; holds their ports until they bind.
 
     Args:
-        options: none yet (:class:`~orchestrator.backends.options.NoOptions`).
+        options: :class:`~orchestrator.backends.options.LocalOptions` (``isolate_network``:
+            :mod:`orchestrator.backends.netns`; :attr:`health_socket` is then the endpoint tasks reach).
     """
 
     name = "local"
@@ -115,7 +117,12 @@ class LocalBackend(Backend[LocalProcess]):
                               Capability.EXIT_EVENTS, Capability.HOST_PROCESSES, Capability.HOST_FILES,
                               Capability.HOST_GPUS, Capability.HOST_CPUS})
 
-    def __init__(self, options: NoOptions | None = None) -> None:
+    options_type = LocalOptions
+
+    def __init__(self, options: LocalOptions | None = None) -> None:
+        self.options = options or LocalOptions()
+        self._netns: NetworkNamespace | None = None
+        self.health_socket: Path | None = None
         self.ports = PortReservations()
         self._spares: list[_Spare] = []  # every spare started, used or not
         self._spares_given_up = False
@@ -197,6 +204,19 @@ class LocalBackend(Backend[LocalProcess]):
                                 "use a port from 1024 to 65535, e.g. 2222")
         return fixed
 
+    def open(self, run_id: str, run_dir: Path) -> None:
+        """With ``isolate_network``: the run's network namespace, and the health socket's path.
+
+        Raises:
+            LaunchError: the namespace cannot be made here (the message says what to do).
+        """
+        if self.options.isolate_network:
+            self._netns = NetworkNamespace()
+            self.health_socket = socket_path(run_dir)
+
+    def _in_netns(self, argv: Iterable[str]) -> list[str]:
+        return self._netns.wrap(list(argv)) if self._netns is not None else list(argv)
+
     def release_port(self, task: TaskId, attempt: int) -> int:
         """Called (from the health server thread) when a task is about to bind its port."""
         return self.ports.release(task)
@@ -232,7 +252,7 @@ class LocalBackend(Backend[LocalProcess]):
         with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
             try:
                 popen = subprocess.Popen(
-                    list(argv),
+                    self._in_netns(argv),
                     env=full_env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
@@ -418,7 +438,8 @@ class LocalBackend(Backend[LocalProcess]):
             ready_file = request.log_dir / f"spare-{number}.ready"
             with open(request.log_dir / f"spare-{number}.log", "ab") as out:
                 try:
-                    popen = subprocess.Popen(command, env={**env, envvars.SPARE_READY_FILE: str(ready_file)},
+                    popen = subprocess.Popen(self._in_netns(command),
+                                             env={**env, envvars.SPARE_READY_FILE: str(ready_file)},
                                              stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True,
                                              close_fds=True)
                 except OSError as exc:
@@ -463,6 +484,8 @@ class LocalBackend(Backend[LocalProcess]):
                 except OSError:
                     pass
         self.ports.close()
+        if self._netns is not None:
+            self._netns.close()
 
 
 def _descendants(process: LocalProcess) -> list[psutil.Process]:

@@ -53,6 +53,15 @@ class NoOptions:
 
 
 @dataclass(frozen=True)
+class LocalOptions:
+    """The local backend's options."""
+
+    isolate_network: bool = dataclasses.field(default=False, metadata=option(
+        "every task of the run in one network namespace of its own with only loopback: TensorFlow's ports "
+        "unreachable from outside the run (docs/security.md)"))
+
+
+@dataclass(frozen=True)
 class OptionInfo:
     """One declared option, as the CLI and the docs see it.
 

@@ -51,6 +51,8 @@ class HealthEndpoint:
         self.tls: RunPki | None = None
         """The run's certificates the server requires clients to present (set before :meth:`start`);
         None: plaintext."""
+        self.unix_path: str | None = None
+        """A Unix socket the server also serves on (``--isolate-network``), set before :meth:`start`."""
 
     @property
     def address(self) -> str:
@@ -68,7 +70,7 @@ class HealthEndpoint:
         held, self._held = self._held, None
         try:
             self.server = HealthServer(host=self.host, port=self.port, held=held, tls=self.tls,
-                                       **self._server_args).start(timeout_s)
+                                       unix_path=self.unix_path, **self._server_args).start(timeout_s)
         finally:
             if held is not None:
                 held.close()  # the server closed it before binding; not when it failed before that

@@ -157,6 +157,8 @@ class HealthServer:
         stop: answers ``StopJob``; must only request the stop (it runs on the server thread).
         tls: the run's certificates: mutual TLS, a client certificate of the run required on
             every call; None: plaintext (``--insecure``, tests, benchmarks).
+        unix_path: also serve on this Unix socket (``--isolate-network``: the tasks' way out of
+            their network namespace); None: TCP only.
     """
 
     def __init__(
@@ -171,7 +173,9 @@ class HealthServer:
         stop: StopHandler | None = None,
         held: socket.socket | None = None,
         tls: RunPki | None = None,
+        unix_path: str | None = None,
     ) -> None:
+        self._unix_path = unix_path
         self._held = held
         self._tls = tls
         self._register = register
@@ -246,6 +250,11 @@ class HealthServer:
                      else server.add_secure_port(bind, server_credentials(self._tls)))
         if self.port == 0:
             raise RuntimeError(f"could not bind {self._host}:{self._port}")
+        if self._unix_path is not None:
+            unix = f"unix:{self._unix_path}"
+            if not (server.add_insecure_port(unix) if self._tls is None
+                    else server.add_secure_port(unix, server_credentials(self._tls))):
+                raise RuntimeError(f"could not bind {unix}")
         await server.start()
         self._pulse = asyncio.ensure_future(self._beat_pulse())
         await health.set("", health_pb2.HealthCheckResponse.SERVING)

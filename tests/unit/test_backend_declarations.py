@@ -16,7 +16,7 @@ from orchestrator.backends import BACKENDS, capability_table, get_backend
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle
 from orchestrator.backends.docker import DockerBackend, DockerOptions
 from orchestrator.backends.local import LocalBackend
-from orchestrator.backends.options import NoOptions, describe, option
+from orchestrator.backends.options import LocalOptions, describe, option
 from orchestrator.backends.slurm import SlurmBackend, SlurmOptions
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program
@@ -52,7 +52,7 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
     assert list(table) == ["local", "docker", "slurm"]
     local, docker, slurm = table["local"], table["docker"], table["slurm"]
     assert local.capabilities == {
-        Capability.LIFECYCLE: ("close",), Capability.PORTS: ("release_port", "reserve_again"),
+        Capability.LIFECYCLE: ("open", "close"), Capability.PORTS: ("release_port", "reserve_again"),
         Capability.DIAGNOSTICS: ("sample", "dump_stacks", "oom_killed", "memory_total_bytes"),
         Capability.SPARES: ("keep_spares", "spares"), Capability.EXIT_EVENTS: ("exit_fd",),
         Capability.HOST_PROCESSES: (), Capability.HOST_FILES: (), Capability.HOST_GPUS: (), Capability.HOST_CPUS: ()}
@@ -68,7 +68,7 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
     assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s"]
     assert [(o.name, o.type, o.default) for o in slurm.options][:2] == [("tasks_per_node", int, None),
                                                                         ("health_host", str, None)]
-    assert local.options == () and all(info.summary for info in table.values())
+    assert [o.name for o in local.options] == ["isolate_network"] and all(info.summary for info in table.values())
     assert capability_table.__doc__ and "What each backend supports" in capability_table.__doc__
 
 
@@ -115,7 +115,8 @@ def test_the_cli_flags_are_the_declared_options():
     assert slurm == SlurmOptions(tasks_per_node=3)
     docker = backend_options(_parse(["--backend", "docker", "--image", "tf:1"]))
     assert isinstance(docker, DockerOptions) and docker.image == "tf:1" and docker.progress is not None
-    assert backend_options(_parse([])) == NoOptions()
+    assert backend_options(_parse([])) == LocalOptions()
+    assert backend_options(_parse(["--isolate-network"])) == LocalOptions(isolate_network=True)
 
 
 def test_the_orphan_timeout_reaches_the_tasks_and_must_be_positive(capsys):
@@ -163,7 +164,7 @@ def test_get_backend_takes_the_declared_options_object_or_a_mapping_of_its_field
     with pytest.raises(SpecError, match=r"backend_options='imag': is not an option of the docker backend; "
                                         r"use one of: image, base_image, ca_bundle, progress"):
         get_backend("docker", {"imag": "tf:1"})
-    with pytest.raises(SpecError, match="the local backend takes no options"):
+    with pytest.raises(SpecError, match="'image': is not an option of the local backend; use one of: isolate_network"):
         get_backend("local", {"image": "x"})
     with pytest.raises(SpecError, match="'DockerOptions': are not options of the slurm backend"):
         get_backend("slurm", DockerOptions())
@@ -236,5 +237,5 @@ def test_the_run_id_rule_is_checked_once_for_every_path(tmp_path, bad):
 def test_every_backend_module_declares_through_the_registry():
     assert {cls.name for cls in BACKENDS.values()} == set(BACKENDS)
     assert DockerBackend.options_type is DockerOptions and SlurmBackend.options_type is SlurmOptions
-    assert LocalBackend.options_type is NoOptions
+    assert LocalBackend.options_type is LocalOptions
     assert backends.backend_class("slurm") is SlurmBackend
