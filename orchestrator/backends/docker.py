@@ -52,6 +52,7 @@ from orchestrator.backends.docker_container import (
 )
 from orchestrator.backends.engine import connect
 from orchestrator.backends.image import ensure_image
+from orchestrator.backends.netns import MAX_UNIX_PATH, SOCKET_NAME
 from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -123,6 +124,8 @@ class DockerBackend(Backend[Container]):
         self.ca_bundle = options.ca_bundle
         self.progress = options.progress
         self.orphan_timeout_s = options.orphan_timeout_s
+        self.isolate_network = options.isolate_network
+        self.health_socket: Path | None = None  # --isolate-network: the endpoint tasks reach
         self.client: Any = None
         self.network: Any = None
         self.run_id = ""
@@ -154,11 +157,17 @@ class DockerBackend(Backend[Container]):
         else:
             self.image = ensure_image(self.client, self.base_image, ca_bundle=self.ca_bundle, progress=self.progress)
         labels = {LABEL_RUN: run_id, LABEL_OWNER: self._owner}
+        if self.isolate_network:  # no route out of an internal network: the socket in the mounted run dir
+            self.health_socket = self.run_dir / SOCKET_NAME
+            if len(str(self.health_socket)) > MAX_UNIX_PATH:
+                raise LaunchError(f"--isolate-network: {self.health_socket} is longer than a Unix socket's path may "
+                                  f"be ({MAX_UNIX_PATH}); use a shorter --runs-dir")
         try:
             self.network = self.client.networks.create(f"tfjob-{run_id}", driver="bridge", labels=labels,
-                                                       check_duplicate=True)
+                                                       check_duplicate=True, internal=self.isolate_network)
             self.network.reload()
-            self.health_host = self.network.attrs["IPAM"]["Config"][0]["Gateway"]
+            if not self.isolate_network:
+                self.health_host = self.network.attrs["IPAM"]["Config"][0]["Gateway"]
         except (docker.errors.DockerException, KeyError, IndexError) as exc:
             self.close()
             raise LaunchError(f"cannot create the job's network tfjob-{run_id}: {exc}") from None

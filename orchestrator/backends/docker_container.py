@@ -74,6 +74,9 @@ class DockerOptions:
             (no parent-death signal crosses into a container: its heartbeat watchdog), then it
             kills itself; > 0. Short: a lost orchestrator frees the GPUs sooner; long: a task
             outlives a longer network partition.
+        isolate_network: the job's network is ``--internal`` (no route out of it; TF's ports
+            are never published either way) and tasks reach the orchestrator through
+            ``runs/<run-id>/health.sock`` in the bind-mounted run directory.
 
     Raises:
         SpecError: ``orphan_timeout_s`` is not > 0.
@@ -89,6 +92,9 @@ class DockerOptions:
     orphan_timeout_s: float = field(default=ORPHAN_TIMEOUT_S, metadata=option(
         f"seconds a task keeps running once its orchestrator is unreachable, then it stops itself (default "
         f"{ORPHAN_TIMEOUT_S:g})", metavar="SECONDS"))
+    isolate_network: bool = field(default=False, metadata=option(
+        "every task of the run in one network namespace of its own with only loopback: TensorFlow's ports "
+        "unreachable from outside the run (docs/security.md)"))
 
     def __post_init__(self) -> None:
         check_orphan_timeout(self.orphan_timeout_s)

@@ -289,7 +289,21 @@ def run_checks(spec: JobSpec, runs_dir: Path, quick: bool = False) -> list[Check
     checks += check_gpus(spec, quick=quick or not any(c.name == "tensorflow" and c.status == "ok" for c in checks))
     checks += check_resources(spec, runs_dir)
     checks += check_network(spec)
+    checks.append(check_isolation())
     return checks
+
+
+def check_isolation() -> Check:
+    """Whether ``--isolate-network`` can work here: a real network namespace made and dropped
+    (:func:`orchestrator.backends.netns.probe`); a warning, never a failure (it is an option)."""
+    from orchestrator.backends.netns import probe
+
+    allowed, detail = probe()
+    if allowed:
+        return Check("ok", "isolation", f"--isolate-network: {detail}")
+    return Check("warn", "isolation", f"--isolate-network cannot work here: {detail}",
+                 "allow unprivileged user namespaces, run as root, or keep the job on a private network "
+                 "(docs/security.md)")
 
 
 def run_doctor(args: argparse.Namespace) -> int:

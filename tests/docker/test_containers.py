@@ -83,6 +83,46 @@ def test_mwms_two_workers_train_in_containers(tmp_path, engine, image):
     assert_nothing_left(engine, "mwms")
 
 
+def test_isolate_network_runs_the_job_on_an_internal_network_and_publishes_no_port(tmp_path, engine, image):
+    """--isolate-network: the job's network is --internal, no TF port is published, and the
+    heartbeats and the TLS handshake cross through runs/<id>/health.sock in the mounted run dir."""
+    proc = subprocess.Popen(
+        orchestrator_cmd("launch", "--backend", "docker", "--image", image, "--workers", "2", "--epochs", "2",
+                         "--runs-dir", str(tmp_path), "--run-id", "iso", "--json", "--isolate-network"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=test_env())
+    try:
+        seen: dict = {}
+
+        def running() -> bool:
+            for c in engine.containers.list(filters={"label": f"{LABEL_RUN}=iso"}):
+                c.reload()
+                seen[c.name] = c.attrs
+            (network,) = engine.networks.list(filters={"label": f"{LABEL_RUN}=iso"}) or [None]
+            if network is not None:
+                network.reload()
+                seen["network"] = network.attrs
+            return len(seen) >= 3 or proc.poll() is not None
+
+        wait_until(running, 300, what="the job's containers and network")
+        out, err = proc.communicate(timeout=420)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, out + err
+    assert seen["network"]["Internal"] is True
+    for name, attrs in seen.items():
+        if name != "network":
+            assert not any((attrs["NetworkSettings"].get("Ports") or {}).values()), (name, attrs["NetworkSettings"])
+    summary = json.loads(out)
+    assert summary["status"] == "Succeeded" and summary["metrics"]["test_accuracy"] >= 5 * CHANCE
+    assert all(t["last_heartbeat"]["phase"] == "done" for t in summary["tasks"])
+    plan = json.loads((tmp_path / "iso" / "plan.json").read_text())
+    assert {t["env"]["ORCH_HEALTH_ADDRESS"] for t in plan["tasks"]} == {f"unix:{tmp_path / 'iso' / 'health.sock'}"}
+    assert_no_process_left(all_pids(summary))
+    assert_nothing_left(engine, "iso")
+
+
 def test_pss_in_containers_a_killed_worker_restarts_alone_and_the_servers_are_stopped(tmp_path, engine, image):
     # one PSS job for both: it trains (chief, worker, ps in their containers), a worker container is
     # killed from outside mid-job and restarted alone, and at the end the worker and ps are stopped

@@ -65,7 +65,8 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
         Capability.REMOTE: ("register_address", "prepare_restart"), Capability.EXIT_EVENTS: ("exit_fd",),
         Capability.HOST_FILES: ()}
     assert slurm.supports(Capability.REMOTE) and not docker.supports(Capability.HOST_FILES)
-    assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s"]
+    assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s",
+                                                   "--isolate-network"]
     assert [(o.name, o.type, o.default) for o in slurm.options][:2] == [("tasks_per_node", int, None),
                                                                         ("health_host", str, None)]
     assert [o.name for o in local.options] == ["isolate_network"] and all(info.summary for info in table.values())
@@ -109,6 +110,7 @@ def test_the_cli_flags_are_the_declared_options():
     for flag, (owners, info) in declared.items():  # an option two backends declare is one flag naming both
         assert flags[flag].help == f"{', '.join(owners)}: {info.help}" and flags[flag].default is None
     assert declared["--orphan-timeout-s"][0] == ["docker", "slurm"] and flags["--orphan-timeout-s"].type is float
+    assert declared["--isolate-network"][0] == ["local", "docker"]
     assert flags["--tasks-per-node"].type is int and flags["--tasks-per-node"].metavar == "N"
     assert flags["--backend"].choices == sorted(BACKENDS)
     slurm = backend_options(_parse(["--backend", "slurm", "--tasks-per-node", "3", "--image", "ignored"]))
