@@ -18,6 +18,7 @@ from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.errors import SpecError
 from orchestrator.render.jobset import jobset_manifest
 from orchestrator.render.kubernetes import tfjob_manifest
+from orchestrator.render.networkpolicy import network_policy
 from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
@@ -56,6 +57,9 @@ def add_parser(subparsers) -> None:
                      help="CPU of every pod, requests = limits (a Kubernetes quantity: 2, 500m)")
     k8s.add_argument("--memory", default=None, metavar="QUANTITY",
                      help="memory of every pod, requests = limits (a Kubernetes quantity: 4Gi, 512Mi)")
+    k8s.add_argument("--isolate-network", action="store_true", default=None,
+                     help="also a NetworkPolicy admitting to the job's pods only the job's own pods (TensorFlow's "
+                     "ports answer anyone otherwise; docs/security.md)")
     p.set_defaults(func=run_render)
 
 
@@ -153,8 +157,10 @@ def run_render(args: argparse.Namespace) -> int:
         manifest = build(spec, name=args.name, image=args.image or "", volume_claim=args.volume_claim,
                          cpu=args.cpu, memory=args.memory)
         print(manifest_yaml(manifest), end="")
+        if args.isolate_network:
+            print("---\n" + manifest_yaml(network_policy(args.name, args.format)), end="")
         return 0
-    for flag in ("image", "volume_claim", "cpu", "memory"):
+    for flag in ("image", "volume_claim", "cpu", "memory", "isolate_network"):
         if getattr(args, flag) is not None:
             raise SpecError(flag.replace("_", "-"), getattr(args, flag), "only for --format tfjob or jobset",
                             "drop it, or add --format jobset")

@@ -360,3 +360,24 @@ def pod_and_job_schemas(doc: dict) -> list[str]:
         errs += [f"{r.get('name')}: {e}" for e in strict_job_spec((r.get("template") or {}).get("spec", {}))]
     return errs
 
+
+
+def validate_network_policy(doc: dict, name: str, pod_label: str) -> list[str]:
+    """A NetworkPolicy of ``render --isolate-network``: kubernetes-validate's strict
+    ``networking.k8s.io/v1 NetworkPolicy`` schema, label rules, and what it must mean: it selects
+    the job's pods (``pod_label: name``, the label the job's controller sets on every pod), it
+    restricts ingress, and its only rule admits those same pods."""
+    problems = [f"schema NetworkPolicy: {'/'.join(str(p) for p in e.absolute_path)}: {e.message[:200]}"
+                for e in _k8s_validator("NetworkPolicy", "networking.k8s.io/v1").iter_errors(doc)]
+    problems += labels(doc)
+    if not _DNS1123_SUBDOMAIN.match(str((doc.get("metadata") or {}).get("name", ""))):
+        problems.append("semantics: metadata.name is not a DNS-1123 subdomain")
+    spec = doc.get("spec") or {}
+    pods = {"matchLabels": {pod_label: name}}
+    if spec.get("podSelector") != pods:
+        problems.append(f"semantics: podSelector does not select the job's pods ({pod_label}={name})")
+    if "Ingress" not in (spec.get("policyTypes") or []):
+        problems.append("semantics: policyTypes lacks Ingress: nothing is restricted")
+    if spec.get("ingress") != [{"from": [{"podSelector": pods}]}]:
+        problems.append("semantics: ingress admits more than the job's own pods")
+    return problems

@@ -28,7 +28,7 @@ from orchestrator.spec.loader import build_spec, read_spec_file
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.task.jobset import tf_config_from_jobset
 from tests.conftest import REPO, orchestrator_cmd, test_env
-from tests.k8s.validators import validate_jobset, validate_tfjob
+from tests.k8s.validators import validate_jobset, validate_network_policy, validate_tfjob
 
 SPECS = sorted((REPO / "cluster_specs").glob("*.yaml")) + sorted((REPO / "cluster_specs").glob("*.json"))
 
@@ -82,6 +82,33 @@ def test_render_cli_prints_a_valid_jobset_and_tfjob():
         assert "&id" not in result.stdout  # no YAML aliases
         (doc,) = yaml.safe_load_all(result.stdout)
         assert validate(doc) == []
+
+
+@pytest.mark.parametrize("fmt, label", [("jobset", "jobset.sigs.k8s.io/jobset-name"),
+                                        ("tfjob", "training.kubeflow.org/job-name")])
+def test_render_isolate_network_adds_a_valid_network_policy_admitting_only_the_job_s_pods(fmt, label):
+    result = subprocess.run(
+        orchestrator_cmd("render", "--workers", "2", "--format", fmt, "--image", "reg/tfo:1", "--name", "digits",
+                         "--isolate-network"),
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert result.returncode == 0, result.stderr
+    assert "&id" not in result.stdout  # no YAML aliases
+    job, policy = yaml.safe_load_all(result.stdout)
+    assert (validate_jobset if fmt == "jobset" else validate_tfjob)(job) == []
+    assert policy["kind"] == "NetworkPolicy"
+    assert validate_network_policy(policy, "digits", label) == []
+    # planted errors are caught: a policy admitting every pod, one selecting another job, one restricting nothing
+    for broken in ({"ingress": [{}]}, {"podSelector": {"matchLabels": {label: "other"}}}, {"policyTypes": ["Egress"]},
+                   {"podSelector": {"matchLabel": {}}}):
+        planted = copy.deepcopy(policy)
+        planted["spec"].update(broken)
+        assert validate_network_policy(planted, "digits", label), broken
+
+
+def test_isolate_network_is_for_kubernetes_formats_only():
+    result = subprocess.run(orchestrator_cmd("render", "--workers", "2", "--isolate-network"),
+                            capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert result.returncode == 2 and "isolate-network" in result.stderr
 
 
 # --- what the JobSet means ------------------------------------------------------------------
