@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import tempfile
 import time
 
 import psutil
 
 from bench.tfjobs import PY, REPO, base_env
+from orchestrator.tls import make_run_pki, server_hosts
 
 
 def _query(server: subprocess.Popen) -> tuple[int, float]:
@@ -31,9 +33,10 @@ def _cpu_s(p: psutil.Process) -> float:
     return t.user + t.system
 
 
-def _start_server(profile: str | None = None) -> tuple[subprocess.Popen, str, str]:
+def _start_server(profile: str | None = None, tls_dir: str | None = None) -> tuple[subprocess.Popen, str, str]:
     token = "t" + secrets.token_urlsafe(16)  # never starts with "-" (argv)
-    server = subprocess.Popen([PY, "-m", "bench.ingest_server", token, *(["--profile", profile] if profile else [])],
+    extra = ["--profile", profile] if profile else ["--tls", tls_dir] if tls_dir else []
+    server = subprocess.Popen([PY, "-m", "bench.ingest_server", token, *extra],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=base_env())
     return server, server.stdout.readline().split()[1], token
 
@@ -121,18 +124,29 @@ def capacity(rates: list[float], connections: int = 1000, processes: int = 2, wi
 
 
 def measure(streams: int, processes: int = 2, window_s: float = 6.0, warmup_s: float = 1.5,
-            profile: str | None = None) -> dict:
+            profile: str | None = None, tls: bool = False) -> dict:
     """Open ``streams`` heartbeat streams from ``processes`` grpc.aio simulated-task processes
     (:mod:`bench.simhost`), send as fast as they go, and measure the server's stored heartbeats
-    per second, its CPU and the clients' over ``window_s`` seconds (after ``warmup_s``)."""
-    server, address, token = _start_server(profile)
+    per second, its CPU and the clients' over ``window_s`` seconds (after ``warmup_s``). With
+    ``tls``: mutual TLS with a run's certificates (:mod:`orchestrator.tls`), as a launch has it."""
+    if tls:
+        with tempfile.TemporaryDirectory() as run_dir:
+            folder = str(make_run_pki(run_dir, "bench", server_hosts("127.0.0.1"), []).folder)
+            return _measure(streams, processes, window_s, warmup_s, profile, folder)
+    return _measure(streams, processes, window_s, warmup_s, profile, None)
+
+
+def _measure(streams: int, processes: int, window_s: float, warmup_s: float, profile: str | None,
+             tls_dir: str | None) -> dict:
+    server, address, token = _start_server(profile, tls_dir)
     hosts: list[subprocess.Popen] = []
     try:
         per = streams // processes
         for i in range(processes):
             hosts.append(subprocess.Popen(
                 [PY, "-m", "bench.simhost", address, token, "--mode", "ingest", "--streams", str(per),
-                 "--first", str(i * per), "--seconds", str(warmup_s + window_s + 1.0)],
+                 "--first", str(i * per), "--seconds", str(warmup_s + window_s + 1.0),
+                 *(["--tls", tls_dir] if tls_dir else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=base_env()))
         for h in hosts:
             line = h.stdout.readline().strip()

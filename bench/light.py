@@ -76,6 +76,26 @@ class LightSections:
                  "share the 2 cores: client-bound)", "heartbeats/s", [r["heartbeats_per_s"] for r in grpc_runs], None,
                  {"runs": grpc_runs, "clients_cpu_percent": summarize(r["clients_cpu_percent"] for r in grpc_runs),
                   "server_cpu_percent": summarize(r["server_cpu_percent"] for r in grpc_runs)})
+        self._ingest_tls(runs)
+
+    def _ingest_tls(self, runs: int) -> None:
+        """Mutual TLS (a launch's default) against plaintext (``--insecure``), interleaved pairs of
+        the grpc.aio load: heartbeats stored per server CPU-second (the rate itself is client-bound
+        on 2 cores), and the rate, each as the ratio TLS / plaintext (issue 37: >= 0.9)."""
+        pairs = [(ingest.measure(200, 2, 2.0 if self.quick else 6.0, tls=False),
+                  ingest.measure(200, 2, 2.0 if self.quick else 6.0, tls=True)) for _ in range(max(runs, 2))]
+        for plain, tls in pairs:
+            log(f"ingest plaintext / mutual TLS: {plain['heartbeats_per_s']:.0f} / {tls['heartbeats_per_s']:.0f} "
+                f"heartbeats/s, {plain['heartbeats_per_server_cpu_s'] or 0:.0f} / "
+                f"{tls['heartbeats_per_server_cpu_s'] or 0:.0f} per server CPU-s")
+        self.add("5", "ingest_tls_per_core_ratio", "heartbeats stored per server CPU-second, mutual TLS / plaintext "
+                 "(200 grpc.aio streams flat out, interleaved pairs)", "ratio",
+                 [t["heartbeats_per_server_cpu_s"] / p["heartbeats_per_server_cpu_s"] for p, t in pairs
+                  if p["heartbeats_per_server_cpu_s"] and t["heartbeats_per_server_cpu_s"]], ">= 0.9",
+                 {"pairs": pairs})
+        self.add("5", "ingest_tls_rate_ratio", "heartbeat ingest rate, mutual TLS / plaintext (client-bound on "
+                 "2 cores)", "ratio", [t["heartbeats_per_s"] / p["heartbeats_per_s"] for p, t in pairs
+                                       if p["heartbeats_per_s"]])
 
     # -- 7: scale -----------------------------------------------------------------------------
     def scale(self) -> None:

@@ -15,7 +15,8 @@ cost of the health client), ``ingest`` (heartbeats/s into the HealthServer), ``s
 ``--checkpoint-every 10``), ``hogwild`` (examples/s of ``--strategy hogwild --threads`` 1, 2, 4
 next to ``mirrored``), ``preemption`` (SIGTERM to the orchestrator mid-training, ``launch
 --resume`` at once: preemption -> training resumed over the same job's cold start, steps lost;
-``bench/preemption.py``).
+``bench/preemption.py``), ``security`` (launch -> first step with mutual TLS over ``--insecure``;
+throughput with ``--isolate-network`` over without).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
 writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
 ``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
@@ -67,7 +68,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint", "client", "ingest", "scale",
-            "checkpoint", "hogwild", "preemption")
+            "checkpoint", "hogwild", "preemption", "security")
 FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
 
 
@@ -501,6 +502,32 @@ class Suite(LightSections):
                  lost["preemption"], "<= 0", {"runs": details})
         self.add("8", "steps_lost_sigkill_every_10", "steps lost to a SIGKILL at step 67 with --checkpoint-every 10",
                  "steps", lost["sigkill_every_10"], "<= 10", {"runs": details})
+
+    # -- 10: security (issue 37) -------------------------------------------------------------
+    def security(self) -> None:
+        """What the run's network protection costs, MWMS 2 workers, runs interleaved: launch ->
+        first step with mutual TLS (the default) over ``--insecure``, and training throughput with
+        ``--isolate-network`` over without (where this machine allows a network namespace)."""
+        from orchestrator.backends.netns import probe
+
+        topo = Topology("mwms2", "multi_worker_mirrored", 0, 2, 0, 2 if self.quick else 10)
+        cases = {"tls": topo.launch_args(), "insecure": [*topo.launch_args(), "--insecure"]}
+        allowed, why = probe()
+        if allowed:
+            cases["isolated"] = [*topo.launch_args(), "--isolate-network"]
+        else:
+            log(f"security: no --isolate-network row: {why}")
+        runs = self._interleaved("security", cases, 1 if self.quick else 4)
+        first = {k: [r.first_step_s() for r in v] for k, v in runs.items()}
+        rate = {k: [r.coordinator.examples_per_second() for r in v] for k, v in runs.items()}
+        self.add("10", "first_step_tls_ratio", "launch -> first step, mutual TLS / --insecure, MWMS 2 workers",
+                 "ratio", ratios(first["tls"], first["insecure"]), "<= 1.02",
+                 {"tls_s": summarize(first["tls"]), "insecure_s": summarize(first["insecure"])})
+        if allowed:
+            self.add("10", "throughput_isolated_ratio", "training throughput with --isolate-network / without, "
+                     "MWMS 2 workers", "ratio", ratios(rate["isolated"], rate["tls"]), ">= 0.99",
+                     {"isolated_examples_per_s": summarize(rate["isolated"]),
+                      "default_examples_per_s": summarize(rate["tls"])})
 
     # -- 9: hogwild ---------------------------------------------------------------------
     def hogwild(self) -> None:

@@ -23,7 +23,7 @@ import time
 
 import grpc
 
-from orchestrator import env
+from orchestrator import env, tls
 from orchestrator.proto import supervisor_pb2 as pb
 
 METHOD = "/tfcluster.v1.Supervisor/StreamHeartbeats"
@@ -132,7 +132,8 @@ async def ingest_main(args) -> None:
     payloads = [_heartbeat("worker", i, 0, 7).SerializeToString() for i in range(args.first, args.first + args.streams)]
 
     async def one(i: int) -> None:
-        channel = grpc.aio.insecure_channel(args.address, options=[("grpc.use_local_subchannel_pool", 1)])
+        channel = tls.channel(args.address, tls.files_for(args.tls, tls.SHARED) if args.tls else None,
+                              [("grpc.use_local_subchannel_pool", 1)], aio=True)
         stream = channel.stream_unary(METHOD, request_serializer=None,
                                       response_deserializer=pb.StreamSummary.FromString)
         payload = payloads[i]
@@ -169,6 +170,8 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--tls", default="", metavar="DIR",
+                        help="ingest: mutual TLS with the run's certificates in DIR")
     args = parser.parse_args()
     asyncio.run(scale_main(args) if args.mode == "scale" else ingest_main(args))
 
