@@ -98,6 +98,12 @@ def test_pss_chief_worker_ps_on_three_nodes(slurm_env, tmp_path):
     assert set(addresses) == {"chief-0", "worker-0", "ps-0"}
     assert_node_addresses(addresses)
     assert left == [], left
+    # over mutual TLS (the default): every task read its certificate from the shared run directory,
+    # registered its address and streamed its heartbeats; the keys went with the run
+    plan = json.loads((tmp_path / "pss" / "plan.json").read_text())
+    assert {t["env"].get("ORCH_TLS_DIR") for t in plan["tasks"]} == {str((tmp_path / "pss" / "tls").resolve())}
+    assert all(t["last_heartbeat"] and t["last_heartbeat"]["heartbeats"] >= 1 for t in summary["tasks"])
+    assert not (tmp_path / "pss" / "tls").exists()
 
 
 def test_mwms_two_workers_across_two_nodes_recover_a_sigkilled_worker_by_a_group_restart(slurm_env, tmp_path):
