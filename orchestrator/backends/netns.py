@@ -82,13 +82,17 @@ def socket_path(run_dir: Path) -> Path:
 class NetworkNamespace:
     """A run's network namespace, held by one process from now until :meth:`close`.
 
+    Args:
+        timeout_s: how long the holder may take to bring ``lo`` up, seconds.
+        user_ns: make a user namespace too; default: when not root (:func:`needs_user_namespace`).
+
     Raises:
         LaunchError: the namespace could not be made (the kernel or its policy refuses it: the
             message says what to do).
     """
 
-    def __init__(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        self.user_ns = needs_user_namespace()
+    def __init__(self, timeout_s: float = START_TIMEOUT_S, user_ns: bool | None = None) -> None:
+        self.user_ns = needs_user_namespace() if user_ns is None else user_ns
         try:
             self._holder = subprocess.Popen(holder_argv(user_ns=self.user_ns), stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

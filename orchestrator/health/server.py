@@ -19,6 +19,7 @@ import asyncio
 import hmac
 import logging
 import socket
+from pathlib import Path
 from typing import Callable
 
 import grpc
@@ -227,6 +228,8 @@ class HealthServer:
         except Exception:  # noqa: BLE001 - best effort on shutdown
             log.debug("health server stop did not finish cleanly", exc_info=True)
         self._loop.stop(5.0)
+        if self._unix_path is not None:
+            Path(self._unix_path).unlink(missing_ok=True)
 
     async def _serve(self) -> None:
         server = grpc.aio.server(
