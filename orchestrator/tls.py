@@ -179,7 +179,8 @@ class _Signer:
     def ca_pem(self) -> bytes:
         from cryptography.hazmat.primitives import serialization
 
-        return self.cert.public_bytes(serialization.Encoding.PEM)
+        pem: bytes = self.cert.public_bytes(serialization.Encoding.PEM)
+        return pem
 
 
 @dataclass(frozen=True)
