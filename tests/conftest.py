@@ -53,9 +53,16 @@ def pytest_xdist_make_scheduler(config, log):
     return MachineLane(config, log)
 
 
+def pytest_configure(config) -> None:
+    """The run's controller names the run (``ORCH_TEST_RUN``: its pid and start time) before xdist starts its
+    workers, which inherit it: shared test services (the Slurm cluster) know which run uses them."""
+    if not hasattr(config, "workerinput"):
+        os.environ["ORCH_TEST_RUN"] = f"{os.getpid()} {psutil.Process().create_time():.2f}"
+
+
 def pytest_sessionfinish(session) -> None:
     """The run's controller (not an xdist worker) removes the Slurm test cluster once every test is done,
-    when a test of the run set it up (tests/slurm/conftest.py)."""
+    when tests set it up and this run is its last live user (tests/slurm/conftest.py)."""
     if hasattr(session.config, "workerinput"):
         return
     from tests.slurm.conftest import teardown_if_set_up_by_tests
