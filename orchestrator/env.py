@@ -58,6 +58,18 @@ Variable                       Meaning
                                divides the cores its step may use, as ``ORCH_CPUS`` would, before TF starts
 ``ORCH_SERVICE_CPUS``          cores kept off the training tasks' (the health client's thread and the
                                warm spares run there); unset: none are kept
+``ORCH_DATA_SERVICE_ADDRESS``  with ``--data-service``: ``host:port`` of the tf.data service's dispatcher
+                               (trainers, data workers and the dispatcher itself; docs/data-service.md);
+                               a user's program passes ``grpc://`` + it as ``service=`` to
+                               ``tf.data.experimental.service.distribute``
+``ORCH_DATA_SERVICE_JOB``      with ``--data-service``: the job name the trainers share (the run id), so a
+                               restarted trainer re-attaches to the same tf.data service job
+``ORCH_DATA_SERVICE_SHARDING`` with ``--data-service``: ``dynamic`` or ``off`` (``ShardingPolicy``)
+``ORCH_DATA_SERVICE_WORK_DIR`` the dispatcher only: its journal directory (``DispatcherConfig.work_dir``,
+                               ``fault_tolerant_mode=True``), kept across its restarts
+``ORCH_DATA_SERVICE_JOB_GC_S`` the dispatcher only: ``DispatcherConfig.job_gc_timeout_ms`` / 1000
+``ORCH_TASK_ADDRESS``          tf.data service roles only: the ``host:port`` the backend gave this task
+                               (its server binds the port; a data worker's ``worker_address``)
 ``ORCH_SPARE_READY_FILE``      warm spares only: the file it creates once its imports are done (the
                                backend hands a task only to a spare that has it)
 ``ORCH_SPARE_MODULE``          warm spares only: the built-in task program it becomes (``worker``)
@@ -140,6 +152,12 @@ SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
 SPARE_READY_FILE = "ORCH_SPARE_READY_FILE"
 CPUS = "ORCH_CPUS"
 SERVICE_CPUS = "ORCH_SERVICE_CPUS"
+DATA_SERVICE_ADDRESS = "ORCH_DATA_SERVICE_ADDRESS"
+DATA_SERVICE_JOB = "ORCH_DATA_SERVICE_JOB"
+DATA_SERVICE_SHARDING = "ORCH_DATA_SERVICE_SHARDING"
+DATA_SERVICE_WORK_DIR = "ORCH_DATA_SERVICE_WORK_DIR"
+DATA_SERVICE_JOB_GC_S = "ORCH_DATA_SERVICE_JOB_GC_S"
+TASK_ADDRESS = "ORCH_TASK_ADDRESS"
 NODE_CPUS = "ORCH_NODE_CPUS"
 
 JOBSET_NAME = "JOBSET_NAME"

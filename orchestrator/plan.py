@@ -30,7 +30,7 @@ from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.program import python_program
 from orchestrator.spec.tfconfig import ClusterConfig
-from orchestrator.taskenv import common_env
+from orchestrator.taskenv import common_env, data_service_env
 from orchestrator.taskenv import task_env as build_task_env
 
 
@@ -249,6 +249,14 @@ def plan_warnings(spec: JobSpec, commands: Mapping[str, Sequence[str]] | None = 
     ]
 
 
+def task_module(task_type: str) -> str:
+    """The built-in program of a task type: ``ps`` for ps, ``dataservice`` for the tf.data
+    service's dispatcher and data workers, ``worker`` for chief, worker and evaluator."""
+    if task_type in ("dispatcher", "data_worker"):
+        return "dataservice"
+    return "ps" if task_type == "ps" else "worker"
+
+
 def task_dir(run_dir: Path, attempt: int, task: TaskId) -> Path:
     """``runs/<run-id>/attempt-<n>/<task>``: logs, error file and scratch of one attempt."""
     return RunDir(run_dir).task(attempt, task)
@@ -313,7 +321,7 @@ def make_plan(
     tasks = []
     config = ClusterConfig(addresses)  # the cluster once, not once per task (O(tasks^2))
     for task in spec.tasks():
-        module = "ps" if task.task_type == "ps" else "worker"
+        module = task_module(task.task_type)
         user_program = (commands or {}).get(task.task_type)
         # a user's program runs through execwrap, which makes it die with the orchestrator
         if user_program:
@@ -323,7 +331,8 @@ def make_plan(
         mine = [f for f in faults if f.task == task]
         task_env = build_task_env(common, cluster=(config, task), task=task.name,
                                   gpus={**placement.env(task), **(cpus.env(task) if cpus else {})},
-                                  faults=encode_faults(mine) if mine else None)
+                                  faults=encode_faults(mine) if mine else None,
+                                  extra=data_service_env(spec, addresses, task, run_id=run_id, run_dir=str(run_dir)))
         tasks.append(
             TaskPlan(
                 task=task,

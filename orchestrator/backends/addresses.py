@@ -30,7 +30,7 @@ from pathlib import Path
 
 from orchestrator.backends.base import Registration
 from orchestrator.spec.address import Address
-from orchestrator.spec.model import JobSpec, TaskId
+from orchestrator.spec.model import TRAINING_TASK_TYPES, JobSpec, TaskId
 from orchestrator.spec.tfconfig import tf_config_json
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class AddressBook:
 
     def __init__(self, spec: JobSpec, run_dir: Path | None = None) -> None:
         self._tasks = tuple(spec.tasks())
-        self._training = tuple(t for t in self._tasks if t.task_type != "evaluator")
+        self._training = tuple(t for t in self._tasks if t.task_type in TRAINING_TASK_TYPES)
         self._run_dir = run_dir
         self._cond = threading.Condition()
         self._current: dict[TaskId, str] = {}

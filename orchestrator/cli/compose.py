@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.backends.image import default_base_image
 from orchestrator.cli.backend import add_backend_arguments
-from orchestrator.cli.specflags import add_gpu_flags, spec_from_flags
+from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags, spec_from_flags
 from orchestrator.errors import SpecError
 from orchestrator.gpus import discover
 from orchestrator.render.compose import (
@@ -36,6 +36,7 @@ def add_parser(subparsers) -> None:
     topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None, help="add a chief task")
+    add_data_service_flags(topo)
     train = p.add_argument_group("training (built-in program)")
     train.add_argument("--epochs", type=int, default=None, help="epochs (default 10)")
     train.add_argument("--batch-size", type=int, default=None, dest="batch_size", help="per replica")

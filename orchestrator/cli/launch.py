@@ -12,7 +12,7 @@ from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.cli.requeue import SlurmContinuation
 from orchestrator.cli.requeue import check as check_continue
-from orchestrator.cli.specflags import add_gpu_flags
+from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags
 from orchestrator.errors import SpecError
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
@@ -58,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="replicas (logical CPU devices) of the one task under --strategy mirrored (default 2)")
     topo.add_argument("--threads", type=int, default=None,
                       help="threads of the one task under --strategy hogwild (default 2)")
+    add_data_service_flags(topo)
     add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
     train = p.add_argument_group("training (built-in program)")
     train.add_argument("--loop", choices=("fit", "custom"), default=None,

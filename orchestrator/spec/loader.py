@@ -13,6 +13,7 @@ The format (docs/reference/spec.md) mirrors :class:`JobSpec` field by field::
     gpus_per_task: {worker: 1, evaluator: 0}     # or one count for chief and worker: gpus_per_task: 1
     share_gpus: false
     pin_cpus: true
+    data_service: {workers: 2, sharding: dynamic}   # tf.data service roles (docs/data-service.md)
     training: {epochs: 5, batch_size_per_replica: 16, steps_per_epoch: null, learning_rate: 0.005, seed: 0}
     supervision: {restart_policy: {worker: on-failure}, max_restarts: 3, ...}
     addresses: {worker: ["127.0.0.1:62221", "127.0.0.1:62222"]}
@@ -35,13 +36,14 @@ from typing import Any, Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import tf1_hosts_error
+from orchestrator.spec.dataservice import DataServiceSpec
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy, TaskId, TrainingSpec
 from orchestrator.spec.supervision import SupervisionSpec
 
 TOP_KEYS = (
     "description", "strategy", "chief", "workers", "ps", "evaluator",
     "heartbeat_interval_s", "threads_per_task", "training", "supervision", "addresses",
-    "gpus_per_task", "share_gpus", "pin_cpus",
+    "gpus_per_task", "share_gpus", "pin_cpus", "data_service",
 )
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingSpec))
 SUPERVISION_KEYS = tuple(f.name for f in dataclasses.fields(SupervisionSpec))
@@ -88,6 +90,8 @@ FLAG_FIELDS = {
     "exit_grace": "supervision.exit_grace_s",
     "checkpoint_every": "training.checkpoint_every",
     "threads": "training.threads",
+    "data_service": "data_service.workers",
+    "data_service_sharding": "data_service.sharding",
 }
 
 
@@ -376,6 +380,12 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         flag = gpu_counts((overrides or {}).get("gpus_per_task"), strategy)
         extra["gpus_per_task"] = merge(gpus, flag) if isinstance(gpus, Mapping) and isinstance(flag, Mapping) \
             else flag or gpus
+    service_raw = fields.get("data_service")
+    if isinstance(service_raw, Mapping) and "workers" not in service_raw and service_raw:
+        service_raw = {"workers": 1, **service_raw}  # --data-service-sharding alone: one data worker
+    data_service = DataServiceSpec.from_raw(service_raw)
+    if data_service is not None:
+        extra["data_service"] = data_service
     return JobSpec.create(strategy=strategy, training=training, supervision=supervision, addresses=addresses,
                           **counts, **extra)
 

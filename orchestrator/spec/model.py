@@ -12,7 +12,9 @@ and the distributed-training guide:
 * ParameterServerStrategy: a chief (the coordinator running ``ClusterCoordinator``),
   at least one worker and at least one ps;
 * the evaluator is never part of the training cluster (tensorflow#46169);
-* ``hogwild`` (the built-in program's asynchronous threads) runs in exactly one task.
+* ``hogwild`` (the built-in program's asynchronous threads) runs in exactly one task;
+* the tf.data service roles (``dispatcher``, ``data_worker``: :mod:`orchestrator.spec.dataservice`)
+  are outside the training cluster, only under MWMS and PSS.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from typing import Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import check_addresses
+from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, DataServiceSpec
 from orchestrator.spec.supervision import SuccessPolicy, SupervisionSpec
 
-TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-"""Task types in the order TF_CONFIG and every listing use."""
+TASK_TYPES = (*SERVICE_TASK_TYPES, "chief", "worker", "ps", "evaluator")
+"""Task types in the order TF_CONFIG, every listing and the start use: the tf.data service's
+(dispatcher, then data workers) first, so that they serve before the trainers read."""
 
 LOOPS = ("fit", "custom")
 """Training loops of the built-in program."""
@@ -70,7 +74,7 @@ class Strategy(str, enum.Enum):
         )
 
 
-_TASK_RE = re.compile(r"^(chief|worker|ps|evaluator)[:\-](\d+)$")
+_TASK_RE = re.compile(r"^(dispatcher|data_worker|chief|worker|ps|evaluator)[:\-](\d+)$")
 
 
 @dataclass(frozen=True, order=True)
@@ -193,6 +197,8 @@ class JobSpec:
         share_gpus: tasks may share a device (``--share-gpus``), then with memory growth on.
         pin_cpus: pin each training task to its own cores on a backend whose tasks run on
             this machine (:mod:`orchestrator.cpus`); False: ``--no-pin``.
+        data_service: the tf.data service (one dispatcher, N data workers) the trainers read
+            through (``--data-service N``), or None.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -208,6 +214,7 @@ class JobSpec:
     gpus_per_task: Mapping[str, int] = field(default_factory=dict)
     share_gpus: bool = False
     pin_cpus: bool = True
+    data_service: DataServiceSpec | None = None
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -315,13 +322,27 @@ class JobSpec:
         if self.addresses is not None:
             self._validate_addresses()
         self._validate_gpus()
+        self._validate_data_service()
+
+    def _validate_data_service(self) -> None:
+        """The tf.data service only under MWMS and PSS (mirrored and hogwild run one task)."""
+        if self.data_service is None:
+            return
+        if not isinstance(self.data_service, DataServiceSpec):
+            raise SpecError("data_service", self.data_service, "must be a mapping of data service options",
+                            "e.g. data_service: {workers: 2}")
+        if self.strategy not in (Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER):
+            raise SpecError("data_service", self.strategy.value,
+                            f"the tf.data service feeds several trainers; {self.strategy.value} runs one task",
+                            "drop --data-service, or use --strategy multi_worker_mirrored or parameter_server")
+        self.data_service.validate()
 
     def _validate_gpus(self) -> None:
         if not isinstance(self.gpus_per_task, Mapping):
             raise SpecError("gpus_per_task", self.gpus_per_task, "must be a count or a mapping role -> count",
                             "e.g. --gpus-per-task 1, or gpus_per_task: {worker: 1, evaluator: 1}")
         for role, count in self.gpus_per_task.items():
-            if role not in TASK_TYPES:
+            if role not in TASK_TYPES or role in SERVICE_TASK_TYPES:
                 raise SpecError("gpus_per_task", role, "not a task type", "use one of: " + ", ".join(TASK_TYPES))
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
                 raise SpecError("gpus-per-task", count, "must be a whole number >= 0",
@@ -363,7 +384,8 @@ class JobSpec:
             listed = sorted(t.task_index for t in self.addresses if t.task_type == task_type)
             wanted = self.count(task_type)
             if listed != list(range(wanted)):
-                counts = {"chief": "chief", "worker": "workers", "ps": "ps", "evaluator": "evaluator"}
+                counts = {"chief": "chief", "worker": "workers", "ps": "ps", "evaluator": "evaluator",
+                          "dispatcher": "data_service (1 dispatcher)", "data_worker": "data_service.workers"}
                 raise SpecError(
                     f"addresses.{task_type}",
                     len(listed),
@@ -374,17 +396,22 @@ class JobSpec:
 
     def count(self, task_type: str) -> int:
         """Number of tasks of ``task_type``."""
+        if task_type in SERVICE_TASK_TYPES:
+            service = self.data_service
+            return 0 if service is None else 1 if task_type == "dispatcher" else service.workers
         return {"chief": self.chief, "worker": self.workers, "ps": self.ps, "evaluator": self.evaluator}[task_type]
 
     def tasks(self) -> list[TaskId]:
-        """Every task, chief first, then workers, ps, evaluator."""
+        """Every task: the tf.data service's (dispatcher, data workers) first, then chief, workers,
+        ps, evaluator."""
         return [TaskId(t, i) for t in TASK_TYPES for i in range(self.count(t))]
 
     def serves_forever(self, task: TaskId) -> bool:
         """True for tasks that only run ``tf.distribute.Server.join()`` and never exit on
         their own: ps tasks, and workers under ParameterServerStrategy (TF PSS tutorial;
-        tensorflow#25858)."""
-        return task.task_type == "ps" or (
+        tensorflow#25858); the tf.data service's dispatcher and data workers (their ``join()``
+        "currently blocks forever": TF's ``WorkerServer`` docs)."""
+        return task.task_type in ("ps", *SERVICE_TASK_TYPES) or (
             self.strategy is Strategy.PARAMETER_SERVER and task.task_type == "worker"
         )
 

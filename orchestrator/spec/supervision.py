@@ -26,7 +26,7 @@ from typing import Mapping
 
 from orchestrator.errors import SpecError
 
-ROLES = ("chief", "worker", "ps", "evaluator")
+ROLES = ("chief", "worker", "ps", "evaluator", "dispatcher", "data_worker")
 
 
 class RestartPolicy(str, enum.Enum):
@@ -81,12 +81,16 @@ class SuccessPolicy(str, enum.Enum):
 
 def default_restart_policies() -> dict[str, RestartPolicy]:
     """The preset: ``exit-code`` for chief / worker / ps (a crash in user code is not
-    retried, a kill or a hang is), ``on-failure`` for the evaluator (it never fails the job)."""
+    retried, a kill or a hang is), ``on-failure`` for the evaluator (it never fails the job) and for
+    the tf.data service's dispatcher and data workers (they serve until stopped: any exit is a
+    failure, and each restarts alone)."""
     return {
         "chief": RestartPolicy.EXIT_CODE,
         "worker": RestartPolicy.EXIT_CODE,
         "ps": RestartPolicy.EXIT_CODE,
         "evaluator": RestartPolicy.ON_FAILURE,
+        "dispatcher": RestartPolicy.ON_FAILURE,
+        "data_worker": RestartPolicy.ON_FAILURE,
     }
 
 
@@ -179,7 +183,7 @@ class SupervisionSpec:
             elif role in ROLES:
                 policies[role] = RestartPolicy.parse(value, name)
             else:
-                raise SpecError(name, role, "unknown role", "use chief, worker, ps, evaluator or all")
+                raise SpecError(name, role, "unknown role", "use " + ", ".join(ROLES) + " or all")
         if fields.get("success_policy") is not None:
             fields["success_policy"] = SuccessPolicy.parse(fields["success_policy"])
         if fields.get("preemption_exit_codes") is not None:
