@@ -22,6 +22,7 @@ from orchestrator.supervisor import decisions, forensics
 from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation
+from orchestrator.supervisor.service_rules import restarts_alone, survives_group_restart, unrestarted_failure_ends_job
 from orchestrator.supervisor.snapshot import phase_name
 from orchestrator.supervisor.states import (
     EXIT_FAILED,
@@ -78,7 +79,7 @@ class FailureHandling:
         if self.state.terminal or self.preemption.requested:
             return False
         pending = [f for f in self.log.pending()
-                   if f.task.task_type != "evaluator" and f.task.name not in self._restart_at]
+                   if not restarts_alone(f.task.task_type) and f.task.name not in self._restart_at]
         if not pending:
             return False
         first, trainers = pending[0], set(self.plan.spec.trainers())  # a set: O(tasks) per tick, not O(tasks^2)
@@ -109,17 +110,17 @@ class FailureHandling:
         # a failure seen while a group restart is pending is part of that restart
         failures = [f for f in failures if f.task.name not in self._restart_at]
         for f in failures:
-            if f.task.task_type == "evaluator":
+            if restarts_alone(f.task.task_type):  # the evaluator, the tf.data service's tasks
                 self._maybe_restart(f, (f.task,), RestartScope.TASK, now, job_restart=False)
-        training = [f for f in failures if f.task.task_type != "evaluator"]
+        training = [f for f in failures if not restarts_alone(f.task.task_type)]
         training = [training[i] for i in decisions.cause_first([f.preemption_notice for f in training])]
         if not training or self.preemption.requested:
             return
         coordinator, spec = self._by_task[self.plan.spec.coordinator], self.plan.spec
         phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
-                  for r in (coordinator, self._by_task[training[0].task]) if r.task.task_type != "evaluator"]
+                  for r in (coordinator, self._by_task[training[0].task]) if not restarts_alone(r.task.task_type)]
         if not training[0].preemption_notice and self.policy.preemption_code(training[0].exit_code):
-            noticed = [rt.task.name for rt in self.tasks if rt.task.task_type != "evaluator"
+            noticed = [rt.task.name for rt in self.tasks if not restarts_alone(rt.task.task_type)
                        and rt.current.process is not None and forensics.sigterm_received(rt)]
             culprit = decisions.preempted_task(training[0].task.name, False, noticed)
             self._preempted = culprit if culprit != training[0].task.name else ""
@@ -128,7 +129,8 @@ class FailureHandling:
                 forensics.all_got_sigterm(self.tasks) or self.backend.job_preempted()),
             ended=decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
                                            phases),
-            strategy=spec.strategy, training_tasks=[rt.task for rt in self.tasks if rt.task.task_type != "evaluator"],
+            strategy=spec.strategy,
+            training_tasks=[rt.task for rt in self.tasks if not restarts_alone(rt.task.task_type)],
             trainers=spec.trainers(), coordinator=spec.coordinator, success_policy=spec.success_policy)
         if action.kind == "preempt":
             self.request_preemption("every task of the job received SIGTERM from outside (the job is preempted)")
@@ -148,7 +150,7 @@ class FailureHandling:
     def _late_notice(self, rt: TaskRuntime, code: int) -> str:
         """The note when ``rt`` exited on a SIGTERM from outside after training ended
         (:func:`~orchestrator.supervisor.decisions.late_notice`), else ""."""
-        if self.preemption.requested or rt.task.task_type == "evaluator" or not self.policy.preemption_code(code):
+        if self.preemption.requested or restarts_alone(rt.task.task_type) or not self.policy.preemption_code(code):
             return ""
         coordinator = self._by_task[self.plan.spec.coordinator]
         phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
@@ -178,8 +180,8 @@ class FailureHandling:
         if plan.retry:
             placeable, note = self.backend.prepare_restart(tasks)  # e.g. Slurm: move tasks off a lost node
         if not placeable:
-            if job_restart:
-                self._fail(cause, note)
+            if job_restart or unrestarted_failure_ends_job(cause.task.task_type):  # no trainer reads without
+                self._fail(cause, note)  # the tf.data service's dispatcher
             else:
                 self._event(f"{cause.task.name} is not restarted: {note}; the job goes on")
             return
@@ -196,8 +198,10 @@ class FailureHandling:
                                 preempted=culprit))
         if scope is RestartScope.GROUP:
             self._set_state(JobState.RESTARTING)
-            # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace
-            self._stop(self._live(), f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)
+            # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace; the tf.data
+            # service goes on serving, for the restarted group to re-attach to its job
+            self._stop([rt for rt in self._live() if not survives_group_restart(rt.task.task_type)],
+                       f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)
         self._event(f"{plan.label}: {', '.join(names)} in {plan.delay_s:.1f} s "
                     f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)}"
                     + (f"; {culprit} was the one preempted" if culprit else "") + ")")
