@@ -48,6 +48,7 @@ import shutil
 import sys
 import time
 
+from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.task.formed import strategy_facts
 from orchestrator.task.pinning import pin_self
@@ -308,10 +309,17 @@ class Job(CustomLoops):
 
     def _dataset(self, shuffle_seed: int | None):
         """The training dataset (global batches) and its auto-shard policy across the
-        MWMS input pipelines (one per chief / worker task)."""
+        MWMS input pipelines (one per chief / worker task); with ``--data-service`` read through
+        the tf.data service (:func:`worker.data.through_service`: policy ``SERVICE-<sharding>``)."""
         cluster = self.context.tf_config.get("cluster", {})
         pipelines = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1
-        return datasets.train_dataset(self.tf, self.data, self.global_batch, shuffle_seed, pipelines)
+        ds, policy = datasets.train_dataset(self.tf, self.data, self.global_batch, shuffle_seed, pipelines)
+        address = env.read(env.DATA_SERVICE_ADDRESS)
+        if address:
+            sharding = env.read(env.DATA_SERVICE_SHARDING, "dynamic")
+            ds = datasets.through_service(self.tf, ds, address, env.read(env.DATA_SERVICE_JOB, "job"), sharding)
+            policy = f"the tf.data service at {address} ({sharding} sharding)"
+        return ds, policy
 
     # -- Model.fit ---------------------------------------------------------------------
     def _fit(self, model) -> float | None:
@@ -357,8 +365,13 @@ class Job(CustomLoops):
         """Say in the log how the training data is split across workers."""
         if self.context.strategy == "mirrored":
             return
-        if policy is None:
+        if policy is None and env.read(env.DATA_SERVICE_ADDRESS):
+            text = (f"through the tf.data service at {env.read(env.DATA_SERVICE_ADDRESS)} "
+                    f"({env.read(env.DATA_SERVICE_SHARDING, 'dynamic')} sharding)")
+        elif policy is None:
             text = "not sharded: every PSS worker reads the whole dataset in its own shuffle order"
+        elif policy.startswith("the tf.data service"):
+            text = f"read through {policy}"
         else:
             files = len(self.data.train_files)
             why = f"{files} train files for {self.context_workers()} worker(s)" if files else "in-memory data"
