@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from orchestrator.plan import Plan
+from orchestrator.report.dataservice import data_service_section
 from orchestrator.rundir import RunDir, write_json_atomic
 from orchestrator.supervisor import formed, rehearsal
 from orchestrator.supervisor.forensics import left_behind_text
@@ -68,6 +69,8 @@ SUMMARY_FIELDS: dict[str, str] = {
     "peak_gpu_memory_bytes": "the most GPU memory any task's devices held together during the job, or `null` "
                              "without GPU samples (docs/gpus.md)",
     "orchestrator": "the orchestrator process: `pid`, `peak_rss_bytes`",
+    "data_service": "the tf.data service with `--data-service N` (address, job name, sharding, restarts, what the "
+                    "servers reported: :mod:`orchestrator.report.dataservice`), or `null`",
 }
 """Every top-level field of ``summary.json`` (what :func:`build_summary` returns) -> what it holds.
 The docs site's summary reference is made from it; ``tests/unit/test_docs_reference.py`` checks
@@ -245,6 +248,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "peak_gpu_memory_bytes": max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)
         if any(t.peak_gpu_memory_bytes is not None for t in snapshot.tasks) else None,
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
+        "data_service": data_service_section(snapshot),
     }
 
 

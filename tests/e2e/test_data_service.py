@@ -31,6 +31,10 @@ def _service_checks(summary: dict, run_dir) -> None:
     assert hb["data_worker:0"]["metrics"]["data_tasks"] >= 1.0  # it served the trainers' job
     assert "registered with" in (run_dir / "attempt-0" / "data_worker-0" / "stdout.log").read_text()
     assert (run_dir / "data-service" / "tf_data_dispatcher_journal").is_dir()  # the journal in the run dir
+    section = summary["data_service"]
+    assert (section["job_name"], section["sharding"], section["workers"]) == (summary["run_id"], "dynamic", 1)
+    assert section["dispatcher"] == {"data_workers": 1} and section["data_workers"][0]["data_tasks"] >= 1
+    assert section["address"].startswith("127.0.0.1:") and section["work_dir"] == str(run_dir / "data-service")
 
 
 def test_mwms_reads_through_the_data_service_and_the_service_is_stopped(tmp_path, launches):
@@ -88,3 +92,5 @@ def test_a_killed_data_worker_and_dispatcher_come_back_alone_without_a_trainer_r
     assert scopes == [("task", ["data_worker-0"]), ("task", ["dispatcher-0"])], scopes
     hb = {t["task"]: t["last_heartbeat"] for t in summary["tasks"]}
     assert hb["dispatcher:0"]["metrics"]["data_workers"] == 1.0  # the data worker is back with the new dispatcher
+    section = summary["data_service"]
+    assert section["restarts"] == {"dispatcher:0": 1, "data_worker:0": 1} and "skipped" in section["note"]
