@@ -59,6 +59,7 @@ from orchestrator.supervisor.states import (
     TaskState,
     describe_exit,
 )
+from orchestrator.supervisor.waves import StartWaves
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ VIEW_TASKS_PER_S = 4000
 ``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often, and no tick stalls."""
 
 
-class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
+class Supervisor(HeartbeatHandling, FailureHandling, EndHandling, StartWaves):
     """Starts the planned tasks, watches them, restarts what the strategy can recover, ends the job.
 
     Args:
@@ -197,10 +198,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         self.lives.started(self.started_wall)
         self._set_state(JobState.STARTING)
         self._persist()
-        for rt in self.tasks:
-            if self._interrupt:
-                break
-            self._start(rt)
+        self._start_first_wave()  # the tf.data service's tasks first, the trainers once it serves
 
     def tick(self) -> bool:
         """One look at the job: stop requests, exits, heartbeats, hangs, decisions, due restarts.
@@ -224,6 +222,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
                 self._stop(self._live(), "stopped: job deadline passed")
         self._poll(now)
         self._take_heartbeats(now)
+        self._start_next_waves()
         self._check_hangs(now)
         self._event(*self._rehearsal.watch(self.tasks, now))  # before a restart replaces an ended attempt
         self._decide(now)
