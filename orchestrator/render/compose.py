@@ -15,7 +15,10 @@ The file works with ``docker compose`` (v2) and the older ``docker-compose`` (1.
   error files;
 * a healthcheck per service using the standard gRPC health protocol: each task serves
   ``grpc.health.v1`` on port 2223, probed by ``python -m orchestrator.task.probe``;
-* ``init: true``, so SIGTERM from ``docker compose stop`` reaches the task.
+* ``init: true``, so SIGTERM from ``docker compose stop`` reaches the task;
+* with ``--data-service N`` (docs/data-service.md), the dispatcher and the data workers as
+  services too, outside TF_CONFIG's cluster, and ``depends_on`` (``service_healthy``) in the
+  orchestrator's start order: data workers after the dispatcher, every other task after them.
 
 ``docker compose up --abort-on-container-exit --exit-code-from <coordinator>`` ends when
 the coordinator (the chief, or worker 0) exits and returns its exit code: the other
@@ -38,6 +41,7 @@ from orchestrator.backends.image import DOCKERFILE, image_tag, source_root
 from orchestrator.gpus import Inventory
 from orchestrator.placement import TaskGpus, place
 from orchestrator.plan import attempt_env, make_plan, new_run_id
+from orchestrator.spec.dataservice import start_wave
 from orchestrator.spec.model import JobSpec
 
 JOB_DIR = "/job"
@@ -136,6 +140,9 @@ def render_compose(
                 "labels": {f"{LABEL}.run-id": run_id, f"{LABEL}.task": tp.task.name},
             }
         )
+        earlier = [t.name for t in spec.tasks() if start_wave(t.task_type) < start_wave(tp.task.task_type)]
+        if earlier:  # the tf.data service first: the dispatcher, then its data workers, then the trainers
+            service["depends_on"] = {name: {"condition": "service_healthy"} for name in earlier}
         devices = gpu_reservation(tp.gpus)
         if devices:
             service["deploy"] = {"resources": {"reservations": {"devices": devices}}}

@@ -175,6 +175,11 @@ def check_common(spec: JobSpec, name: str, image: str, volume_claim: str | None)
         raise SpecError("volume-claim", volume_claim, "not a Kubernetes name", "e.g. --volume-claim tf-runs")
     if spec.addresses:
         raise SpecError("addresses", "...", "Kubernetes gives every pod its address", "drop addresses from the spec")
+    if spec.data_service is not None:  # a TFJob has no replica type for it; JobSet pods compute no service address
+        raise SpecError("data_service", spec.data_service.workers,
+                        "the Kubernetes renderings do not include the tf.data service yet",
+                        "drop --data-service, or render a Compose file (compose --data-service N); "
+                        "docs/data-service.md")
 
 
 def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,

@@ -35,8 +35,10 @@ SHARDING = ("off", "dynamic")
 KEYS = ("workers", "sharding", "work_dir", "job_gc_timeout_s")
 """Keys of the spec file's ``data_service`` mapping."""
 
-DISPATCHER_MODULE = "dataservice"
-"""The built-in program of both roles: ``python -m dataservice``."""
+def start_wave(task_type: str) -> int:
+    """The wave a task of ``task_type`` starts in: 0 the dispatcher, 1 the data workers, 2 every
+    other task (chief, worker, ps, evaluator): the tf.data service serves before the trainers read."""
+    return {"dispatcher": 0, "data_worker": 1}.get(task_type, 2)
 
 
 @dataclass(frozen=True)

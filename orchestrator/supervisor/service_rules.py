@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from orchestrator.spec.dataservice import start_wave as start_wave  # re-exported: the waves' order
+
 SERVICE_ROLES = ("dispatcher", "data_worker")
 """The tf.data service's task types."""
 
@@ -47,12 +49,6 @@ def unrestarted_failure_ends_job(task_type: str) -> bool:
     """Whether a failure of a task that restarts alone and may not be restarted again fails
     the job: only the dispatcher's (the trainers' every read goes through it)."""
     return task_type == "dispatcher"
-
-
-def start_wave(task_type: str) -> int:
-    """The wave a task of ``task_type`` starts in: 0 the dispatcher, 1 the data workers, 2 every
-    other task (chief, worker, ps, evaluator)."""
-    return {"dispatcher": 0, "data_worker": 1}.get(task_type, 2)
 
 
 def startable(task_type: str, planned: Sequence[tuple[str, str]], serving: Collection[str]) -> bool:

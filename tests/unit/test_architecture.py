@@ -29,7 +29,7 @@ SHARED = ("orchestrator.spec", "orchestrator.env", "orchestrator.proto", "orches
 """All the task side and the control plane have in common: data, names, the wire format, errors,
 port probes, the run directory's layout."""
 
-TASK_SIDE = ("orchestrator.task", "orchestrator.client", "worker", "ps")
+TASK_SIDE = ("orchestrator.task", "orchestrator.client", "worker", "ps", "dataservice")
 """What runs inside a task process. ``orchestrator.client`` is its public face for user programs."""
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared", SHARED),  # also the bottom of the task side
 )
 
-PACKAGES = ("orchestrator", "worker", "ps")
+PACKAGES = ("orchestrator", "worker", "ps", "dataservice")
 
 
 @dataclass(frozen=True)

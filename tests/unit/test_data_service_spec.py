@@ -106,3 +106,25 @@ def test_the_dry_run_lists_the_roles(tmp_path):
     plan = json.loads(result.stdout)
     assert [t["task"] for t in plan["tasks"]][:3] == ["dispatcher:0", "data_worker:0", "data_worker:1"]
     assert set(plan["cluster"]) == {"worker"} and plan["spec"]["data_service"]["workers"] == 2
+
+
+def test_the_compose_file_has_the_roles_in_the_start_order():
+    from orchestrator.render.compose import render_compose
+
+    services = render_compose(build_spec({}, {"workers": 2, "data_service": {"workers": 1}}), cores=2)["services"]
+    assert list(services) == ["dispatcher-0", "data_worker-0", "worker-0", "worker-1"]
+    assert services["dispatcher-0"]["command"] == ["python", "-m", "dataservice"]
+    assert "depends_on" not in services["dispatcher-0"]
+    assert services["data_worker-0"]["depends_on"] == {"dispatcher-0": {"condition": "service_healthy"}}
+    assert set(services["worker-1"]["depends_on"]) == {"dispatcher-0", "data_worker-0"}
+    assert services["worker-1"]["environment"][env.DATA_SERVICE_ADDRESS] == "dispatcher-0:2222"
+    assert services["data_worker-0"]["environment"][env.TASK_ADDRESS] == "data_worker-0:2222"
+    assert json.loads(services["worker-0"]["environment"]["TF_CONFIG"])["cluster"] == {
+        "worker": ["worker-0:2222", "worker-1:2222"]}
+
+
+@pytest.mark.parametrize("fmt", ["tfjob", "jobset"])
+def test_the_kubernetes_renderings_refuse_the_service_in_one_line(fmt):
+    result = run_cli("render", "--workers", "2", "--data-service", "1", "--format", fmt, "--image", "r/x:1")
+    assert result.returncode == 2, result
+    assert len(result.stderr.strip().splitlines()) == 1 and "data_service" in result.stderr
