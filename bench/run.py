@@ -15,7 +15,8 @@ cost of the health client), ``ingest`` (heartbeats/s into the HealthServer), ``s
 ``--checkpoint-every 10``), ``hogwild`` (examples/s of ``--strategy hogwild --threads`` 1, 2, 4
 next to ``mirrored``), ``preemption`` (SIGTERM to the orchestrator mid-training, ``launch
 --resume`` at once: preemption -> training resumed over the same job's cold start, steps lost;
-``bench/preemption.py``).
+``bench/preemption.py``), ``dataservice`` (the tf.data service: the built-in job through it / without,
+an input-bound map with 0, 1, 2 data workers; ``bench/dataservice.py``; full runs only).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
 writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
 ``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
@@ -46,7 +47,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import preemption, timeline
+from bench import dataservice, preemption, timeline
 from bench.kills import (
     REJOINED,
     epoch_ends,
@@ -67,8 +68,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint", "client", "ingest", "scale",
-            "checkpoint", "hogwild", "preemption")
-FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
+            "checkpoint", "hogwild", "preemption", "dataservice")
+# left out of --quick unless named by --only: over a minute on these 2 shared cores
+FULL_ONLY = ("preemption", "beats", "dataservice")
 
 
 class Suite(LightSections):
@@ -535,6 +537,12 @@ class Suite(LightSections):
         """MWMS 2 workers: SIGTERM to the orchestrator in epoch 2, ``launch --resume`` at once
         (``bench/preemption.py``)."""
         preemption.section(self, log)
+
+    # -- 11: the tf.data service (issue 38) ----------------------------------------------------
+    def dataservice(self) -> None:
+        """Through the tf.data service / without; an input-bound map with 0, 1, 2 data workers
+        (``bench/dataservice.py``)."""
+        dataservice.section(self, log)
 
 
 def main(argv: list[str] | None = None) -> int:

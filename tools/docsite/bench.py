@@ -37,6 +37,7 @@ SECTION_TITLES = {
     "scale": "The supervisor at scale (simulated tasks)",
     "checkpoint": "Checkpoints and preemption",
     "hogwild": "Hogwild",
+    "dataservice": "The tf.data service",
 }
 
 
