@@ -27,8 +27,10 @@ import dataclasses
 import json
 import re
 
+from orchestrator import env
 from orchestrator.errors import SpecError
 from orchestrator.placement import GROWTH_ENV
+from orchestrator.plan import task_module
 from orchestrator.spec.model import JobSpec
 from orchestrator.spec.supervision import RestartPolicy
 from orchestrator.taskenv import common_env
@@ -113,6 +115,13 @@ def pod_env(spec: JobSpec, name: str) -> dict[str, str]:
                      training_json=json.dumps(dataclasses.asdict(spec.training), sort_keys=True))
     if spec.share_gpus:
         out[GROWTH_ENV] = "true"
+    service = spec.data_service
+    if service is not None:  # the dispatcher's stable JobSet hostname (orchestrator.task.jobset.pod_hostname)
+        out[env.DATA_SERVICE_ADDRESS] = f"{name}-dispatcher-0-0.{name}:{TFJOB_PORT}"
+        out[env.DATA_SERVICE_JOB] = name
+        out[env.DATA_SERVICE_SHARDING] = service.sharding
+        out[env.DATA_SERVICE_WORK_DIR] = service.work_dir or f"{RUNS_MOUNT}/{name}/data-service"
+        out[env.DATA_SERVICE_JOB_GC_S] = repr(float(service.job_gc_timeout_s))
     return out
 
 
@@ -148,7 +157,7 @@ def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: 
     container: dict = {
         "name": "tensorflow",  # the TFJob operator looks for this container name
         "image": image,
-        "command": ["python", "-m", "ps" if task_type == "ps" else "worker"],
+        "command": ["python", "-m", task_module(task_type)],
         "env": environment,
         "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
     }
@@ -175,11 +184,6 @@ def check_common(spec: JobSpec, name: str, image: str, volume_claim: str | None)
         raise SpecError("volume-claim", volume_claim, "not a Kubernetes name", "e.g. --volume-claim tf-runs")
     if spec.addresses:
         raise SpecError("addresses", "...", "Kubernetes gives every pod its address", "drop addresses from the spec")
-    if spec.data_service is not None:  # a TFJob has no replica type for it; JobSet pods compute no service address
-        raise SpecError("data_service", spec.data_service.workers,
-                        "the Kubernetes renderings do not include the tf.data service yet",
-                        "drop --data-service, or render a Compose file (compose --data-service N); "
-                        "docs/data-service.md")
 
 
 def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
@@ -202,6 +206,10 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         SpecError: for a bad name, image, claim or quantity, or fixed addresses (the operator assigns them).
     """
     check_common(spec, name, image, volume_claim)
+    if spec.data_service is not None:  # a TFJob has replica types Chief, Worker, PS, Evaluator only
+        raise SpecError("data_service", spec.data_service.workers,
+                        "a TFJob has no replica type for the tf.data service's dispatcher and data workers",
+                        "render --format jobset, or drop --data-service; docs/data-service.md")
     container_resources = resources(cpu, memory)
     environment = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
     replicas = {}

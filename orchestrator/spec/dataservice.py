@@ -35,6 +35,17 @@ SHARDING = ("off", "dynamic")
 KEYS = ("workers", "sharding", "work_dir", "job_gc_timeout_s")
 """Keys of the spec file's ``data_service`` mapping."""
 
+def dns_name(task_type: str) -> str:
+    """A task type as a DNS label (a JobSet replicated job, a pod hostname): ``data_worker`` ->
+    ``data-worker`` (Kubernetes names have no ``_``); every other type is its own."""
+    return task_type.replace("_", "-")
+
+
+def task_type_of(name: str) -> str:
+    """The task type a DNS label names (the inverse of :func:`dns_name`)."""
+    return name.replace("-", "_")
+
+
 def start_wave(task_type: str) -> int:
     """The wave a task of ``task_type`` starts in: 0 the dispatcher, 1 the data workers, 2 every
     other task (chief, worker, ps, evaluator): the tf.data service serves before the trainers read."""

@@ -123,8 +123,44 @@ def test_the_compose_file_has_the_roles_in_the_start_order():
         "worker": ["worker-0:2222", "worker-1:2222"]}
 
 
-@pytest.mark.parametrize("fmt", ["tfjob", "jobset"])
-def test_the_kubernetes_renderings_refuse_the_service_in_one_line(fmt):
-    result = run_cli("render", "--workers", "2", "--data-service", "1", "--format", fmt, "--image", "r/x:1")
+def test_the_tfjob_rendering_refuses_the_service_in_one_line():
+    result = run_cli("render", "--workers", "2", "--data-service", "1", "--format", "tfjob", "--image", "r/x:1")
     assert result.returncode == 2, result
     assert len(result.stderr.strip().splitlines()) == 1 and "data_service" in result.stderr
+
+
+@pytest.mark.parametrize("raw", [{"workers": 2, "data_service": {"workers": 2}},
+                                 {"strategy": "parameter_server", "workers": 1, "ps": 1, "data_service": 1}])
+def test_the_jobset_has_the_roles_in_order_and_passes_every_validator(raw):
+    from orchestrator.render.jobset import jobset_manifest
+    from orchestrator.task.jobset import ensure_tf_config
+    from tests.k8s.validators import validate_jobset
+    from tests.unit.test_k8s_manifests import _pod_env
+
+    doc = jobset_manifest(build_spec({}, raw), name="digits", image="reg/tfo:1", volume_claim="tf-runs")
+    assert validate_jobset(doc) == []
+    rjobs = doc["spec"]["replicatedJobs"]
+    assert [r["name"] for r in rjobs][:2] == ["dispatcher", "data-worker"]  # a DNS label: no "_"
+    assert doc["spec"]["startupPolicy"] == {"startupPolicyOrder": "InOrder"}
+    for r in rjobs[:2]:
+        job = r["template"]["spec"]
+        assert job["backoffLimit"] == 3  # restarted alone, within the job's max_restarts
+        assert job["template"]["spec"]["containers"][0]["command"] == ["python", "-m", "dataservice"]
+    for r in rjobs:
+        environ = _pod_env(doc, r, 0)
+        assert ensure_tf_config(environ)
+        config = json.loads(environ["TF_CONFIG"])
+        assert not {"dispatcher", "data_worker"} & set(config["cluster"])  # outside the trainers' cluster
+        assert environ[env.DATA_SERVICE_ADDRESS] == "digits-dispatcher-0-0.digits:2222"
+        if r["name"] == "data-worker":
+            assert config["task"] == {"type": "data_worker", "index": 0}
+            assert environ[env.TASK_ADDRESS] == "digits-data-worker-0-0.digits:2222"
+        elif r["name"] != "dispatcher":
+            assert env.TASK_ADDRESS not in environ
+
+
+def test_a_jobset_without_the_service_has_no_startup_order():
+    from orchestrator.render.jobset import jobset_manifest
+
+    doc = jobset_manifest(build_spec({}, {"workers": 2}), name="digits", image="reg/tfo:1")
+    assert "startupPolicy" not in doc["spec"]
