@@ -90,10 +90,12 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
         ("--strategy", "mirrored", "--data-service", "2"),
         ("--data-service", "-1"),
         ("--backend", "slurm", "--data-service", "1"),
+        ("sbatch", "--data-service", "1"),
     ],
 )
 def test_bad_set_ups_are_one_line_and_exit_2_with_nothing_started(tmp_path, args):
-    result = run_cli("launch", "--runs-dir", str(tmp_path), *args)
+    command = ("sbatch", "-o", str(tmp_path / "job.sbatch"), *args[1:]) if args[0] == "sbatch" else ("launch", *args)
+    result = run_cli(command[0], "--runs-dir", str(tmp_path), *command[1:])
     assert result.returncode == 2, result
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error:")
     assert "data_service" in result.stderr
