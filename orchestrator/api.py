@@ -31,16 +31,16 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
     check_runs_dir,
     check_spare_program,
 )
-from orchestrator.cpus import node_cpus_plan, plan_cpus
 from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
-from orchestrator.gpus import discover
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.placement import Placement, place
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
+from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
+from orchestrator.resources.gpus import discover
+from orchestrator.resources.placement import Placement, place
 from orchestrator.resume import carried_over, check_resumable
 from orchestrator.rundir import RunDir, write_json_atomic, write_private
 from orchestrator.spec.faults import Fault
@@ -126,7 +126,7 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
 
 
 def place_gpus(spec: JobSpec, engine: Backend[Any]) -> Placement:
-    """Every task's GPUs on the backend's node (:func:`orchestrator.placement.place`): checked
+    """Every task's GPUs on the backend's node (:func:`orchestrator.resources.placement.place`): checked
     before anything is opened or started.
 
     Raises:

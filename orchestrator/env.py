@@ -44,17 +44,17 @@ Variable                       Meaning
                                the built-in program checks TensorFlow sees them; Slurm asks
                                ``srun --gpus-per-task`` for them (docs/gpus.md)
 ``CUDA_VISIBLE_DEVICES``       CUDA's own: this task's devices by UUID, disjoint between tasks
-                               (:mod:`orchestrator.placement`); empty: none. Not set on a node
+                               (:mod:`orchestrator.resources.placement`); empty: none. Not set on a node
                                without GPUs, nor where the scheduler sets it (Slurm, Kubernetes)
 ``TF_FORCE_GPU_ALLOW_GROWTH``  ``true`` with ``--share-gpus``: TensorFlow allocates GPU memory as
                                needed instead of mapping the whole device at start
-``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.gpus`
+``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.resources.gpus`
                                reads instead of NVML (tests, demos; docs/gpus.md); tasks inherit
                                it on the local backend, so their heartbeats sample the same devices
-``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.cpus`): it sets its
+``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.resources.cpus`): it sets its
                                own affinity to them before TensorFlow starts its pools; unset: not pinned
 ``ORCH_NODE_CPUS``             Slurm: this task's share of its node's cores (JSON: the job's tasks on that
-                               node, which one it is; :func:`orchestrator.cores.node_share_cores`): it
+                               node, which one it is; :func:`orchestrator.resources.cores.node_share_cores`): it
                                divides the cores its step may use, as ``ORCH_CPUS`` would, before TF starts
 ``ORCH_SERVICE_CPUS``          cores kept off the training tasks' (the health client's thread and the
                                warm spares run there); unset: none are kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.task.pinning import pin_self
+from orchestrator.resources.pinning import pin_self
 from orchestrator.task.runtime import route_sigterm
 
 
@@ -33,7 +33,7 @@ def serve(context, reporter) -> None:
     import tensorflow as tf
 
     env.bench_mark("imported")
-    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.task.pinning
+    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.resources.pinning
     configure_threads(tf)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     reporter.release_port()

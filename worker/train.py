@@ -49,8 +49,8 @@ import sys
 import time
 
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.resources.pinning import pin_self
 from orchestrator.task.formed import strategy_facts
-from orchestrator.task.pinning import pin_self
 from orchestrator.task.runtime import exit_preempted, route_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
@@ -123,7 +123,7 @@ def train(context, reporter) -> None:
     import tf_keras as keras
 
     mark("imported")
-    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.task.pinning
+    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.resources.pinning
     configure_threads(tf)
     options = dict(context.training)
     seed = int(options.get("seed", 0))

@@ -229,7 +229,7 @@ class DockerBackend(Backend[Container]):
                 working_dir="/tmp",
                 volumes={str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
                 network=self.network.name,
-                device_requests=device_requests(env), cpuset_cpus=env.get(envvars.CPUS) or None,  # orchestrator.cpus
+                device_requests=device_requests(env), cpuset_cpus=env.get(envvars.CPUS) or None,  # resources.cpus
                 networking_config={
                     self.network.name: self.client.api.create_endpoint_config(aliases=[task.name])
                 },

@@ -37,9 +37,9 @@ from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_m
 from orchestrator.backends.options import NoOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
-from orchestrator.gpus import VISIBLE_ENV, uuids_in
-from orchestrator.gpus import sample as sample_gpus
 from orchestrator.net import can_listen
+from orchestrator.resources.gpus import VISIBLE_ENV, uuids_in
+from orchestrator.resources.gpus import sample as sample_gpus
 from orchestrator.spec.address import LOOPBACK_IPV4, Address, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -334,7 +334,7 @@ class LocalBackend(Backend[LocalProcess]):
 
     def sample(self, process: LocalProcess) -> ProcessSample | None:
         """CPU (percent of a core) and RSS (bytes) of the task's process and every process it
-        started, summed, and its GPUs (NVML, :func:`orchestrator.gpus.sample`); None once it is
+        started, summed, and its GPUs (NVML, :func:`orchestrator.resources.gpus.sample`); None once it is
         gone. CPU counts from the second sample of a process."""
         try:
             root = process.sampled.get(process.pid) or psutil.Process(process.pid)

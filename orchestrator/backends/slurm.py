@@ -59,7 +59,6 @@ from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, faulthandler_dump
 from orchestrator.backends.host import pidfd
-from orchestrator.backends.placement import move_off, parse_node_list, place
 from orchestrator.backends.slurm_job import JobProbe
 from orchestrator.backends.slurm_step import (
     COMMAND_TIMEOUT_S,
@@ -70,9 +69,10 @@ from orchestrator.backends.slurm_step import (
     SlurmStep,
     exit_code_of,
 )
-from orchestrator.cpus import node_cpus_plan, node_share_env
 from orchestrator.errors import LaunchError, SpecError
-from orchestrator.placement import srun_gpu_options
+from orchestrator.resources.cpus import node_cpus_plan, node_share_env
+from orchestrator.resources.nodes import move_off, parse_node_list, place
+from orchestrator.resources.placement import srun_gpu_options
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ import json
 import re
 
 from orchestrator.errors import SpecError
-from orchestrator.placement import GROWTH_ENV
+from orchestrator.resources.placement import GROWTH_ENV
 from orchestrator.spec.model import JobSpec
 from orchestrator.spec.supervision import RestartPolicy
 from orchestrator.taskenv import common_env

@@ -308,7 +308,7 @@ def overrides_from_flags(args: object) -> dict:
 
 def gpu_counts(raw: object, strategy: Strategy) -> object:
     """``gpus_per_task`` as a mapping role -> count: one count is that of every task that
-    computes (:func:`orchestrator.placement.training_roles`: chief and worker; workers alone
+    computes (:func:`orchestrator.resources.cores.training_roles`: chief and worker; workers alone
     under ParameterServerStrategy, whose chief only dispatches); a mapping is kept (checked by
     :class:`JobSpec`)."""
     if raw is None:

@@ -188,11 +188,11 @@ class JobSpec:
             only and reserves exactly those ports; ``render`` takes any.
         gpus_per_task: GPUs per task of a role, for the roles given (``--gpus-per-task N``
             gives chief and worker N; a spec file may give any role). A training role left
-            out gets the node's GPUs split evenly (:mod:`orchestrator.placement`); ps and
+            out gets the node's GPUs split evenly (:mod:`orchestrator.resources.placement`); ps and
             evaluator left out get none.
         share_gpus: tasks may share a device (``--share-gpus``), then with memory growth on.
         pin_cpus: pin each training task to its own cores on a backend whose tasks run on
-            this machine (:mod:`orchestrator.cpus`); False: ``--no-pin``.
+            this machine (:mod:`orchestrator.resources.cpus`); False: ``--no-pin``.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.gpus import GpuUsage
+from orchestrator.resources.gpus import GpuUsage
 
 _TF_OOM = re.compile(r"OOM when allocating tensor[^\n]*?(?:device:(?P<kind>GPU|CPU):(?P<index>\d+))?"
                      r"(?:[^\n]*?by allocator (?P<allocator>\S+))?", re.IGNORECASE)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from orchestrator.backends.base import SpareInfo
-from orchestrator.gpus import GpuUsage
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.lives import Life

@@ -9,8 +9,8 @@ the built-in program, the health client) and waits to be handed a task's attempt
 from __future__ import annotations
 
 from orchestrator.backends.base import SpareRequest
-from orchestrator.gpus import VISIBLE_ENV
 from orchestrator.plan import SPARE_PRELOAD, Plan, user_spare
+from orchestrator.resources.gpus import VISIBLE_ENV
 from orchestrator.rundir import RunDir
 from orchestrator.supervisor import decisions
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from orchestrator.backends.base import ProcessSample, TaskHandle
 from orchestrator.env import PREEMPTED_EXIT_CODE
-from orchestrator.gpus import GpuUsage
 from orchestrator.health.store import HeartbeatRecord
 from orchestrator.plan import TaskPlan
+from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
 
 EXIT_SUCCEEDED = 0

@@ -75,11 +75,11 @@ import time
 
 from orchestrator import env
 from orchestrator.net import can_listen
+from orchestrator.resources.pinning import pin_self
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
 from orchestrator.task.leftovers import become_subreaper, end_descendants, reap_orphans
-from orchestrator.task.pinning import pin_self
 from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
 from orchestrator.task.spare import take_stdio
 

@@ -3,7 +3,7 @@
 Every task (ps included) runs one :class:`HeartbeatReporter`. It sends a heartbeat every
 ``interval_s`` seconds and at once when the task's phase changes, carrying task type and
 index, attempt, pid, phase, step, epoch, loss, examples/s, CPU % and RSS (psutil), and the
-utilisation and memory of the GPUs in its ``CUDA_VISIBLE_DEVICES`` (NVML, :mod:`orchestrator.gpus`:
+utilisation and memory of the GPUs in its ``CUDA_VISIBLE_DEVICES`` (NVML, :mod:`orchestrator.resources.gpus`:
 sampled here, on the task's own node, so the figures exist wherever the task runs: a Slurm node,
 a container, a pod).
 Training code feeds it through :meth:`HeartbeatReporter.update`.
@@ -29,10 +29,10 @@ import grpc
 import psutil
 
 from orchestrator import env
-from orchestrator.gpus import sample_visible
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
-from orchestrator.task.pinning import pin_self
+from orchestrator.resources.gpus import sample_visible
+from orchestrator.resources.pinning import pin_self
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from orchestrator.gpus import GpuUsage
 from orchestrator.report.status import COLUMNS, GPU_COLUMNS, columns, format_table, row
+from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.supervision import RestartPolicy
 from orchestrator.supervisor import decisions
 from orchestrator.supervisor.gpu import batch_hint, describe, device_usage, gpu_oom, peak

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.gpus import FAKE_ENV
+from orchestrator.resources.gpus import FAKE_ENV
 from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
 
 PROGRAM = str(REPO / "tests" / "programs" / "gpu_user.py")

@@ -25,7 +25,8 @@ ROOT = "orchestrator"
 """The package itself (``orchestrator/__init__.py``: the version): shared, like :data:`SHARED`."""
 
 SHARED = ("orchestrator.spec", "orchestrator.env", "orchestrator.proto", "orchestrator.errors", "orchestrator.net",
-          "orchestrator.rundir", "orchestrator.gpus", "orchestrator.cores")
+          "orchestrator.rundir", "orchestrator.resources.gpus", "orchestrator.resources.cores",
+          "orchestrator.resources.pinning")
 """All the task side and the control plane have in common: data, names, the wire format, errors,
 port probes, the run directory's layout."""
 
@@ -43,7 +44,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("health", ("orchestrator.health",)),  # the gRPC server tasks report to
     ("render", ("orchestrator.render",)),  # Compose file, TFJob: text for other engines
     ("backends", ("orchestrator.backends",)),  # what starts processes: local, docker, image, ports
-    ("plan", ("orchestrator.plan", "orchestrator.placement", "orchestrator.cpus", "orchestrator.taskenv")),  # -> plan
+    ("plan", ("orchestrator.plan", "orchestrator.taskenv")),  # spec + backend -> plan
+    ("resources", ("orchestrator.resources",)),  # what a task is given: cores, GPUs, nodes, leases
     ("shared", SHARED),  # also the bottom of the task side
 )
 

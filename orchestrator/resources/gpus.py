@@ -1,6 +1,6 @@
 """The GPUs of this node, behind one small interface: what there is, and how busy each one is.
 
-Both sides read it: the control plane to place tasks on devices (:mod:`orchestrator.placement`)
+Both sides read it: the control plane to place tasks on devices (:mod:`orchestrator.resources.placement`)
 and for ``doctor``; the task side's heartbeat reporter to sample the devices its task holds.
 
 * :func:`discover` -> :class:`Inventory`: every GPU of the node (index, UUID, name, memory) and
