@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator.plan import Plan
 from orchestrator.rundir import RunDir, write_json_atomic
+from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import formed, rehearsal
 from orchestrator.supervisor.forensics import left_behind_text
 from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
@@ -215,7 +216,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "program": list(user_program) if user_program else "built-in",
         "training": None if user_program else {
             "loop": "hogwild" if spec.strategy.value == "hogwild" else spec.training.loop,
-            "threads": spec.training.threads or 2 if spec.strategy.value == "hogwild" else None,
+            "threads": spec.training.hogwild_threads if spec.strategy is Strategy.HOGWILD else None,
             "checkpoint_every": spec.training.checkpoint_every,
             "data": spec.training.data or "digits",
             "epochs": spec.training.epochs,

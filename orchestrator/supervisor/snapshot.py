@@ -276,17 +276,24 @@ def task_snapshot(rt: TaskRuntime, now: float) -> TaskSnapshot:
 
 
 class View(Protocol):
-    """What the supervisor tells the user about (see :mod:`orchestrator.report.live`).
+    """What the supervisor tells the user about: the one protocol of every view (the terminal's
+    in :mod:`orchestrator.report.live`, the :class:`orchestrator.report.history.Recorder` that
+    serves ``status`` and the page, :class:`NullView`).
 
-    ``interval_s``: least seconds between two snapshots it wants; None for none until the
-    end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
+    ``interval_s``: least seconds between two snapshots it wants (the supervisor never hands
+    them out more often than its own ``view_interval_s``; 0 for each of those); None for none
+    until the end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
     """
 
-    interval_s: float | None
+    @property
+    def interval_s(self) -> float | None: ...
 
     def update(self, snapshot: JobSnapshot) -> None: ...
 
     def event(self, elapsed_s: float, text: str) -> None: ...
+
+    def close(self) -> None:
+        """The job is over and its final snapshot shown: release what the view holds (a terminal)."""
 
 
 class NullView:
@@ -298,4 +305,7 @@ class NullView:
         pass
 
     def event(self, elapsed_s: float, text: str) -> None:
+        pass
+
+    def close(self) -> None:
         pass
