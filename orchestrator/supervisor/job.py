@@ -290,7 +290,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
             restarts_used=self.restarts_used, tasks=tasks,
             failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
             spares=tuple(self.backend.spares()), lives=self.lives.lives(),
-            earlier_failures=self.carried.failures, warnings=tuple(self.warnings),
+            earlier_failures=self.carried.failures, warnings=tuple(self.warnings), faults=self._rehearsal.records(),
         )
 
     # -- starting ------------------------------------------------------------------------

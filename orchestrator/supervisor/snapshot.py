@@ -19,6 +19,7 @@ from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.lives import Life
+from orchestrator.supervisor.rehearsal import FaultRecord
 from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
 
 
@@ -187,6 +188,8 @@ class JobSnapshot:
         earlier_failures: the failures of earlier lives, as ``summary.json`` records.
         warnings: what the job lost or cut off without failing (an evaluator's final evaluation
             lost, a task stuck in its exit, an evaluator that never evaluated), one line each.
+        faults: each injected fault and whether it fired, as recorded so far
+            (:meth:`orchestrator.supervisor.rehearsal.Rehearsal.records`).
     """
 
     plan: Plan
@@ -205,6 +208,7 @@ class JobSnapshot:
     lives: tuple[Life, ...] = ()
     earlier_failures: tuple[Mapping[str, object], ...] = ()
     warnings: tuple[str, ...] = ()
+    faults: tuple[FaultRecord, ...] = ()
 
     @property
     def root_cause(self) -> Failure | None:
