@@ -1,5 +1,5 @@
-"""The bench's sections that start no TensorFlow (:class:`LightSections`, a part of
-:class:`bench.run.Suite`): ``beats`` (how late heartbeats arrive on a loaded machine), ``detect``
+"""The bench's sections that start no TensorFlow (:class:`LightSections`, which
+:class:`bench.run.Suite` holds): ``beats`` (how late heartbeats arrive on a loaded machine), ``detect``
 (a SIGKILLed task on the local backend), ``client`` (the health client's cost per task), ``ingest``
 (heartbeats/s into the HealthServer) and ``scale`` (detection with many simulated tasks)."""
 
@@ -7,20 +7,49 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any, Protocol
 
 from bench import client_cost, heartbeat_gaps, ingest
 from bench.report import log
 from bench.stats import summarize
 from bench.tfjobs import PY, REPO, base_env
 
+SECTIONS = ("beats", "detect", "client", "ingest", "scale")
+"""The sections :class:`LightSections` runs."""
+
+
+class Figures(Protocol):
+    """What the light sections use of the suite they run in (:class:`bench.run.Suite`)."""
+
+    quick: bool
+    notes: list[str]
+
+    def add(self, ident: str, name: str, measure: str, unit: str, values: Any, target: str | None = None,
+            details: dict[str, Any] | None = None) -> dict[str, Any]: ...
+
 
 class LightSections:
-    """Sections of :class:`bench.run.Suite` without TensorFlow (it holds ``quick``, ``add``, ``notes``)."""
+    """Sections of :class:`bench.run.Suite` without TensorFlow.
+
+    Args:
+        suite: where the figures go (``add``), and whether the run is ``--quick``.
+    """
+
+    def __init__(self, suite: Figures) -> None:
+        self.suite = suite
+
+    @property
+    def quick(self) -> bool:
+        return self.suite.quick
+
+    def add(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """One figure, into the suite (:meth:`Figures.add`)."""
+        return self.suite.add(*args, **kwargs)
 
     # -- 3b: heartbeat gaps under load --------------------------------------------------------
     def beats(self) -> None:
         """How late heartbeats arrive while the machine is loaded (:mod:`bench.heartbeat_gaps`)."""
-        heartbeat_gaps.section(self)
+        heartbeat_gaps.section(self.suite)
 
     # -- 3: exit detection on the local backend --------------------------------------------------
     def detect(self) -> None:

@@ -55,9 +55,8 @@ from orchestrator.spec.loader import (
 )
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.job import View
 from orchestrator.supervisor.record import run_record
-from orchestrator.supervisor.snapshot import JobSnapshot
+from orchestrator.supervisor.snapshot import JobSnapshot, View
 from orchestrator.web.bind import parse_bind
 
 if TYPE_CHECKING:
@@ -268,12 +267,26 @@ def prepare(
             "run_id": run_id, "pid": os.getpid(), "address": health.address, "token": token, "web_url": web_url,
         }, indent=2) + "\n")
 
-    supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve,
-                            persist=lambda sup: write_json_atomic(rd.record, run_record(sup)), **supervisor_options)
+    def persist(sup: Supervisor) -> None:
+        write_json_atomic(rd.record, run_record(sup))
+
+    supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
+                            **supervisor_options)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
     bench_mark("prepared", sys.stderr)
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint)
+
+
+def exit_code(result: JobSnapshot) -> int:
+    """The CLI's exit code of a job's final snapshot (0, 1, 3, 75, 130).
+
+    Raises:
+        RuntimeError: ``result`` is not final (a running job has no exit code yet).
+    """
+    if result.exit_code is None:
+        raise RuntimeError(f"run {result.plan.run_id} has not ended: it has no exit code yet")
+    return result.exit_code
 
 
 def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[JobSnapshot, dict[str, Any]]:
@@ -398,7 +411,7 @@ class JobHandle:
     def _main(self) -> None:
         try:
             result, summary = run(self.job, web_linger_s=self._web_linger_s)
-            self._outcome = Outcome(summary["status"], result.exit_code, summary, result)
+            self._outcome = Outcome(summary["status"], exit_code(result), summary, result)
         except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
             self._error = exc
         finally:

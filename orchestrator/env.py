@@ -1,6 +1,6 @@
 """Every environment variable the orchestrator sets in a task, in one place.
 
-Task processes read these through :class:`orchestrator.task.runtime.TaskContext` or the
+Task processes read these through :class:`orchestrator.task.context.TaskContext` or the
 readers at the end of this module (:func:`read`, :func:`read_int`, :func:`read_flag`).
 
 =============================  ==============================================================
@@ -101,7 +101,7 @@ File                           Meaning
                                ``execwrap`` SIGKILLs a user's program that ignores SIGTERM
                                after :data:`orchestrator.task.execwrap.STOP_GRACE_S`, and
                                a built-in task dies at once instead of taking the preemption
-                               path (:func:`orchestrator.task.runtime.route_sigterm`)
+                               path (:func:`orchestrator.task.sigterm.route_sigterm`)
 =============================  ==============================================================
 
 Exit code: :data:`PREEMPTED_EXIT_CODE` (143) says "preempted: my state is saved, restart me".
@@ -208,7 +208,7 @@ BENCH_TIMING = "BENCH_TIMING"
 def read(name: str, default: str = "", environ: Mapping[str, str] | None = None) -> str:
     """The value of the task's variable ``name`` (from ``environ``, default ``os.environ``),
     ``default`` when it is unset. The task side reads its environment here or in
-    :meth:`orchestrator.task.runtime.TaskContext.from_env`, never directly
+    :meth:`orchestrator.task.context.TaskContext.from_env`, never directly
     (``tests/unit/test_env_reads.py`` enforces it)."""
     return (os.environ if environ is None else environ).get(name, default)
 

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
+<<<<<<< HEAD
 from orchestrator.resources.pinning import pin_self
 from orchestrator.task.runtime import route_sigterm
+=======
+from orchestrator.resources.pinning import pin_self
+from orchestrator.task.sigterm import route_sigterm
+>>>>>>> h2
 
 
 def configure_threads(tf) -> None:
@@ -27,7 +32,7 @@ def serve(context, reporter) -> None:
     """Start this task's tf.distribute.Server from TF_CONFIG and block in ``join()``.
 
     Args:
-        context: the task's :class:`orchestrator.task.runtime.TaskContext`.
+        context: the task's :class:`orchestrator.task.context.TaskContext`.
         reporter: its :class:`orchestrator.task.reporter.HeartbeatReporter`.
     """
     import tensorflow as tf

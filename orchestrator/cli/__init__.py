@@ -10,13 +10,14 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from orchestrator.env import bench_mark
 from orchestrator.errors import OrchestratorError, SpecError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse's own convention too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's own convention too)
         self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
 
 

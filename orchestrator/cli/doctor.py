@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.backends.local import TASK_RSS_BYTES  # one estimate for doctor and launch
+from orchestrator.backends.host import TASK_RSS_BYTES  # one estimate for doctor and launch
 from orchestrator.backends.ports import port_range
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.plan import available_cores
@@ -239,7 +239,7 @@ def check_network(spec: JobSpec) -> list[Check]:
     """localhost resolution and the job's ports (fixed ones must be free and loopback to launch here)."""
     checks = []
     try:
-        resolved = {info[4][0] for info in socket.getaddrinfo("localhost", None, proto=socket.IPPROTO_TCP)}
+        resolved = {str(info[4][0]) for info in socket.getaddrinfo("localhost", None, proto=socket.IPPROTO_TCP)}
     except socket.gaierror:
         resolved = set()
     if "127.0.0.1" in resolved:

@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+from typing import Any
 
 from orchestrator import api
 from orchestrator.cli.backend import add_backend_arguments, backend_options
@@ -23,6 +24,7 @@ from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.supervisor import EXIT_PREEMPTED
+from orchestrator.supervisor.snapshot import View
 from orchestrator.web.bind import parse_bind
 
 
@@ -228,6 +230,7 @@ def run_launch(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
 
+    view: View | None
     if args.quiet or args.json:
         view = QuietView()
     elif args.plain or not sys.stdout.isatty():
@@ -246,8 +249,11 @@ def run_launch(args: argparse.Namespace) -> int:
     if job.web_url is not None:
         print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)
     if view is None:
-        view = job.recorder.view = TableView()
-    elif isinstance(view, LinesView):
+        shown: View = TableView()
+        job.recorder.view = shown
+    else:
+        shown = view
+    if isinstance(view, LinesView):
         what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
                 else f", program {' '.join(job.plan.user_program)}")
         print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
@@ -269,7 +275,8 @@ def run_launch(args: argparse.Namespace) -> int:
             job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
 
     # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    previous: dict[int, Any] = {s: signal.signal(s, on_signal)
+                                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     def phases() -> list[str]:
         snapshot = job.recorder.snapshot()
         return [t.heartbeat.phase for t in (snapshot.tasks if snapshot is not None else ())
@@ -280,7 +287,7 @@ def run_launch(args: argparse.Namespace) -> int:
     try:
         result, summary = api.run(job, keep_web=True)
     finally:
-        view.close()
+        shown.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if args.json:
@@ -292,4 +299,4 @@ def run_launch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         api.close_web(job)
     slurm.after(result.exit_code == EXIT_PREEMPTED, job.plan.run_id)  # Slurm: requeue the job to continue the run
-    return result.exit_code
+    return api.exit_code(result)

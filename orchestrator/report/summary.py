@@ -8,9 +8,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from orchestrator.plan import Plan
 from orchestrator.rundir import RunDir, write_json_atomic
-from orchestrator.supervisor import formed, rehearsal
+from orchestrator.spec.model import Strategy
+from orchestrator.supervisor import formed
 from orchestrator.supervisor.forensics import left_behind_text
 from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
 from orchestrator.supervisor.states import describe_exit, exit_fields
@@ -56,7 +56,8 @@ SUMMARY_FIELDS: dict[str, str] = {
              "`global_batch_size` (as the coordinator reported it)",
     "late_failures": "failures after the job had succeeded (a warning, not a failure of the job)",
     "faults": "each injected fault (`--inject-fault`) and whether it fired (one that never fired in a job that "
-              "succeeded: exit code 3, the rehearsal tested nothing)",
+              "succeeded: exit code 3, the rehearsal tested nothing); while the job runs, `fired` is known once "
+              "the attempt the fault targets has ended",
     "cluster_check": "what the training tasks formed vs the plan: `checked` (MWMS and PSS), `planned_workers` "
                      "(chief + workers), `formed` (task -> `replicas_in_sync`, `cluster_workers` it reported), "
                      "`mismatches` (one line each), `allowed` (`--allow-cluster-mismatch`)",
@@ -215,7 +216,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "program": list(user_program) if user_program else "built-in",
         "training": None if user_program else {
             "loop": "hogwild" if spec.strategy.value == "hogwild" else spec.training.loop,
-            "threads": spec.training.threads or 2 if spec.strategy.value == "hogwild" else None,
+            "threads": spec.training.hogwild_threads if spec.strategy is Strategy.HOGWILD else None,
             "checkpoint_every": spec.training.checkpoint_every,
             "data": spec.training.data or "digits",
             "epochs": spec.training.epochs,
@@ -237,7 +238,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "lives": [life.to_dict() for life in snapshot.lives],
         "late_failures": [f.to_dict() for f in snapshot.late_failures],
         "warnings": list(snapshot.warnings),
-        "faults": fault_report(plan),
+        "faults": [f.to_dict() for f in snapshot.faults],
         "cluster_check": formed.summary_field(spec, ((t.task, t.heartbeat.metrics if t.heartbeat else {})
                                                      for t in snapshot.tasks)),
         "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
@@ -246,12 +247,6 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         if any(t.peak_gpu_memory_bytes is not None for t in snapshot.tasks) else None,
         "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
     }
-
-
-def fault_report(plan: Plan) -> list[dict]:
-    """Each injected fault (``--inject-fault``) and whether it fired: the task prints
-    ``injecting fault: KIND at TRIGGER=N`` to its logs when it does (``orchestrator.task.faults``)."""
-    return rehearsal.fault_report(plan)
 
 
 def write_summary(run_dir: Path, summary: dict) -> Path:

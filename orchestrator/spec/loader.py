@@ -254,7 +254,7 @@ def parse_addresses(raw: object, field: str = "addresses") -> dict[TaskId, str]:
         if not isinstance(value, list):
             raise SpecError(where, value, "must be a list of host:port", f"e.g. {task_type}: ['10.0.0.1:2222']")
         for index, address in enumerate(value):
-            out[TaskId(task_type, index)] = address  # type: ignore[assignment] - checked by JobSpec
+            out[TaskId(task_type, index)] = address  # type: ignore[assignment]  # checked by JobSpec
     return out
 
 
@@ -329,9 +329,10 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
     Raises:
         SpecError: naming the first bad field.
     """
-    fields = merge(raw, overrides or {})
+    overrides = overrides or {}
+    fields = merge(raw, overrides)
     if ("restart_policy" in (raw.get("supervision") or {})
-            and "restart_policy" in (overrides or {}).get("supervision", {})):
+            and "restart_policy" in overrides.get("supervision", {})):
         file_policy = raw["supervision"]["restart_policy"]
         if isinstance(file_policy, str):  # a plain policy in the file means every role
             file_policy = {"all": file_policy}

@@ -271,7 +271,7 @@ the spec-file field where there is no flag (flag names are not derived from fiel
 
 
 def _seconds(name: str, value: object, allow_zero: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
-    if not ok or float(value) < 0 or (float(value) == 0 and not allow_zero):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise SpecError(name, value, f"must be a number of seconds {bound}", FIX_EXAMPLES[name])

@@ -249,7 +249,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
             self._evaluator_grace_over(now)
         over = not self._restart_at and all(rt.current.state.terminal for rt in self.tasks
                                             if rt.current.process is not None)
-        interval = getattr(self.view, "interval_s", self.options.view_interval_s)
+        interval = self.view.interval_s
         if not over and interval is not None and (self._pictures.in_round or now >= self._next_view_at):
             if not self._pictures.in_round:
                 self._next_view_at = now + max(self.options.view_interval_s, interval)
@@ -290,7 +290,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
             restarts_used=self.restarts_used, tasks=tasks,
             failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
             spares=tuple(self.backend.spares()), lives=self.lives.lives(),
-            earlier_failures=self.carried.failures, warnings=tuple(self.warnings),
+            earlier_failures=self.carried.failures, warnings=tuple(self.warnings), faults=self._rehearsal.records(),
         )
 
     # -- starting ------------------------------------------------------------------------

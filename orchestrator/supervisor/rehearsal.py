@@ -10,17 +10,19 @@ A job that succeeded while one of its injected faults never fired tested nothing
 exits :data:`~orchestrator.supervisor.states.EXIT_UNTESTED` (3), not 0
 (docs/failure-handling.md, "Rehearsing failures"). Whether a fault fired is read from the
 attempt's logs, where the task prints ``injecting fault: KIND at TRIGGER=N`` when it fires one
-(:func:`orchestrator.task.faults.announce`).
+(:func:`orchestrator.task.faults.announce`): once, when the attempt it targets has ended (a
+``kill`` leaves no heartbeat to say it), and kept in the run record (:class:`FaultRecord`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.plan import Plan, task_dir
 from orchestrator.spec.faults import ENV as FAULTS_ENV
+from orchestrator.spec.faults import Fault, decode
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.states import EXIT_FAILED, EXIT_SUCCEEDED, EXIT_UNTESTED, JobState, TaskRuntime
 
@@ -30,27 +32,40 @@ never to fire (a program's first step rarely comes later: TensorFlow's import an
 model's build take ~10 s on one core)."""
 
 
-def fault_name(task: TaskId, fault: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class FaultRecord:
+    """One injected fault as the run record keeps it (``summary.json``'s ``faults``).
+
+    Attributes:
+        fault: its name as ``--inject-fault`` takes it (:func:`fault_name`).
+        fired: whether it fired; known once the attempt it targets has ended (its logs are
+            read then, once), False before.
+    """
+
+    fault: str
+    fired: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fault": self.fault, "fired": self.fired}
+
+
+def fault_name(fault: Fault) -> str:
     """``worker:0:kill@step=5`` (``,attempt=N`` after the first attempt), as ``--inject-fault`` takes it."""
-    kind = fault["kind"] + (f"={fault['exit_code']}" if fault["kind"] == "exit" else "")
-    name = f"{task}:{kind}@{fault['trigger']}={float(fault['at']):g}"
-    return name + (f",attempt={fault['attempt']}" if fault["attempt"] else "")
+    kind = fault.kind + (f"={fault.exit_code}" if fault.kind == "exit" else "")
+    name = f"{fault.task}:{kind}@{fault.when}"
+    return name + (f",attempt={fault.attempt}" if fault.attempt else "")
 
 
-def planned_faults(plan: Plan) -> list[tuple[TaskId, dict[str, Any]]]:
-    """Every injected fault of the plan, with its task (the ``ORCH_FAULTS`` of each task's env)."""
-    out = []
-    for tp in plan.tasks:
-        raw = tp.env.get(FAULTS_ENV)
-        out += [(tp.task, fault) for fault in (json.loads(raw) if raw else [])]
-    return out
+def planned_faults(plan: Plan) -> list[Fault]:
+    """Every injected fault of the plan (the ``ORCH_FAULTS`` of each task's env), in plan order."""
+    return [fault for tp in plan.tasks for fault in decode(tp.env.get(FAULTS_ENV, ""))]
 
 
-def fired(plan: Plan, task: TaskId, fault: dict[str, Any]) -> bool:
-    """Whether ``fault`` of ``task`` fired: its ``injecting fault: ...`` line is in the logs of
-    the attempt it targets."""
-    directory = task_dir(plan.run_dir, int(fault["attempt"]), task)
-    line = f"injecting fault: {fault['kind']} at {fault['trigger']}={float(fault['at']):g}"
+def fired(plan: Plan, fault: Fault) -> bool:
+    """Whether ``fault`` fired: its ``injecting fault: ...`` line is in the logs of the attempt
+    it targets (reads them: the supervisor asks once, when that attempt has ended)."""
+    directory = task_dir(plan.run_dir, fault.attempt, fault.task)
+    line = f"injecting fault: {fault.kind} at {fault.when}"
     for name in ("stdout.log", "stderr.log"):
         try:
             if line in (directory / name).read_text(encoding="utf-8", errors="replace"):
@@ -60,26 +75,20 @@ def fired(plan: Plan, task: TaskId, fault: dict[str, Any]) -> bool:
     return False
 
 
-def fault_report(plan: Plan) -> list[dict[str, Any]]:
-    """``summary.json``'s ``faults``: each injected fault and whether it fired."""
-    return [{"fault": fault_name(task, fault), "fired": fired(plan, task, fault)}
-            for task, fault in planned_faults(plan)]
-
-
-def never_fires(name: str, fault: dict[str, Any], *, attempt: int, saw_step: bool, ended: bool,
+def never_fires(name: str, fault: Fault, *, attempt: int, saw_step: bool, ended: bool,
                 ran_s: float) -> str | None:
     """Why the ``step=`` fault ``fault`` of task ``name`` can never fire, when that is known now;
     None while it still may (or for a ``time=`` fault, or another attempt's).
 
     Args:
         name: the task's name (``worker-0``).
-        fault: the fault (``ORCH_FAULTS`` JSON: kind, trigger, at, attempt, ...).
+        fault: the fault.
         attempt: the task's current attempt.
         saw_step: that attempt reported a training step.
         ended: that attempt has ended.
         ran_s: seconds since that attempt started.
     """
-    if fault["trigger"] != "step" or fault["attempt"] != attempt or saw_step:
+    if fault.trigger != "step" or fault.attempt != attempt or saw_step:
         return None
     if ended:
         why = f"{name} (attempt {attempt}) ended without ever sending a step"
@@ -87,13 +96,15 @@ def never_fires(name: str, fault: dict[str, Any], *, attempt: int, saw_step: boo
         why = f"{name} has run {ran_s:.0f} s without sending a step"
     else:
         return None
-    return (f"WARNING: the injected fault {fault['kind']}@step={float(fault['at']):g} of {name} will never fire: "
+    return (f"WARNING: the injected fault {fault.kind}@{fault.when} of {name} will never fire: "
             f"{why}, and step faults fire on the steps the program reports; report them "
             "(orchestrator.client.report(step=...) or keras_callback()), or use @time=SECONDS")
 
 
 class Rehearsal:
-    """The plan's injected faults, watched: each ``step=`` fault that cannot fire said once.
+    """The plan's injected faults, watched: each ``step=`` fault that cannot fire said once, and
+    whether each fired recorded when the attempt it targets has ended (its logs read once then),
+    so that a status query never reads a log.
 
     Args:
         plan: the job's plan.
@@ -102,36 +113,61 @@ class Rehearsal:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self._faults = planned_faults(plan)
-        self._pending = [(task, f) for task, f in self._faults if f["trigger"] == "step"]
+        self._pending = [f for f in self._faults if f.trigger == "step"]
+        self._fired: dict[int, bool] = {}  # index in _faults -> fired, once its attempt has ended
+        self._open = list(range(len(self._faults)))  # indexes whose attempt has not ended yet
 
     def watch(self, tasks: Sequence[TaskRuntime], now: float) -> list[str]:
-        """The warnings due now (each fault's at most once; O(pending step faults))."""
-        if not self._pending:
+        """The warnings due now (each fault's at most once; O(faults not settled)), and the faults
+        whose attempt has ended recorded as fired or not."""
+        if not self._pending and not self._open:
             return []
         by_task = {rt.task: rt for rt in tasks}
-        texts, left = [], []
-        for task, fault in self._pending:
-            rt = by_task.get(task)
+        self._settle(by_task)
+        texts: list[str] = []
+        left: list[Fault] = []
+        for fault in self._pending:
+            rt = by_task.get(fault.task)
             if rt is None:
                 continue
             a = rt.current
-            if a.number < fault["attempt"] or a.started_at is None:
-                left.append((task, fault))  # its attempt is still to come
+            if a.number < fault.attempt or a.started_at is None:
+                left.append(fault)  # its attempt is still to come
                 continue
-            if a.number > fault["attempt"] or a.last_step is not None:
+            if a.number > fault.attempt or a.last_step is not None:
                 continue  # its attempt is over, or it sends steps: the fault fires from them
-            text = never_fires(task.name, fault, attempt=a.number, saw_step=False, ended=a.state.terminal,
+            text = never_fires(fault.task.name, fault, attempt=a.number, saw_step=False, ended=a.state.terminal,
                                ran_s=now - a.started_at)
             if text is None:
-                left.append((task, fault))
-            elif not fired(self.plan, task, fault):  # it fired before its step reached us (exit, kill)
+                left.append(fault)
+            elif not fired(self.plan, fault):  # it fired before its step reached us (exit, kill)
                 texts.append(text)
         self._pending = left
         return texts
 
+    def _settle(self, by_task: Mapping[TaskId, TaskRuntime]) -> None:
+        left = []
+        for i in self._open:
+            fault = self._faults[i]
+            rt = by_task.get(fault.task)
+            a = rt.current if rt is not None else None
+            if a is not None and (a.number > fault.attempt or (a.number == fault.attempt and a.state.terminal)):
+                self._fired[i] = fired(self.plan, fault)
+            else:
+                left.append(i)
+        self._open = left
+
     def untested(self) -> list[str]:
-        """The faults that never fired (read from the logs; call once the job is over)."""
-        return [fault_name(task, f) for task, f in self._faults if not fired(self.plan, task, f)]
+        """The faults that never fired (the logs of those not settled yet are read now: call once
+        the job is over)."""
+        for i in self._open:
+            self._fired[i] = fired(self.plan, self._faults[i])
+        self._open = []
+        return [fault_name(f) for i, f in enumerate(self._faults) if not self._fired[i]]
+
+    def records(self) -> tuple[FaultRecord, ...]:
+        """Each injected fault and whether it fired, as recorded so far (no log is read)."""
+        return tuple(FaultRecord(fault_name(f), self._fired.get(i, False)) for i, f in enumerate(self._faults))
 
 
 def checked_success(reason: str, formed_failure: str | None,

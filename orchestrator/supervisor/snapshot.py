@@ -19,6 +19,7 @@ from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.lives import Life
+from orchestrator.supervisor.rehearsal import FaultRecord
 from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
 
 
@@ -187,6 +188,8 @@ class JobSnapshot:
         earlier_failures: the failures of earlier lives, as ``summary.json`` records.
         warnings: what the job lost or cut off without failing (an evaluator's final evaluation
             lost, a task stuck in its exit, an evaluator that never evaluated), one line each.
+        faults: each injected fault and whether it fired, as recorded so far
+            (:meth:`orchestrator.supervisor.rehearsal.Rehearsal.records`).
     """
 
     plan: Plan
@@ -205,6 +208,7 @@ class JobSnapshot:
     lives: tuple[Life, ...] = ()
     earlier_failures: tuple[Mapping[str, object], ...] = ()
     warnings: tuple[str, ...] = ()
+    faults: tuple[FaultRecord, ...] = ()
 
     @property
     def root_cause(self) -> Failure | None:
@@ -276,17 +280,24 @@ def task_snapshot(rt: TaskRuntime, now: float) -> TaskSnapshot:
 
 
 class View(Protocol):
-    """What the supervisor tells the user about (see :mod:`orchestrator.report.live`).
+    """What the supervisor tells the user about: the one protocol of every view (the terminal's
+    in :mod:`orchestrator.report.live`, the :class:`orchestrator.report.history.Recorder` that
+    serves ``status`` and the page, :class:`NullView`).
 
-    ``interval_s``: least seconds between two snapshots it wants; None for none until the
-    end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
+    ``interval_s``: least seconds between two snapshots it wants (the supervisor never hands
+    them out more often than its own ``view_interval_s``; 0 for each of those); None for none
+    until the end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
     """
 
-    interval_s: float | None
+    @property
+    def interval_s(self) -> float | None: ...
 
     def update(self, snapshot: JobSnapshot) -> None: ...
 
     def event(self, elapsed_s: float, text: str) -> None: ...
+
+    def close(self) -> None:
+        """The job is over and its final snapshot shown: release what the view holds (a terminal)."""
 
 
 class NullView:
@@ -298,4 +309,7 @@ class NullView:
         pass
 
     def event(self, elapsed_s: float, text: str) -> None:
+        pass
+
+    def close(self) -> None:
         pass

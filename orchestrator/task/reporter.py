@@ -100,7 +100,7 @@ class HeartbeatReporter:
 
     @classmethod
     def from_context(cls, context) -> "HeartbeatReporter":
-        """Build from a :class:`orchestrator.task.runtime.TaskContext`."""
+        """Build from a :class:`orchestrator.task.context.TaskContext`."""
         return cls(
             context.health_address,
             context.token,

@@ -43,8 +43,8 @@ def _get():
             _started = True
             if _in_task():
                 # grpc and psutil (~20 MB) load only inside an orchestrated task, not in a script run by hand
+                from orchestrator.task.context import TaskContext
                 from orchestrator.task.reporter import HeartbeatReporter
-                from orchestrator.task.runtime import TaskContext
 
                 context = TaskContext.from_env()
                 _reporter = HeartbeatReporter.from_context(context)

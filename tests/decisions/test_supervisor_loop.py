@@ -96,6 +96,8 @@ class FakeBackend(Backend[FakeHandle]):
 
 
 class RecordingView:
+    interval_s = 0.0
+
     def __init__(self) -> None:
         self.events: list[str] = []
 
@@ -104,6 +106,9 @@ class RecordingView:
 
     def event(self, elapsed_s: float, text: str) -> None:
         self.events.append(text)
+
+    def close(self) -> None:
+        pass
 
 
 class Harness:
