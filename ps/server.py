@@ -9,13 +9,8 @@ from __future__ import annotations
 
 from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
-<<<<<<< HEAD
-from orchestrator.resources.pinning import pin_self
-from orchestrator.task.runtime import route_sigterm
-=======
 from orchestrator.resources.pinning import pin_self
 from orchestrator.task.sigterm import route_sigterm
->>>>>>> h2
 
 
 def configure_threads(tf) -> None:

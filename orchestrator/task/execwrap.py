@@ -82,13 +82,8 @@ from orchestrator.task.context import TaskContext
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
 from orchestrator.task.leftovers import become_subreaper, end_descendants, reap_orphans
-<<<<<<< HEAD
-from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
-=======
 from orchestrator.task.lifetime import die_with_orchestrator
-from orchestrator.resources.pinning import pin_self
 from orchestrator.task.runtime import take_cluster
->>>>>>> h2
 from orchestrator.task.spare import take_stdio
 
 STOP_GRACE_S = 1.0
