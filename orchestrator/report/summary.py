@@ -109,6 +109,8 @@ HEARTBEAT_FIELDS: dict[str, str] = {
     "loss": "last loss (absent when never reported)",
     "examples_per_second": "throughput (absent when never reported)",
     "metrics": "every other metric the task reported (`accuracy`, `eval_accuracy`, ...)",
+    "formed": "what its `tf.distribute` strategy formed: `replicas_in_sync`, `cluster_workers` (absent when "
+              "never reported)",
 }
 """Every field of a task's ``last_heartbeat`` in ``summary.json`` (what :func:`heartbeat_dict` returns)."""
 
@@ -134,6 +136,8 @@ def heartbeat_dict(beat: LastHeartbeat | None) -> dict | None:
             out[name] = value
     if beat.metrics:
         out["metrics"] = dict(beat.metrics)
+    if beat.formed:
+        out["formed"] = dict(beat.formed)
     return out
 
 
@@ -239,7 +243,7 @@ def build_summary(snapshot: JobSnapshot) -> dict:
         "late_failures": [f.to_dict() for f in snapshot.late_failures],
         "warnings": list(snapshot.warnings),
         "faults": [f.to_dict() for f in snapshot.faults],
-        "cluster_check": formed.summary_field(spec, ((t.task, t.heartbeat.metrics if t.heartbeat else {})
+        "cluster_check": formed.summary_field(spec, ((t.task, t.heartbeat.formed if t.heartbeat else {})
                                                      for t in snapshot.tasks)),
         "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
         "tasks": [task_dict(t) for t in snapshot.tasks],

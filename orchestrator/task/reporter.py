@@ -32,6 +32,7 @@ from orchestrator import env
 from orchestrator.gpus import sample_visible
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+from orchestrator.task.formed import FORMED_FIELDS
 from orchestrator.task.pinning import pin_self
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class HeartbeatReporter:
         self._cond = threading.Condition()
         self._fields: dict = {"phase": pb.PHASE_INITIALIZING}
         self._metrics: dict[str, float] = {}
+        self._formed: dict[str, int] = {}
         self._dirty = True
         self._closing = False
         self._exiting = False
@@ -123,7 +125,9 @@ class HeartbeatReporter:
             now: send this update at once instead of with the next heartbeat (an event the
                 supervisor times, e.g. a worker back in the coordinator's rotation).
             **values: ``step``, ``epoch``, ``loss``, ``examples_per_second`` go to their
-                own fields; anything else is a metric (e.g. ``test_accuracy``).
+                own fields, ``replicas_in_sync`` and ``cluster_workers`` (what the strategy
+                formed: :func:`orchestrator.task.formed.strategy_facts`) to ``formed``; anything
+                else is a metric (e.g. ``test_accuracy``).
         """
         with self._cond:
             if (phase is not None and phase != self._fields.get("phase")) or now:
@@ -140,6 +144,8 @@ class HeartbeatReporter:
                     self._fields[name] = int(value)
                 elif name in ("loss", "examples_per_second"):
                     self._fields[name] = float(value)
+                elif name in FORMED_FIELDS:
+                    self._formed[name] = int(value)
                 else:
                     self._metrics[name] = float(value)
 
@@ -255,6 +261,8 @@ class HeartbeatReporter:
             setattr(hb, name, value)
         for name, value in self._metrics.items():
             hb.metrics[name] = value
+        for name, count in self._formed.items():
+            setattr(hb.formed, name, count)
         self._sequence += 1
         return hb
 
