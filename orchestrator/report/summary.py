@@ -151,7 +151,7 @@ def run_summary(snapshot: JobSnapshot) -> RunSummary:
         threads_per_task=plan.threads_per_task,
         program=list(user_program) if user_program else "built-in",
         training=None if user_program else {
-            "loop": "hogwild" if spec.strategy.value == "hogwild" else spec.training.loop,
+            "loop": "hogwild" if spec.strategy is Strategy.HOGWILD else spec.training.loop,
             "threads": spec.training.hogwild_threads if spec.strategy is Strategy.HOGWILD else None,
             "checkpoint_every": spec.training.checkpoint_every,
             "data": spec.training.data or "digits",
