@@ -32,6 +32,7 @@ from orchestrator import env
 from orchestrator.gpus import sample_visible
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+from orchestrator.task.context import TaskContext
 from orchestrator.task.formed import FORMED_FIELDS
 from orchestrator.task.pinning import pin_self
 
@@ -101,7 +102,7 @@ class HeartbeatReporter:
         self._held_set = False
 
     @classmethod
-    def from_context(cls, context) -> "HeartbeatReporter":
+    def from_context(cls, context: TaskContext) -> "HeartbeatReporter":
         """Build from a :class:`orchestrator.task.context.TaskContext`."""
         return cls(
             context.health_address,
@@ -111,7 +112,7 @@ class HeartbeatReporter:
             context.attempt,
             context.heartbeat_interval_s,
             context.orchestrator_pid,
-            getattr(context, "orphan_timeout_s", 0.0),
+            context.orphan_timeout_s,
         )
 
     # -- feeding -------------------------------------------------------------------------
