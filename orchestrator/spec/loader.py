@@ -340,7 +340,7 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
             fields["supervision"]["restart_policy"] = merge(file_policy, overrides["supervision"]["restart_policy"])
     strategy = Strategy.parse(fields.get("strategy", Strategy.MULTI_WORKER_MIRRORED.value))
     pss = strategy is Strategy.PARAMETER_SERVER
-    single = strategy.value in ("mirrored", "hogwild")  # one task: replicas are its devices, or threads
+    single = strategy in (Strategy.MIRRORED, Strategy.HOGWILD)  # one task: replicas are its devices, or threads
     addresses = parse_addresses(fields["addresses"]) if fields.get("addresses") is not None else None
     defaults = {"chief": 1 if pss else 0, "workers": 2 if pss else 1 if single else 4, "ps": 1 if pss else 0,
                 "evaluator": 0}

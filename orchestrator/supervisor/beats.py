@@ -34,7 +34,7 @@ from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.hangs import HangChecks
 from orchestrator.supervisor.lives import LifeBook
 from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
-from orchestrator.supervisor.snapshot import phase_name
+from orchestrator.supervisor.snapshot import formed_of, phase_name
 from orchestrator.supervisor.states import JobState, TaskRuntime, TaskState
 
 _PHASES = {value: phase_name(value) for value in pb.Phase.values()}
@@ -119,7 +119,8 @@ class HeartbeatHandling:
         if coordinator and self.lives.coordinator_beat(hb.step if hb.HasField("step") else None, resumed_from, at,
                                                        metrics.get("global_batch_size")):
             self._persist()  # a SIGKILLed orchestrator's resume knows how far training got
-        self._event(*self.lives.take_warnings(), *(self._formed.beat(rt.task, a.number, metrics) if metrics else ()))
+        formed = formed_of(hb)  # what its strategy formed (the heartbeat's typed field)
+        self._event(*self.lives.take_warnings(), *(self._formed.beat(rt.task, a.number, formed) if formed else ()))
         # a recovery to note only when one restarted this task, or it says where it resumed (O(1))
         recovering = resumed_from is not None or self.book.waits_for(rt.task.name)
         note: dict[str, Any] = {"doing": "training" if phase == pb.PHASE_TRAINING else "serving",

@@ -17,6 +17,7 @@ from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
+from orchestrator.supervisor.formed import CLUSTER_WORKERS, REPLICAS_IN_SYNC
 from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.lives import Life
 from orchestrator.supervisor.rehearsal import FaultRecord
@@ -42,6 +43,7 @@ class LastHeartbeat:
         cpu_percent: percent of one core.
         rss_bytes: resident memory, bytes.
         metrics: other numbers the task reported (``test_accuracy``, ...).
+        formed: what its strategy formed (:func:`formed_of`), ``{}`` until it said.
         count: heartbeats received from this attempt.
         age_s: seconds since it arrived (orchestrator clock), at snapshot time.
         message: free text from the task.
@@ -60,6 +62,7 @@ class LastHeartbeat:
     metrics: Mapping[str, float] = field(default_factory=dict)
     message: str = ""
     gpus: tuple[GpuUsage, ...] = ()
+    formed: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,20 @@ class JobSnapshot:
         raise KeyError(str(task))
 
 
+def formed_of(hb: pb.Heartbeat) -> dict[str, int]:
+    """What ``hb``'s task says its strategy formed (the heartbeat's typed ``formed``):
+    ``{"replicas_in_sync": R, "cluster_workers": W}``, each only when said; ``{}`` for none."""
+    if not hb.HasField("formed"):
+        return {}
+    formed = hb.formed
+    out = {}
+    if formed.HasField("replicas_in_sync"):
+        out[REPLICAS_IN_SYNC] = formed.replicas_in_sync
+    if formed.HasField("cluster_workers"):
+        out[CLUSTER_WORKERS] = formed.cluster_workers
+    return out
+
+
 def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
     """The latest heartbeat of ``rt``'s current attempt as plain values, None without one."""
     record = rt.current.heartbeat
@@ -248,6 +265,7 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
         metrics=dict(hb.metrics.items()) if hb.metrics else {},
         message=hb.message,
         gpus=usages_of(hb) if hb.gpus else (),
+        formed=formed_of(hb),
     )
 
 
