@@ -47,9 +47,8 @@ from orchestrator.spec.faults import Fault
 from orchestrator.spec.keywords import spec_from
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.job import View
 from orchestrator.supervisor.record import run_record
-from orchestrator.supervisor.snapshot import JobSnapshot
+from orchestrator.supervisor.snapshot import JobSnapshot, View
 from orchestrator.web.bind import parse_bind
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Supervision: decisions (pure), the loop that acts on them, task states, failures, snapshots."""
 
-from orchestrator.supervisor.job import Supervisor
+from orchestrator.supervisor.loop import Supervisor
 from orchestrator.supervisor.states import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,

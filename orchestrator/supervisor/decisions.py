@@ -1,6 +1,6 @@
 """The supervisor's decisions as pure functions over plain data (no processes, no clock, no I/O).
 
-:class:`orchestrator.supervisor.job.Supervisor` is the one place that acts; it asks these
+:class:`orchestrator.supervisor.loop.Supervisor` is the one place that acts; it asks these
 functions what to do. They are tested by tables (strategy x role x policy x exit) in
 ``tests/decisions/`` (the fast part: ``python -m pytest tests/decisions`` runs in seconds).
 

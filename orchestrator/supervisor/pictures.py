@@ -6,7 +6,7 @@ round in plan order, and hands the view a :class:`~orchestrator.supervisor.snaps
 each time a round is complete (the job-level fields as of that tick). A job of at most
 ``per_tick`` tasks is pictured whole in one tick, as before; ``status`` and the page of a job of
 N tasks are at most about ``N / per_tick`` ticks old. The final snapshot is always whole
-(:meth:`~orchestrator.supervisor.job.Supervisor.snapshot`).
+(:meth:`~orchestrator.supervisor.loop.Supervisor.snapshot`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ class Pictures:
         self._per_tick = max(1, per_tick)
         self._picture = picture
         self._round: list[TaskSnapshot] = []
+        self._next_at = 0.0
+
+    def look(self, now: float, every_s: float | None) -> tuple[TaskSnapshot, ...] | None:
+        """The loop's look at ``now``: a round begins every ``every_s`` seconds (None: never) and
+        goes on at each look until complete (:meth:`advance`); returns the round once complete."""
+        if every_s is None or not (self.in_round or now >= self._next_at):
+            return None
+        if not self.in_round:
+            self._next_at = now + every_s
+        return self.advance(now)
 
     @property
     def in_round(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.supervisor import lives as lifelog
-from orchestrator.supervisor.job import Supervisor
+from orchestrator.supervisor.loop import Supervisor
 
 
 def run_record(sup: Supervisor) -> dict[str, Any]:

@@ -553,22 +553,19 @@ def test_modules_are_at_most_500_lines():
     _assert_holds(long_modules(REPO), "at most 500 lines per module")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
+@pytest.mark.xfail(strict=True, reason="issue 33: DockerBackend 30, SlurmBackend 33 (the contract has 25)")
 def test_classes_have_at_most_25_methods_with_their_bases():
     _assert_holds(crowded_classes(classes(REPO)), "at most 25 methods per class")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
 def test_each_attribute_has_one_owning_module():
     _assert_holds(shared_attributes(classes(REPO)), "one module assigns an object's attribute")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
 def test_no_type_checking_block_in_a_class_body():
     _assert_holds(class_body_type_checking(REPO), "no TYPE_CHECKING in a class body")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
 def test_only_the_loop_touches_the_backend():
     assert (REPO / (LOOP_MODULE.replace(".", "/") + ".py")).is_file(), f"{LOOP_MODULE} is gone: update LOOP_MODULE"
     _assert_holds(backend_touches(REPO), "only the loop module touches the backend")
