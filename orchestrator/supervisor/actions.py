@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.decisions import RestartScope
-from orchestrator.supervisor.states import Failure, JobState
+from orchestrator.supervisor.records.states import Failure, JobState
+from orchestrator.supervisor.rules.decisions import RestartScope
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ backend once a second (:meth:`Intake.to_sample`). What it wants done it returns
 It is the loop's hot path (10,000 tasks send 10,000 heartbeats a second, on the same interpreter
 as the health server), so a routine heartbeat (same phase as the one before, no recovery open,
 not the coordinator) costs only its bookkeeping: its hang check is not rescheduled, since a newer
-heartbeat or step only moves the check's deadline later (:func:`~orchestrator.supervisor.decisions.next_check_at`),
-and the check, when its earlier deadline comes, finds the task alive and sets the next one
+heartbeat or step only moves the check's deadline later
+(:func:`~orchestrator.supervisor.rules.decisions.next_check_at`), and the check, when its
+earlier deadline comes, finds the task alive and sets the next one
 (:meth:`~orchestrator.supervisor.hangs.HangChecks.due`). A phase change, a first heartbeat, an
 ``exiting`` flag or a finish reschedules it at once (those can move the deadline earlier).
 """
@@ -25,15 +26,15 @@ from typing import Any
 from orchestrator.health.store import HeartbeatRecord
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.supervisor import decisions, exitrules
 from orchestrator.supervisor.actions import Action, Become, Event, Persist, Spares
-from orchestrator.supervisor.decisions import RestartScope
-from orchestrator.supervisor.formed import FormedCheck
-from orchestrator.supervisor.gpu import usages_of
-from orchestrator.supervisor.lives import LifeBook
-from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.records.lives import LifeBook
+from orchestrator.supervisor.records.recovery import RecoveryBook, rejoined_workers
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.rules import decisions, exitrules
+from orchestrator.supervisor.rules.decisions import RestartScope
+from orchestrator.supervisor.rules.formed import FormedCheck
+from orchestrator.supervisor.rules.gpu import usages_of
 from orchestrator.supervisor.table import TaskTable
 
 _PHASES = {value: phase_name(value) for value in pb.Phase.values()}

@@ -1,7 +1,7 @@
 """How tasks end once their work is done, or can never be done: the evaluator's grace, a task
 stuck in its exit, a crash loop. A part of the supervisor
 (:mod:`~orchestrator.supervisor.loop`): it decides by the pure rules of
-:mod:`~orchestrator.supervisor.exitrules` and :mod:`~orchestrator.supervisor.decisions`, owns
+:mod:`~orchestrator.supervisor.rules.exitrules` and :mod:`~orchestrator.supervisor.rules.decisions`, owns
 the graces' deadlines, and returns what it wants done (:mod:`~orchestrator.supervisor.actions`).
 It also reads what a task's exit means (:meth:`Endings.exited`).
 
@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from orchestrator.plan import Plan
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor import decisions, exitrules, forensics
+from orchestrator.supervisor import forensics
 from orchestrator.supervisor.actions import Action, End, Event, Failed, Stop, Stuck, Warn
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import EXIT_SUCCEEDED, JobState, TaskRuntime, TaskState, describe_exit
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import EXIT_SUCCEEDED, JobState, TaskRuntime, TaskState, describe_exit
+from orchestrator.supervisor.rules import decisions, exitrules
 from orchestrator.supervisor.table import TaskTable
 
 EVALUATION_LOST = "final evaluation lost"
@@ -80,7 +81,7 @@ class Endings:
 
     def _late_notice(self, rt: TaskRuntime, code: int, preempting: bool) -> str:
         """The note when ``rt`` exited on a SIGTERM from outside after training ended
-        (:func:`~orchestrator.supervisor.decisions.late_notice`), else ""."""
+        (:func:`~orchestrator.supervisor.rules.decisions.late_notice`), else ""."""
         if preempting or rt.task.task_type == "evaluator" or not self._policy.preemption_code(code):
             return ""
         coordinator = self._table.of(self._plan.spec.coordinator)

@@ -1,9 +1,9 @@
 """What the supervisor does about failures: decide, then restart or end the job.
 
-The decisions are the pure functions of :mod:`~orchestrator.supervisor.decisions`
-(:func:`~orchestrator.supervisor.decisions.failure_action`: restart scope, training ended, a
-whole-job preemption; :func:`~orchestrator.supervisor.decisions.restart_plan`: policy, budget,
-backoff) and of :mod:`~orchestrator.supervisor.exitrules` (a crash loop); this part of the
+The decisions are the pure functions of :mod:`~orchestrator.supervisor.rules.decisions`
+(:func:`~orchestrator.supervisor.rules.decisions.failure_action`: restart scope, training ended, a
+whole-job preemption; :func:`~orchestrator.supervisor.rules.decisions.restart_plan`: policy, budget,
+backoff) and of :mod:`~orchestrator.supervisor.rules.exitrules` (a crash loop); this part of the
 supervisor gathers their inputs from the live records and returns the verdict as what to do
 (:mod:`~orchestrator.supervisor.actions`): a restart (:class:`~orchestrator.supervisor.actions.Restart`,
 finished by :meth:`Restarts.placed` once the backend placed its tasks: the new attempts, the
@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection
 
 from orchestrator.plan import Plan
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor import decisions, exitrules, forensics
+from orchestrator.supervisor import forensics
 from orchestrator.supervisor.actions import (
     Action,
     Become,
@@ -33,10 +33,11 @@ from orchestrator.supervisor.actions import (
     Stop,
     Warn,
 )
-from orchestrator.supervisor.decisions import RestartScope
-from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import EXIT_FAILED, Failure, FailureLog, JobState, TaskState, describe_exit
+from orchestrator.supervisor.records.recovery import Recovery, RecoveryBook, awaits_rotation
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import EXIT_FAILED, Failure, FailureLog, JobState, TaskState, describe_exit
+from orchestrator.supervisor.rules import decisions, exitrules
+from orchestrator.supervisor.rules.decisions import RestartScope
 from orchestrator.supervisor.table import TaskTable
 
 AWAIT_SAID_AFTER_S = 1.0
@@ -69,7 +70,7 @@ class Restarts:
 
     def _awaiting_saving_peers(self, now: float, pending: Collection[str], out: list[Action]) -> bool:
         """Whether the first new training failure is a preemption exit under MWMS whose peers
-        are still saving and exiting (:func:`~orchestrator.supervisor.decisions.awaits_saving_peers`);
+        are still saving and exiting (:func:`~orchestrator.supervisor.rules.decisions.awaits_saving_peers`);
         says so once per failure, when the wait lasts :data:`AWAIT_SAID_AFTER_S`."""
         first_of = [f for f in self._log.pending() if f.task.task_type != "evaluator" and f.task.name not in pending]
         if not first_of:

@@ -1,7 +1,7 @@
 """What explains a failed attempt: its logs, its error file, its memory, its peers.
 
 The supervision loop hands a failed attempt here and gets back a frozen
-:class:`~orchestrator.supervisor.states.Failure`; nothing here acts on a process. Host facts
+:class:`~orchestrator.supervisor.records.states.Failure`; nothing here acts on a process. Host facts
 (the node's memory, whether the OOM killer struck) come from the backend that ran the task,
 so a Slurm node's or a container's limit is used, not the orchestrator host's.
 """
@@ -18,8 +18,8 @@ from typing import BinaryIO, Mapping, Sequence
 
 from orchestrator.env import LEFT_BEHIND_FILE, SIGTERM_RECEIVED_FILE, TRAINING
 from orchestrator.rundir import STACKS_FILE
-from orchestrator.supervisor import decisions, gpu
-from orchestrator.supervisor.states import Failure, TaskRuntime
+from orchestrator.supervisor.records.states import Failure, TaskRuntime
+from orchestrator.supervisor.rules import decisions, gpu
 
 _TF_NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|E\d{4} [\d:.]+ +\d+ cuda_\w+\.cc:\d+\]|WARNING: All log messages before absl)"
@@ -253,7 +253,7 @@ def _memory_note(rt: TaskRuntime, oom: bool | None, total: int | None) -> tuple[
 
 def gpu_oom_of(rt: TaskRuntime, text: str) -> tuple[str, dict[str, object]] | None:
     """The words and the record of a GPU out-of-memory that ``text`` (the error and stderr tail
-    of ``rt``'s current attempt) reports (:mod:`orchestrator.supervisor.gpu`), or None: the
+    of ``rt``'s current attempt) reports (:mod:`orchestrator.supervisor.rules.gpu`), or None: the
     device is the task's (its plan's devices, in ``CUDA_VISIBLE_DEVICES`` order), its memory the
     attempt's last sample, the hint the built-in program's ``--batch-size`` or the program's own."""
     oom = gpu.gpu_oom(text)

@@ -1,7 +1,7 @@
 """When to look at each task for a hang: a heap of check deadlines, O(changes) per tick.
 
 Each heartbeat or start reschedules the task's next check
-(:func:`~orchestrator.supervisor.decisions.next_check_at`); an older entry of the same task in
+(:func:`~orchestrator.supervisor.rules.decisions.next_check_at`); an older entry of the same task in
 the heap becomes stale (its version no longer matches) and is skipped, so the loop never
 scans every task per tick (the scale bench supervises thousands).
 """
@@ -12,15 +12,15 @@ import heapq
 from collections.abc import Callable
 
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor import decisions, exitrules
 from orchestrator.supervisor.actions import Hung, Stuck
-from orchestrator.supervisor.decisions import TaskWatch
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import TaskRuntime
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import TaskRuntime
+from orchestrator.supervisor.rules import decisions, exitrules
+from orchestrator.supervisor.rules.decisions import TaskWatch
 
 
 def watch(rt: TaskRuntime) -> TaskWatch:
-    """What the hang decision (:func:`~orchestrator.supervisor.decisions.hang_reason`) needs
+    """What the hang decision (:func:`~orchestrator.supervisor.rules.decisions.hang_reason`) needs
     to know of ``rt``'s current (started) attempt."""
     a = rt.current
     assert a.started_at is not None
@@ -43,7 +43,7 @@ class HangChecks:
 
     def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec, known: TaskWatch | None = None,
                    credit_s: float = 0.0) -> None:
-        """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says,
+        """Check ``rt`` next when :func:`~orchestrator.supervisor.rules.decisions.next_check_at` says,
         ``credit_s`` seconds later (the health server's deaf time since its latest heartbeat)
         (``known``: :func:`watch` of ``rt`` as it is now, when the caller has it)."""
         if rt.current.started_at is None:
@@ -96,5 +96,5 @@ class HangChecks:
 
 def culprits_first(hung: list[tuple[TaskRuntime, Hung]]) -> list[Hung]:
     """The hung tasks, the one furthest behind first (its peers are blocked in a collective with it:
-    :func:`~orchestrator.supervisor.decisions.culprit_order`)."""
+    :func:`~orchestrator.supervisor.rules.decisions.culprit_order`)."""
     return [hung[i][1] for i in decisions.culprit_order([rt.current.last_step for rt, _ in hung])]

@@ -31,22 +31,19 @@ from orchestrator.plan import Plan, attempt_env
 from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import actions as do
-from orchestrator.supervisor import decisions, forensics
+from orchestrator.supervisor import forensics
 from orchestrator.supervisor.beats import Intake
 from orchestrator.supervisor.ending import Endings
 from orchestrator.supervisor.exits import LOOK_EVERY, ExitWatch
 from orchestrator.supervisor.failures import Restarts
-from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.hangs import HangChecks, culprits_first
-from orchestrator.supervisor.lives import Carried, LifeBook
 from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.pictures import Pictures
 from orchestrator.supervisor.preemption import Preemption
-from orchestrator.supervisor.recovery import RecoveryBook
-from orchestrator.supervisor.rehearsal import Rehearsal, checked_success
-from orchestrator.supervisor.snapshot import JobSnapshot, NullView, TaskSnapshot, View, task_snapshot
-from orchestrator.supervisor.spares import spare_request
-from orchestrator.supervisor.states import (
+from orchestrator.supervisor.records.lives import Carried, LifeBook
+from orchestrator.supervisor.records.recovery import RecoveryBook
+from orchestrator.supervisor.records.snapshot import JobSnapshot, NullView, TaskSnapshot, View, task_snapshot
+from orchestrator.supervisor.records.states import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     Attempt,
@@ -56,6 +53,11 @@ from orchestrator.supervisor.states import (
     TaskRuntime,
     TaskState,
 )
+from orchestrator.supervisor.rehearsal import Rehearsal
+from orchestrator.supervisor.rules import decisions
+from orchestrator.supervisor.rules.formed import FormedCheck
+from orchestrator.supervisor.rules.rehearsal import checked_success
+from orchestrator.supervisor.rules.spares import spare_request
 from orchestrator.supervisor.table import TaskTable
 
 log = logging.getLogger(__name__)
@@ -262,7 +264,7 @@ class Supervisor:
 
     # -- what others read ----------------------------------------------------------------
     def snapshot(self) -> JobSnapshot:
-        """An immutable picture of the job now (see :mod:`orchestrator.supervisor.snapshot`)."""
+        """An immutable picture of the job now (see :mod:`orchestrator.supervisor.records.snapshot`)."""
         now = self.clock()
         return self._snapshot_of(tuple(task_snapshot(rt, now) for rt in self.tasks), now)
 
@@ -280,9 +282,7 @@ class Supervisor:
 
     # -- acting: what the parts returned, in order --------------------------------------------
     def _do(self, actions: Iterable[do.Action], now: float) -> None:
-        """Carry out ``actions`` in order (a part's answer that needs the backend's, as a
-        :class:`~orchestrator.supervisor.actions.Restart`, goes back to the part and its
-        actions are carried out at once)."""
+        """Carry out ``actions`` in order (a :class:`~.actions.Restart`: the backend's answer goes back to the part)."""
         for action in actions:
             if isinstance(action, do.Event):
                 self.view.event(self.clock() - self.started_at, action.text)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.supervisor import decisions, forensics
+from orchestrator.supervisor import forensics
 from orchestrator.supervisor.actions import Action, DropRestarts, End, Event, Notice, Stop
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import EXIT_PREEMPTED, JobState, TaskRuntime
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import EXIT_PREEMPTED, JobState, TaskRuntime
+from orchestrator.supervisor.rules import decisions
 
 
 class Preemption:

@@ -1,95 +1,13 @@
-"""Rehearsals (``--inject-fault``) that test nothing, said as soon as it is known.
-
-A ``step=N`` fault fires from the steps the task's program reports (the built-in worker,
-``orchestrator.client.report(step=...)``, the Keras callback): a program that reports no step
-can never fire it. The supervisor says so, once per fault, as soon as it is known
-(:func:`never_fires`): the targeted attempt ended without sending a step, or it has run
-:data:`NO_STEP_WARNING_S` without one; with the fix (``@time=S``, or ``report(step=)``).
-
-A job that succeeded while one of its injected faults never fired tested nothing: the CLI
-exits :data:`~orchestrator.supervisor.states.EXIT_UNTESTED` (3), not 0
-(docs/failure-handling.md, "Rehearsing failures"). Whether a fault fired is read from the
-attempt's logs, where the task prints ``injecting fault: KIND at TRIGGER=N`` when it fires one
-(:func:`orchestrator.task.faults.announce`).
-"""
+"""The rehearsal part of the supervisor: each ``step=`` fault that cannot fire, said once, as soon
+as it is known (the rules: :mod:`orchestrator.supervisor.rules.rehearsal`)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from orchestrator.plan import Plan, task_dir
-from orchestrator.spec.faults import ENV as FAULTS_ENV
-from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.states import EXIT_FAILED, EXIT_SUCCEEDED, EXIT_UNTESTED, JobState, TaskRuntime
-
-NO_STEP_WARNING_S = 30.0
-"""Seconds a task may run without sending a step before its pending ``step=`` faults are said
-never to fire (a program's first step rarely comes later: TensorFlow's import and a small
-model's build take ~10 s on one core)."""
-
-
-def fault_name(task: TaskId, fault: dict[str, Any]) -> str:
-    """``worker:0:kill@step=5`` (``,attempt=N`` after the first attempt), as ``--inject-fault`` takes it."""
-    kind = fault["kind"] + (f"={fault['exit_code']}" if fault["kind"] == "exit" else "")
-    name = f"{task}:{kind}@{fault['trigger']}={float(fault['at']):g}"
-    return name + (f",attempt={fault['attempt']}" if fault["attempt"] else "")
-
-
-def planned_faults(plan: Plan) -> list[tuple[TaskId, dict[str, Any]]]:
-    """Every injected fault of the plan, with its task (the ``ORCH_FAULTS`` of each task's env)."""
-    out = []
-    for tp in plan.tasks:
-        raw = tp.env.get(FAULTS_ENV)
-        out += [(tp.task, fault) for fault in (json.loads(raw) if raw else [])]
-    return out
-
-
-def fired(plan: Plan, task: TaskId, fault: dict[str, Any]) -> bool:
-    """Whether ``fault`` of ``task`` fired: its ``injecting fault: ...`` line is in the logs of
-    the attempt it targets."""
-    directory = task_dir(plan.run_dir, int(fault["attempt"]), task)
-    line = f"injecting fault: {fault['kind']} at {fault['trigger']}={float(fault['at']):g}"
-    for name in ("stdout.log", "stderr.log"):
-        try:
-            if line in (directory / name).read_text(encoding="utf-8", errors="replace"):
-                return True
-        except OSError:
-            pass
-    return False
-
-
-def fault_report(plan: Plan) -> list[dict[str, Any]]:
-    """``summary.json``'s ``faults``: each injected fault and whether it fired."""
-    return [{"fault": fault_name(task, fault), "fired": fired(plan, task, fault)}
-            for task, fault in planned_faults(plan)]
-
-
-def never_fires(name: str, fault: dict[str, Any], *, attempt: int, saw_step: bool, ended: bool,
-                ran_s: float) -> str | None:
-    """Why the ``step=`` fault ``fault`` of task ``name`` can never fire, when that is known now;
-    None while it still may (or for a ``time=`` fault, or another attempt's).
-
-    Args:
-        name: the task's name (``worker-0``).
-        fault: the fault (``ORCH_FAULTS`` JSON: kind, trigger, at, attempt, ...).
-        attempt: the task's current attempt.
-        saw_step: that attempt reported a training step.
-        ended: that attempt has ended.
-        ran_s: seconds since that attempt started.
-    """
-    if fault["trigger"] != "step" or fault["attempt"] != attempt or saw_step:
-        return None
-    if ended:
-        why = f"{name} (attempt {attempt}) ended without ever sending a step"
-    elif ran_s >= NO_STEP_WARNING_S:
-        why = f"{name} has run {ran_s:.0f} s without sending a step"
-    else:
-        return None
-    return (f"WARNING: the injected fault {fault['kind']}@step={float(fault['at']):g} of {name} will never fire: "
-            f"{why}, and step faults fire on the steps the program reports; report them "
-            "(orchestrator.client.report(step=...) or keras_callback()), or use @time=SECONDS")
+from orchestrator.plan import Plan
+from orchestrator.supervisor.records.states import TaskRuntime
+from orchestrator.supervisor.rules.rehearsal import fault_name, fired, never_fires, planned_faults
 
 
 class Rehearsal:
@@ -132,27 +50,3 @@ class Rehearsal:
     def untested(self) -> list[str]:
         """The faults that never fired (read from the logs; call once the job is over)."""
         return [fault_name(task, f) for task, f in self._faults if not fired(self.plan, task, f)]
-
-
-def checked_success(reason: str, formed_failure: str | None,
-                    untested: Callable[[], list[str]]) -> tuple[JobState, int, str]:
-    """The end of a job that met its success policy, once what it formed and tested is known.
-
-    Args:
-        reason: why it succeeded (``every chief and worker exited 0``).
-        formed_failure: the formed-vs-planned mismatch that fails it
-            (:attr:`orchestrator.supervisor.formed.FormedCheck.failure`), None for none.
-        untested: the injected faults that never fired (called only when needed: it reads logs).
-
-    Returns:
-        ``(state, exit code, reason)``: Failed (1) for a mismatch; Succeeded with exit
-        :data:`~orchestrator.supervisor.states.EXIT_UNTESTED` (3) when a fault never fired (a
-        rehearsal that tested nothing); else Succeeded (0) as it was.
-    """
-    if formed_failure is not None:
-        return JobState.FAILED, EXIT_FAILED, formed_failure
-    never = untested()
-    if never:
-        return (JobState.SUCCEEDED, EXIT_UNTESTED,
-                f"{reason}; but the rehearsal tested nothing: {', '.join(never)} never fired")
-    return JobState.SUCCEEDED, EXIT_SUCCEEDED, reason

@@ -1,7 +1,7 @@
 """The job's tasks, looked up by name or task id, in plan order: one read-only table every part shares.
 
 It replaces the index dictionaries each part kept; it never changes after the supervisor is
-built (the records it holds, :class:`~orchestrator.supervisor.states.TaskRuntime`, do).
+built (the records it holds, :class:`~orchestrator.supervisor.records.states.TaskRuntime`, do).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.states import TaskRuntime
+from orchestrator.supervisor.records.states import TaskRuntime
 
 
 class TaskTable:

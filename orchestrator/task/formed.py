@@ -4,7 +4,7 @@ no TensorFlow import: the strategy is read through its public attributes).
 A program that builds its own cluster (a hard-coded ``TF_CONFIG``, ``SlurmClusterResolver``
 inside one-task steps) can train alone in every task while the orchestrator planned one
 cluster of N: each task then reports ``replicas_in_sync 1``, ``cluster_workers 1``, and the
-supervisor compares that with the plan (:mod:`orchestrator.supervisor.formed`).
+supervisor compares that with the plan (:mod:`orchestrator.supervisor.rules.formed`).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from orchestrator.gpus import GpuUsage
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.gpu import usages_of
-from orchestrator.supervisor.lives import Life
-from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.records.lives import Life
+from orchestrator.supervisor.records.states import Failure, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.rules.gpu import usages_of
 
 
 def phase_name(phase: int) -> str:
@@ -183,7 +183,7 @@ class JobSnapshot:
         recoveries: every restart decision, earliest first.
         fatal: the failure that ended the job, if one did (the root cause).
         spares: the warm spares started for the job and what became of them.
-        lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.lives`).
+        lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.records.lives`).
         earlier_failures: the failures of earlier lives, as ``summary.json`` records.
         warnings: what the job lost or cut off without failing (an evaluator's final evaluation
             lost, a task stuck in its exit, an evaluator that never evaluated), one line each.
