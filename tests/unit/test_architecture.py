@@ -553,7 +553,6 @@ def test_modules_are_at_most_500_lines():
     _assert_holds(long_modules(REPO), "at most 500 lines per module")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: DockerBackend 30, SlurmBackend 33 (the contract has 25)")
 def test_classes_have_at_most_25_methods_with_their_bases():
     _assert_holds(crowded_classes(classes(REPO)), "at most 25 methods per class")
 
