@@ -48,7 +48,7 @@ from orchestrator.spec.keywords import spec_from
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
 from orchestrator.supervisor.record import run_record
-from orchestrator.supervisor.snapshot import JobSnapshot, View
+from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 from orchestrator.web.bind import parse_bind
 
 if TYPE_CHECKING:

@@ -188,7 +188,7 @@ saving a checkpoint at the next step (TF's ``PreemptionCheckpointHandler``), oth
 once. TensorFlow's own restartable exit code (``failure_handling_util._RESTARTABLE_EXIT_CODE``,
 the ``exit_fn`` of its GCE ``TerminationConfig``), within Kubeflow's retryable 128-255; the
 supervisor retries it under every restart policy except ``never``
-(:func:`orchestrator.supervisor.decisions.retry_verdict`). Popen tells it from a death by
+(:func:`orchestrator.supervisor.rules.decisions.retry_verdict`). Popen tells it from a death by
 SIGTERM (return code -15); the Docker backend cannot (a container's status 143 reads as SIGTERM)."""
 
 REJOINED_METRIC = "rejoined:"

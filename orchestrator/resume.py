@@ -5,7 +5,7 @@ a spot VM reclaimed, a Kubernetes eviction), a partition's time limit, the orche
 outright. ``--resume`` starts the next life of the same run: the same plan, the checkpoints in
 ``backup/`` reused (the built-in trainers restore from BackupAndRestore), attempt numbers counting
 on, the restart budget and the failure history carried over (``run.json``,
-:mod:`orchestrator.supervisor.lives`).
+:mod:`orchestrator.supervisor.records.lives`).
 
 The rules (bad input is one line, exit 2, nothing started, nothing in the run directory changed):
 
@@ -28,7 +28,7 @@ from orchestrator.rundir import RunDir, read_json
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec
-from orchestrator.supervisor.lives import Carried
+from orchestrator.supervisor.records.lives import Carried
 
 CHANGEABLE = frozenset({"supervision.deadline_s"})
 """Spec fields a resumed run may change: the job deadline (each life's own)."""

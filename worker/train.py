@@ -247,7 +247,7 @@ class Job:
             global_batch_size=self.global_batch,
             batch_size_per_replica=options.batch_size_per_replica,
             replicas=self.replicas,
-            **strategy_facts(self.strategy),  # what it formed, compared with the plan (orchestrator.supervisor.formed)
+            **strategy_facts(self.strategy),  # what it formed (supervisor.rules.formed)
             steps_per_epoch=self.steps_per_epoch,
             epochs=options.epochs,
         )

@@ -24,7 +24,7 @@ from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.supervisor import EXIT_PREEMPTED
-from orchestrator.supervisor.snapshot import View
+from orchestrator.supervisor.records.snapshot import View
 from orchestrator.web.bind import parse_bind
 
 

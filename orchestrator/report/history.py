@@ -1,7 +1,7 @@
 """What status queries and the web page read while a job runs: the latest snapshot, each task's
 progress over time (the page's charts) and the job's events (its timeline).
 
-:class:`Recorder` is a view (:class:`~orchestrator.supervisor.snapshot.View`): the supervisor hands
+:class:`Recorder` is a view (:class:`~orchestrator.supervisor.records.snapshot.View`): the supervisor hands
 it every snapshot and event from its loop thread, it keeps them, and passes them on to the
 terminal's view. Other threads (the gRPC server, the web server) read it under a lock; none of
 them ever touches the supervisor's live records.
@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator.report.status import status_dict
 from orchestrator.rundir import RunDir
-from orchestrator.supervisor.snapshot import JobSnapshot, View
+from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 
 
 def event_kind(text: str) -> str:

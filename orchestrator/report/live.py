@@ -14,8 +14,8 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from orchestrator.report.status import COLUMNS, columns, row, task_dict, title
-from orchestrator.supervisor import formed
-from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.records.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.rules import formed
 
 
 def task_row(t: TaskSnapshot) -> dict[str, str]:

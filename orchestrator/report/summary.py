@@ -12,10 +12,10 @@ from typing import Any
 from orchestrator.report.schema import HeartbeatEntry, RunSummary, TaskEntry, field_docs
 from orchestrator.rundir import RunDir, write_json_atomic
 from orchestrator.spec.model import Strategy
-from orchestrator.supervisor import formed
 from orchestrator.supervisor.forensics import left_behind_text
-from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
-from orchestrator.supervisor.states import describe_exit, exit_fields
+from orchestrator.supervisor.records.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
+from orchestrator.supervisor.records.states import describe_exit, exit_fields
+from orchestrator.supervisor.rules import formed
 
 _INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs",
                     "resumed_from_step", "evaluated_step")

@@ -5,7 +5,7 @@ A program that builds its own cluster (a hard-coded ``TF_CONFIG``, ``SlurmCluste
 inside one-task steps) can train alone in every task while the orchestrator planned one
 cluster of N: each task then reports ``replicas_in_sync 1``, ``cluster_workers 1`` (the
 heartbeat's typed ``formed`` field, not its metrics), and the supervisor compares that with the
-plan (:mod:`orchestrator.supervisor.formed`).
+plan (:mod:`orchestrator.supervisor.rules.formed`).
 """
 
 from __future__ import annotations

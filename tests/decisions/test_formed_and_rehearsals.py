@@ -13,12 +13,12 @@ from orchestrator.plan import make_plan
 from orchestrator.spec import TaskId
 from orchestrator.spec.faults import Fault
 from orchestrator.supervisor import JobState, Supervisor
-from orchestrator.supervisor.decisions import RestartScope
-from orchestrator.supervisor.formed import fails_job, mismatch, summary_field
-from orchestrator.supervisor.lives import Carried, Life, LifeBook, batch_change
-from orchestrator.supervisor.recovery import Recovery, RecoveryBook
-from orchestrator.supervisor.rehearsal import NO_STEP_WARNING_S, checked_success, never_fires
-from orchestrator.supervisor.states import EXIT_UNTESTED, Failure
+from orchestrator.supervisor.records.lives import Carried, Life, LifeBook, batch_change
+from orchestrator.supervisor.records.recovery import Recovery, RecoveryBook
+from orchestrator.supervisor.records.states import EXIT_UNTESTED, Failure
+from orchestrator.supervisor.rules.decisions import RestartScope
+from orchestrator.supervisor.rules.formed import fails_job, mismatch, summary_field
+from orchestrator.supervisor.rules.rehearsal import NO_STEP_WARNING_S, checked_success, never_fires
 from tests.decisions.test_supervisor_loop import FakeBackend, FakeClock, Harness, RecordingView, spec_of
 
 W0, W1, CHIEF = TaskId("worker", 0), TaskId("worker", 1), TaskId("chief", 0)

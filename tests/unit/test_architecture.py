@@ -347,6 +347,9 @@ MAX_MODULE_LINES = 500
 MAX_CLASS_METHODS = 25
 LOOP_MODULE = "orchestrator.supervisor.loop"
 """The one supervisor module that holds and calls the backend: the parts decide, the loop acts."""
+SUPERVISOR_PARTS = tuple(f"orchestrator.supervisor.{name}"
+                         for name in ("beats", "failures", "ending", "hangs", "preemption", "rehearsal"))
+"""The parts of the supervisor: each owns its state and returns actions; none imports another."""
 
 
 def _sources(root: Path, packages=HOUSE) -> dict[str, tuple[str, ast.Module]]:
@@ -546,6 +549,13 @@ def backend_touches(root: Path, loop: str = LOOP_MODULE) -> list[str]:
     return found
 
 
+def part_imports(imports: list[Import], parts=SUPERVISOR_PARTS) -> list[str]:
+    """Imports of one supervisor part by another (they share the records, the rules and the task table only)."""
+    return [f"{imp.where}: {imp.module} imports {imp.target}: a part never imports another; the loop "
+            "passes what one part decided to the next"
+            for imp in imports if imp.module in parts and imp.target in parts]
+
+
 def _assert_holds(found: list[str], rule: str) -> None:
     if found:
         pytest.fail(f"{len(found)} place(s) break the rule {rule!r}:\n" + "\n".join(found), pytrace=False)
@@ -555,25 +565,29 @@ def test_modules_are_at_most_500_lines():
     _assert_holds(long_modules(REPO), "at most 500 lines per module")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
 def test_classes_have_at_most_25_methods_with_their_bases():
     _assert_holds(crowded_classes(classes(REPO)), "at most 25 methods per class")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
 def test_each_attribute_has_one_owning_module():
     _assert_holds(shared_attributes(classes(REPO)), "one module assigns an object's attribute")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
 def test_no_type_checking_block_in_a_class_body():
     _assert_holds(class_body_type_checking(REPO), "no TYPE_CHECKING in a class body")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the supervisor becomes parts and one loop (in progress)")
 def test_only_the_loop_touches_the_backend():
     assert (REPO / (LOOP_MODULE.replace(".", "/") + ".py")).is_file(), f"{LOOP_MODULE} is gone: update LOOP_MODULE"
     _assert_holds(backend_touches(REPO), "only the loop module touches the backend")
+
+
+def test_no_supervisor_part_imports_another():
+    assert all((REPO / (p.replace(".", "/") + ".py")).is_file() for p in SUPERVISOR_PARTS), "update SUPERVISOR_PARTS"
+    _assert_holds(part_imports(collect(REPO)[1]), "parts never import each other")
+    planted = [Import("orchestrator.supervisor.failures", "orchestrator.supervisor.preemption", "f.py", 3),
+               Import("orchestrator.supervisor.failures", "orchestrator.supervisor.rules.decisions", "f.py", 4)]
+    assert [line.split(": ")[0] for line in part_imports(planted)] == ["f.py:3"]
 
 
 def test_the_house_rules_find_planted_violations(tmp_path):

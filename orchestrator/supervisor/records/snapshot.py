@@ -17,11 +17,11 @@ from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.formed import CLUSTER_WORKERS, REPLICAS_IN_SYNC
-from orchestrator.supervisor.gpu import usages_of
-from orchestrator.supervisor.lives import Life
-from orchestrator.supervisor.rehearsal import FaultRecord
-from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.records.lives import Life
+from orchestrator.supervisor.records.states import Failure, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.rules.formed import CLUSTER_WORKERS, REPLICAS_IN_SYNC
+from orchestrator.supervisor.rules.gpu import usages_of
+from orchestrator.supervisor.rules.rehearsal import FaultRecord
 
 
 def phase_name(phase: int) -> str:
@@ -187,7 +187,7 @@ class JobSnapshot:
         recoveries: every restart decision, earliest first.
         fatal: the failure that ended the job, if one did (the root cause).
         spares: the warm spares started for the job and what became of them.
-        lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.lives`).
+        lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.records.lives`).
         earlier_failures: the failures of earlier lives, as ``summary.json`` records.
         warnings: what the job lost or cut off without failing (an evaluator's final evaluation
             lost, a task stuck in its exit, an evaluator that never evaluated), one line each.
