@@ -38,6 +38,7 @@ from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
+from orchestrator.resources import runlock
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
 from orchestrator.resources.gpus import discover
 from orchestrator.resources.placement import Placement, place
@@ -91,6 +92,7 @@ class Job:
     recorder: Recorder = field(default_factory=Recorder)
     web: WebServer | None = None
     endpoint_path: Path | None = None
+    lock: runlock.RunLock | None = None
 
     @property
     def web_url(self) -> str | None:
@@ -216,8 +218,7 @@ def prepare(
         check_resumable(rd, runs_dir)
         carried = carried_over(rd)
     elif run_dir.exists():
-        raise SpecError("run-id", run_id, f"{run_dir} already exists",
-                        f"pick another --run-id, continue it with --resume {run_id}, or remove it")
+        raise runlock.exists(rd)
     engine = get_backend(backend, backend_options)
     placement = place_gpus(spec, engine)  # before the engine opens anything
     token = secrets.token_urlsafe(24)
@@ -233,12 +234,14 @@ def prepare(
         holder[0].request_stop(reason)
         return True, state
 
-    server = web_server = None
+    server = web_server = lock = None
     try:
+        lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
         engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec)
         bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
+        lock = lock or runlock.create_and_hold(rd)  # a new run: its directory, made and locked at once
         if web_bind is not None:
             from orchestrator.web.server import WebServer
 
@@ -253,8 +256,8 @@ def prepare(
         if web_server is not None:
             web_server.stop()
         engine.close()
+        runlock.let_go(lock, created=not resume)
         raise
-    run_dir.mkdir(parents=True, exist_ok=resume)
     write_json_atomic(rd.plan, plan.to_dict())
     if resume:
         rd.endpoint.unlink(missing_ok=True)  # left by a life whose orchestrator was killed (checked: not alive)
@@ -273,7 +276,7 @@ def prepare(
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
     bench_mark("prepared", sys.stderr)
-    return Job(plan, supervisor, server, store, recorder, web_server, endpoint)
+    return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock)
 
 
 def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[JobSnapshot, dict[str, Any]]:
@@ -300,6 +303,8 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         job.server.stop()
         if job.endpoint_path is not None:
             job.endpoint_path.unlink(missing_ok=True)
+        if job.lock is not None:
+            job.lock.release()  # the next life may start
     if not keep_web:
         close_web(job, web_linger_s)
     return result, summary
