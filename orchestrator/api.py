@@ -38,7 +38,8 @@ from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
-from orchestrator.resources import runlock
+from orchestrator.resources import leases, runlock
+from orchestrator.resources.cores import allowed_cores
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
 from orchestrator.resources.gpus import discover
 from orchestrator.resources.placement import Placement, place
@@ -93,6 +94,7 @@ class Job:
     web: WebServer | None = None
     endpoint_path: Path | None = None
     lock: runlock.RunLock | None = None
+    lease: leases.Lease | None = None
 
     @property
     def web_url(self) -> str | None:
@@ -102,7 +104,7 @@ class Job:
 
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,
               health_address: str, token: str, faults: Sequence[Fault], commands: Mapping[str, Sequence[str]] | None,
-              dry_run: bool, placement: Placement) -> Plan:
+              dry_run: bool, placement: Placement, cores: Sequence[int] | None = None) -> Plan:
     """The one path from spec, backend and addresses to a plan, for a launch and for a dry run.
 
     Raises:
@@ -120,7 +122,7 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
         faults=faults,
         commands=commands,
         placement=placement,
-        cpus=(plan_cpus(spec) if engine.supports(Capability.HOST_CPUS)
+        cpus=(plan_cpus(spec, cores) if engine.supports(Capability.HOST_CPUS)
               else node_cpus_plan(spec, os.environ) if engine.supports(Capability.REMOTE) else None),
     )
     check_environment(plan)
@@ -177,6 +179,7 @@ def prepare(
     web: str | None = None,
     web_public: bool = False,
     resume: bool = False,
+    wait_for_resources_s: float | None = None,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -198,6 +201,8 @@ def prepare(
         resume: continue the run ``run_id`` in its own directory (:mod:`orchestrator.resume`):
             the next life, attempts counting on, the restart budget and failures carried over.
             The caller passes the run's own spec (:func:`orchestrator.resume.resumed_spec`).
+        wait_for_resources_s: most seconds to wait while other runs of this machine lease the
+            cores or GPUs it needs (:mod:`orchestrator.resources.leases`); None: until free; 0: not at all.
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -234,9 +239,13 @@ def prepare(
         holder[0].request_stop(reason)
         return True, state
 
-    server = web_server = lock = None
+    server = web_server = lock = lease = None
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
+        lease = leases.acquire(spec, run_id, discover() if engine.supports(Capability.HOST_GPUS) else None,
+                               allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
+                               wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent))  # waits while others hold it
+        placement = lease.placement or placement
         engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec)
         bench_mark("ports-held", sys.stderr)
@@ -249,7 +258,8 @@ def prepare(
         server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
                                 register=engine.register_address, status=recorder.status_json, stop=stop_job)
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir, health_address=server.address,
-                         token=token, faults=faults, commands=commands, dry_run=False, placement=placement)
+                         token=token, faults=faults, commands=commands, dry_run=False, placement=placement,
+                         cores=lease.cores)
     except BaseException:
         if server is not None:
             server.stop()
@@ -257,6 +267,8 @@ def prepare(
             web_server.stop()
         engine.close()
         runlock.let_go(lock, created=not resume)
+        if lease is not None:
+            lease.release()
         raise
     write_json_atomic(rd.plan, plan.to_dict())
     if resume:
@@ -276,7 +288,7 @@ def prepare(
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
     bench_mark("prepared", sys.stderr)
-    return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock)
+    return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease)
 
 
 def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[JobSnapshot, dict[str, Any]]:
@@ -303,6 +315,8 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         job.server.stop()
         if job.endpoint_path is not None:
             job.endpoint_path.unlink(missing_ok=True)
+        if job.lease is not None:
+            job.lease.release()  # the cores and GPUs: a waiting run may start
         if job.lock is not None:
             job.lock.release()  # the next life may start
     if not keep_web:
