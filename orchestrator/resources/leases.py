@@ -133,6 +133,13 @@ def busy(usage: GpuUsage | None) -> bool:
             or usage.memory_used_bytes >= BUSY_MEMORY_FRACTION * max(1, usage.memory_total_bytes))
 
 
+def _busyness(usage: GpuUsage | None, index: int) -> tuple[bool, float, int, int]:
+    """Sort key of a device: idle ones first, then the least busy (utilisation, memory used), by index."""
+    if usage is None:
+        return (False, 0.0, 0, index)
+    return (busy(usage), usage.utilization_percent, usage.memory_used_bytes, index)
+
+
 @dataclass(frozen=True)
 class Decision:
     """What :func:`decide` grants, or why it cannot.
@@ -214,7 +221,7 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
         if alone.any:
             taken_gpus = {g for h in holding for g in h.gpus}
             free_gpus = sorted((g for g in inventory.gpus if g.uuid not in taken_gpus),
-                               key=lambda g: (busy(usage.get(g.uuid)), g.index))
+                               key=lambda g: _busyness(usage.get(g.uuid), g.index))
             try:
                 mine: Placement | None = place(spec, replace(inventory, gpus=tuple(free_gpus)))
             except SpecError:
