@@ -499,6 +499,7 @@ def launch(
     backend_options: object | Mapping[str, Any] | None = None,
     view: View | None = None,
     stop_timeout_s: float = 10.0,
+    wait_for_resources_s: float | None = None,
     **fields: Any,
 ) -> JobHandle:
     """Launch a job from Python and return at once with a handle to it.
@@ -518,6 +519,7 @@ def launch(
         backend_options: the backend's options (as for :func:`prepare`).
         view: live output in this process (a :mod:`orchestrator.report.live` view); default none.
         stop_timeout_s: seconds between SIGTERM and SIGKILL when stopping tasks.
+        wait_for_resources_s: most seconds to wait for cores and GPUs other runs lease (None: until free).
         **fields: spec fields on top of ``spec`` (see :func:`spec_from`): ``workers=2, epochs=3``.
 
     Returns:
@@ -532,5 +534,5 @@ def launch(
     commands = {t: list(program) for t in ("chief", "worker", "ps", "evaluator")} if program else None
     job = prepare(job_spec, runs_dir=runs_dir, run_id=run_id, faults=parsed, commands=commands, view=view,
                   backend=backend, backend_options=backend_options, web=web, web_public=web_public,
-                  stop_timeout_s=stop_timeout_s)
+                  stop_timeout_s=stop_timeout_s, wait_for_resources_s=wait_for_resources_s)
     return JobHandle(job, web_linger_s=web_linger_s)

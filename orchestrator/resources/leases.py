@@ -372,14 +372,19 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
     uuids = [g.uuid for g in inventory.gpus] if inventory is not None else []
     while True:
         usage = {u.uuid: u for u in sample(uuids)} if uuids else {}
-        with ledger.transaction() as entries:
-            others = [h for h in entries if h.key != (me, started, run_id)]
-            decision = decide(spec, allowed, inventory, usage, others, host_cpus=host_cpus)
-            entry = Holder(run_id, me, started, decision.leased_cores, decision.leased_gpus,
-                           "" if decision.granted else decision.waiting, str(runs_dir))
-            waited = time.monotonic() - t0
-            expired = not decision.granted and wait_s is not None and waited >= wait_s
-            entries[:] = others + ([] if expired else [entry])
+        try:
+            with ledger.transaction() as entries:
+                others = [h for h in entries if h.key != (me, started, run_id)]
+                decision = decide(spec, allowed, inventory, usage, others, host_cpus=host_cpus)
+                entry = Holder(run_id, me, started, decision.leased_cores, decision.leased_gpus,
+                               "" if decision.granted else decision.waiting, str(runs_dir))
+                waited = time.monotonic() - t0
+                expired = not decision.granted and wait_s is not None and waited >= wait_s
+                entries[:] = others + ([] if expired else [entry])
+        except OSError as exc:  # another user's ledger directory, a full disk: run as before the leases
+            say(f"run {run_id}: warning: the lease ledger in {ledger.dir} cannot be used ({exc}); this run leases "
+                f"nothing (set {env.LEASES_DIR} to a directory you can write)")
+            return Lease()
         if decision.granted:
             return Lease(decision.cores, decision.placement, decision.warnings, waited, (me, started, run_id), ledger)
         line = f"waiting for {decision.waiting}"
