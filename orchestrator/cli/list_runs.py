@@ -60,7 +60,7 @@ def waiting_entries(root: Path) -> list[dict]:
             continue
         out.append({"run_id": h.run_id, "run_dir": str(Path(h.runs_dir) / h.run_id), "status": "Waiting", "live": True,
                     "strategy": None, "tasks": {}, "started_at": None, "wall_time_s": None, "test_accuracy": None,
-                    "exit_code": None, "waiting": f"{h.waiting} (pid {h.pid})"})
+                    "exit_code": None, "waiting": h.waiting, "pid": h.pid})
     return out
 
 

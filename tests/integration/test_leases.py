@@ -71,7 +71,9 @@ def test_two_launches_side_by_side_pin_disjoint_cores_and_a_third_waits_for_them
         waiter = _launch(runs, "d", behavior="succeed")  # waits until free (the default)
         procs["d"] = waiter
         rows = wait_until(lambda: [r for r in _list(runs) if r["run_id"] == "d"], 60, what="list to show d waiting")
-        assert rows[0]["status"] == "Waiting" and f"held by run a (pid {procs['a'].pid})" in rows[0]["waiting"]
+        assert rows[0]["status"] == "Waiting" and rows[0]["pid"] == waiter.pid
+        assert rows[0]["waiting"].startswith(f"cores {TWO[0]}-{TWO[1]}, held by run ")
+        assert all(f"run {n} (pid {procs[n].pid})" in rows[0]["waiting"] for n in ("a", "b")), rows
         assert waiter.poll() is None and not (runs / "d").exists()
         for name in ("a", "b"):
             (runs / name / "go").write_text("")
