@@ -1,7 +1,8 @@
 """The bench's sections that start no TensorFlow (:class:`LightSections`, which
 :class:`bench.run.Suite` holds): ``beats`` (how late heartbeats arrive on a loaded machine), ``detect``
 (a SIGKILLed task on the local backend), ``client`` (the health client's cost per task), ``ingest``
-(heartbeats/s into the HealthServer) and ``scale`` (detection with many simulated tasks)."""
+(heartbeats/s into the HealthServer), ``scale`` (detection with many simulated tasks) and ``several``
+(two runs on one machine: leased cores, waiting)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import subprocess
 from typing import Any, Protocol
 
-from bench import client_cost, heartbeat_gaps, ingest
+from bench import client_cost, heartbeat_gaps, ingest, several_jobs
 from bench.report import log
 from bench.stats import summarize
 from bench.tfjobs import PY, REPO, base_env
@@ -63,6 +64,11 @@ class LightSections:
             out = {"kill_detect_s": [], "errors": [proc.stderr[-2000:]]}
         self.add("3", "detect_sigkill_local", "detection of a SIGKILLed task, local backend, real processes without "
                  "TensorFlow (kill -> decision; exit events: pidfd)", "s", out["kill_detect_s"], "<= 0.01", out)
+
+    # -- 36: several jobs on one machine --------------------------------------------------------
+    def several(self) -> None:
+        """Two runs together against back to back, and the waiting run's gap (:mod:`bench.several_jobs`)."""
+        several_jobs.section(self)
 
     # -- 6: client cost -----------------------------------------------------------------------
     def client(self) -> None:

@@ -51,6 +51,9 @@ Variable                       Meaning
 ``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.resources.gpus`
                                reads instead of NVML (tests, demos; docs/gpus.md); tasks inherit
                                it on the local backend, so their heartbeats sample the same devices
+``ORCH_LEASES_DIR``            read, never set: the directory of the machine-wide lease ledger
+                               (:mod:`orchestrator.resources.leases`; default ``<tmp>/tf-orchestrator-leases``):
+                               runs that share it lease disjoint cores and GPUs (docs/several-jobs.md)
 ``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.resources.cpus`): it sets its
                                own affinity to them before TensorFlow starts its pools; unset: not pinned
 ``ORCH_NODE_CPUS``             Slurm: this task's share of its node's cores (JSON: the job's tasks on that
@@ -135,6 +138,7 @@ STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
 CLIENT_PID = "ORCH_CLIENT_PID"
 GPUS = "ORCH_GPUS"
 FAKE_GPUS = "ORCH_FAKE_GPUS"
+LEASES_DIR = "ORCH_LEASES_DIR"
 SPARE_MODULE = "ORCH_SPARE_MODULE"
 SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
 SPARE_READY_FILE = "ORCH_SPARE_READY_FILE"

@@ -9,7 +9,8 @@ on, the restart budget and the failure history carried over (``run.json``,
 
 The rules (bad input is one line, exit 2, nothing started, nothing in the run directory changed):
 
-* the run must exist, must not have succeeded, and its orchestrator must not be alive;
+* the run must exist, must not have succeeded, and its orchestrator must not be alive: no
+  other life may hold its lock (:mod:`orchestrator.resources.runlock`, taken for the life);
 * the spec is the run's own (``plan.json``); flags, a spec file or a program given with
   ``--resume`` must agree with it in everything but ``--deadline`` (a resumed run of another
   shape would restore a checkpoint it cannot use).
@@ -24,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from orchestrator.errors import SpecError
 from orchestrator.report.runs import alive
+from orchestrator.resources import runlock
 from orchestrator.rundir import RunDir, read_json
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.loader import build_spec
@@ -58,7 +60,10 @@ def check_resumable(run_dir: RunDir, runs_dir: str | Path) -> dict[str, Any]:
         why = ("is not a run that can be resumed (no plan.json with its spec)" if run_dir.path.is_dir()
                else "no such run")
         raise SpecError("resume", run_dir.run_id, why, hint)
-    endpoint = read_json(run_dir.endpoint) or {}
+    holder = runlock.holder(run_dir)
+    if holder is not None and holder != os.getpid():
+        raise runlock.refusal(run_dir, holder, "resume")
+    endpoint = read_json(run_dir.endpoint) or {}  # a life of a version without the lock
     pid = int(endpoint.get("pid") or 0)
     if pid and pid != os.getpid() and alive(pid):
         raise SpecError("resume", run_dir.run_id, f"its orchestrator (pid {pid}) is still running",

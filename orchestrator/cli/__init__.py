@@ -22,8 +22,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 SUBCOMMANDS = {"launch": "launch", "validate": "validate", "render": "render", "doctor": "doctor",
-               "compose": "compose", "sbatch": "sbatch", "status": "status", "stop": "stop", "logs": "logs",
-               "list": "list_runs"}
+               "compose": "compose", "sbatch": "sbatch", "sweep": "sweep", "status": "status", "stop": "stop",
+               "logs": "logs", "list": "list_runs"}
 """Subcommand -> its module under ``orchestrator.cli``, in ``--help`` order."""
 
 
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(_subcommand(argv))
     args = parser.parse_args(argv)
     bench_mark("cli-imported", sys.stderr)  # bench/timeline.py: the subcommand's modules are imported
-    if command and args.command not in ("launch", "sbatch"):
-        parser.error(f"a program after -- is only for launch and sbatch, not {args.command}")
+    if command and args.command not in ("launch", "sbatch", "sweep"):
+        parser.error(f"a program after -- is only for launch, sbatch and sweep, not {args.command}")
     args.command_argv = command
     args.raw_argv = argv
     args.program_separator = separator

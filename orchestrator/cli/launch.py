@@ -86,6 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="continue the run RUN_ID (under --runs-dir) in its own directory after a preemption, a time "
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
                      "restart budget and failure history (flags given must agree with the run's, but --deadline)")
+    run.add_argument("--wait-for-resources", type=float, default=None, metavar="S",
+                     help="when other runs on this machine lease the cores or GPUs this run needs, wait for them at "
+                     "most S seconds, then exit 2 naming the run that holds them (default: until free; 0: at once; "
+                     "docs/several-jobs.md)")
     run.add_argument("--threads-per-task", type=int, default=None,
                      help="TF intra-op threads per task (default: a training task's cores, docs/local.md)")
     run.add_argument("--no-pin", action="store_true", default=None,
@@ -218,6 +222,9 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.resume is not None:
         commands = resumed_program(_resumable(args), commands)
         args.run_id = args.resume
+    if args.wait_for_resources is not None and not 0 <= args.wait_for_resources < float("inf"):
+        raise SpecError("wait-for-resources", args.wait_for_resources, "must be a number of seconds >= 0",
+                        "e.g. --wait-for-resources 600, or 0 to refuse at once; leave it out to wait until free")
     if not 0 < args.preemption_grace <= 3600:
         raise SpecError("preemption-grace", args.preemption_grace, "must be a number of seconds in (0, 3600]",
                         "e.g. --preemption-grace 30")
@@ -240,7 +247,7 @@ def run_launch(args: argparse.Namespace) -> int:
     job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
                       stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
                       web=args.web, web_public=args.web_public, resume=args.resume is not None,
-                      preemption_grace_s=args.preemption_grace)
+                      preemption_grace_s=args.preemption_grace, wait_for_resources_s=args.wait_for_resources)
     print_warnings(job.plan.warnings)
     if job.plan.placement.any and not args.json:
         print(job.plan.placement.describe(), flush=True)

@@ -37,7 +37,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The control plane (everything of `orchestrator` but the task side), top to bottom.
     # A module may import modules of its own layer or of a layer below, never above.
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),  # one module per subcommand
-    ("job", ("orchestrator.api", "orchestrator.checks", "orchestrator.resume")),  # the Python API that runs one job
+    # the Python API that runs one job
+    ("job", ("orchestrator.api", "orchestrator.checks", "orchestrator.handle", "orchestrator.resume")),
     ("web", ("orchestrator.web",)),  # the job's web page and /metrics (read statuses, never the supervisor)
     ("report", ("orchestrator.report",)),  # live view, summary.json
     ("supervisor", ("orchestrator.supervisor",)),  # decides: success, restarts, hangs
