@@ -20,7 +20,7 @@ import threading
 
 from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.task.pinning import pin_self
+from orchestrator.resources.pinning import pin_self
 from orchestrator.task.runtime import route_sigterm
 from ps.server import configure_threads
 

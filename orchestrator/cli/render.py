@@ -17,7 +17,7 @@ import yaml
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.errors import SpecError
 from orchestrator.render.jobset import jobset_manifest
-from orchestrator.render.kubernetes import tfjob_manifest
+from orchestrator.render.kubernetes import tfjob_manifest, with_queue
 from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
@@ -56,6 +56,9 @@ def add_parser(subparsers) -> None:
                      help="CPU of every pod, requests = limits (a Kubernetes quantity: 2, 500m)")
     k8s.add_argument("--memory", default=None, metavar="QUANTITY",
                      help="memory of every pod, requests = limits (a Kubernetes quantity: 4Gi, 512Mi)")
+    k8s.add_argument("--queue", default=None, metavar="NAME",
+                     help="label the manifest for Kueue's LocalQueue NAME (kueue.x-k8s.io/queue-name): Kueue admits "
+                     "the whole job when its quota allows (docs/several-jobs.md)")
     p.set_defaults(func=run_render)
 
 
@@ -152,9 +155,11 @@ def run_render(args: argparse.Namespace) -> int:
         build = tfjob_manifest if args.format == "tfjob" else jobset_manifest
         manifest = build(spec, name=args.name, image=args.image or "", volume_claim=args.volume_claim,
                          cpu=args.cpu, memory=args.memory)
+        if args.queue is not None:
+            manifest = with_queue(manifest, args.queue)
         print(manifest_yaml(manifest), end="")
         return 0
-    for flag in ("image", "volume_claim", "cpu", "memory"):
+    for flag in ("image", "volume_claim", "cpu", "memory", "queue"):
         if getattr(args, flag) is not None:
             raise SpecError(flag.replace("_", "-"), getattr(args, flag), "only for --format tfjob or jobset",
                             "drop it, or add --format jobset")

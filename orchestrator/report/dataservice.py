@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import env
-from orchestrator.supervisor.snapshot import JobSnapshot
+from orchestrator.supervisor.records.snapshot import JobSnapshot
 
 DATA_SERVICE_FIELDS: dict[str, str] = {
     "address": "the dispatcher's `host:port` (`ORCH_DATA_SERVICE_ADDRESS`)",

@@ -120,3 +120,22 @@ class DataServiceSpec:
         """Spec-file fields (JSON-ready), what :meth:`from_raw` builds the same spec from."""
         return {"workers": self.workers, "sharding": self.sharding, "work_dir": self.work_dir,
                 "job_gc_timeout_s": self.job_gc_timeout_s}
+
+
+def check_data_service(service: object, strategy: str) -> None:
+    """Check a job's ``data_service`` (None: no service) under its ``strategy`` (its value:
+    ``multi_worker_mirrored``...): the tf.data service only under MWMS and PSS (mirrored and
+    hogwild run one task).
+
+    Raises:
+        SpecError: not a :class:`DataServiceSpec`, another strategy, or a bad option.
+    """
+    if service is None:
+        return
+    if not isinstance(service, DataServiceSpec):
+        raise SpecError("data_service", service, "must be a mapping of data service options",
+                        "e.g. data_service: {workers: 2}")
+    if strategy not in ("multi_worker_mirrored", "parameter_server"):
+        raise SpecError("data_service", strategy, f"the tf.data service feeds several trainers; {strategy} runs one "
+                        "task", "drop --data-service, or use --strategy multi_worker_mirrored or parameter_server")
+    service.validate()

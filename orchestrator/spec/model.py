@@ -27,7 +27,7 @@ from typing import Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import check_addresses
-from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, DataServiceSpec
+from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, DataServiceSpec, check_data_service
 from orchestrator.spec.supervision import SuccessPolicy, SupervisionSpec
 
 TASK_TYPES = (*SERVICE_TASK_TYPES, "chief", "worker", "ps", "evaluator")
@@ -36,6 +36,9 @@ TASK_TYPES = (*SERVICE_TASK_TYPES, "chief", "worker", "ps", "evaluator")
 
 LOOPS = ("fit", "custom")
 """Training loops of the built-in program."""
+
+HOGWILD_THREADS = 2
+"""Threads of the ``hogwild`` strategy when ``training.threads`` is not given."""
 
 TRAINING_TASK_TYPES = ("chief", "worker", "ps")
 """Task types that belong to the training cluster (the evaluator does not)."""
@@ -131,7 +134,8 @@ class TrainingSpec:
             ``BackupAndRestore(save_freq=N)``; a ``tf.train.CheckpointManager`` save every N
             steps in the custom loops), so a task killed without warning (SIGKILL, OOM) loses
             at most N steps; ``None``: at the end of each epoch only.
-        threads: Python threads of the ``hogwild`` strategy (``None``: 2); only with hogwild.
+        threads: Python threads of the ``hogwild`` strategy (``None``: :data:`HOGWILD_THREADS`);
+            only with hogwild.
     """
 
     epochs: int = 10
@@ -144,6 +148,11 @@ class TrainingSpec:
     replicas: int = 2
     checkpoint_every: int | None = None
     threads: int | None = None
+
+    @property
+    def hogwild_threads(self) -> int:
+        """The threads a ``hogwild`` task runs: ``threads``, else :data:`HOGWILD_THREADS`."""
+        return self.threads or HOGWILD_THREADS
 
     def validate(self) -> None:
         """Raises SpecError naming the first bad field."""
@@ -192,11 +201,11 @@ class JobSpec:
             only and reserves exactly those ports; ``render`` takes any.
         gpus_per_task: GPUs per task of a role, for the roles given (``--gpus-per-task N``
             gives chief and worker N; a spec file may give any role). A training role left
-            out gets the node's GPUs split evenly (:mod:`orchestrator.placement`); ps and
+            out gets the node's GPUs split evenly (:mod:`orchestrator.resources.placement`); ps and
             evaluator left out get none.
         share_gpus: tasks may share a device (``--share-gpus``), then with memory growth on.
         pin_cpus: pin each training task to its own cores on a backend whose tasks run on
-            this machine (:mod:`orchestrator.cpus`); False: ``--no-pin``.
+            this machine (:mod:`orchestrator.resources.cpus`); False: ``--no-pin``.
         data_service: the tf.data service (one dispatcher, N data workers) the trainers read
             through (``--data-service N``), or None.
     """
@@ -322,20 +331,7 @@ class JobSpec:
         if self.addresses is not None:
             self._validate_addresses()
         self._validate_gpus()
-        self._validate_data_service()
-
-    def _validate_data_service(self) -> None:
-        """The tf.data service only under MWMS and PSS (mirrored and hogwild run one task)."""
-        if self.data_service is None:
-            return
-        if not isinstance(self.data_service, DataServiceSpec):
-            raise SpecError("data_service", self.data_service, "must be a mapping of data service options",
-                            "e.g. data_service: {workers: 2}")
-        if self.strategy not in (Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER):
-            raise SpecError("data_service", self.strategy.value,
-                            f"the tf.data service feeds several trainers; {self.strategy.value} runs one task",
-                            "drop --data-service, or use --strategy multi_worker_mirrored or parameter_server")
-        self.data_service.validate()
+        check_data_service(self.data_service, self.strategy.value)
 
     def _validate_gpus(self) -> None:
         if not isinstance(self.gpus_per_task, Mapping):

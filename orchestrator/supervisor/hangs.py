@@ -1,7 +1,7 @@
 """When to look at each task for a hang: a heap of check deadlines, O(changes) per tick.
 
 Each heartbeat or start reschedules the task's next check
-(:func:`~orchestrator.supervisor.decisions.next_check_at`); an older entry of the same task in
+(:func:`~orchestrator.supervisor.rules.decisions.next_check_at`); an older entry of the same task in
 the heap becomes stale (its version no longer matches) and is skipped, so the loop never
 scans every task per tick (the scale bench supervises thousands).
 """
@@ -9,16 +9,18 @@ scans every task per tick (the scale bench supervises thousands).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor import decisions
-from orchestrator.supervisor.decisions import TaskWatch
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import TaskRuntime
+from orchestrator.supervisor.actions import Hung, Stuck
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import TaskRuntime
+from orchestrator.supervisor.rules import decisions, exitrules
+from orchestrator.supervisor.rules.decisions import TaskWatch
 
 
 def watch(rt: TaskRuntime) -> TaskWatch:
-    """What the hang decision (:func:`~orchestrator.supervisor.decisions.hang_reason`) needs
+    """What the hang decision (:func:`~orchestrator.supervisor.rules.decisions.hang_reason`) needs
     to know of ``rt``'s current (started) attempt."""
     a = rt.current
     assert a.started_at is not None
@@ -41,7 +43,7 @@ class HangChecks:
 
     def reschedule(self, rt: TaskRuntime, policy: SupervisionSpec, known: TaskWatch | None = None,
                    credit_s: float = 0.0) -> None:
-        """Check ``rt`` next when :func:`~orchestrator.supervisor.decisions.next_check_at` says,
+        """Check ``rt`` next when :func:`~orchestrator.supervisor.rules.decisions.next_check_at` says,
         ``credit_s`` seconds later (the health server's deaf time since its latest heartbeat)
         (``known``: :func:`watch` of ``rt`` as it is now, when the caller has it)."""
         if rt.current.started_at is None:
@@ -73,3 +75,26 @@ class HangChecks:
             if self._version.get(name) == version:
                 out.append(name)
         return out
+
+    def look(self, rt: TaskRuntime, now: float, policy: SupervisionSpec,
+             deaf_s: Callable[[float, float], float]) -> Hung | Stuck | None:
+        """The hang check of ``rt`` (live, its check due): stuck in its exit, hung, or neither
+        (then its next check is scheduled). Time in which the health server was deaf
+        (``deaf_s(since, now)``: :meth:`~orchestrator.health.store.HeartbeatStore.deaf_s`)
+        since its latest heartbeat does not count as its silence."""
+        if stuck := exitrules.exit_overdue(rt.current.finished_at, now, policy):
+            return Stuck(rt.task.name, stuck)
+        seen = watch(rt)
+        # time the health server took in no heartbeat (its own loop held up) is no task's silence
+        deaf = deaf_s(seen.heartbeat_at if seen.heartbeat_at is not None else seen.started_at, now)
+        why = decisions.hang_reason(seen, now - deaf, policy)
+        if why:
+            return Hung(rt.task.name, why)
+        self.reschedule(rt, policy, seen, credit_s=deaf)
+        return None
+
+
+def culprits_first(hung: list[tuple[TaskRuntime, Hung]]) -> list[Hung]:
+    """The hung tasks, the one furthest behind first (its peers are blocked in a collective with it:
+    :func:`~orchestrator.supervisor.rules.decisions.culprit_order`)."""
+    return [hung[i][1] for i in decisions.culprit_order([rt.current.last_step for rt, _ in hung])]

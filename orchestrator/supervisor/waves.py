@@ -1,59 +1,53 @@
 """The start order of a job with a tf.data service: the dispatcher, then the data workers, then
 the trainers, each wave once the one before reports ``serving`` (a data worker does once it is
-registered with the dispatcher). The rule is :func:`~orchestrator.supervisor.service_rules.startable`;
-this part of the :class:`~orchestrator.supervisor.job.Supervisor` (a mixin, like
-:mod:`~orchestrator.supervisor.failures`) holds the tasks still waiting and starts them. A job
-without the service starts every task at once, in plan order, as before.
+registered with the dispatcher). The rule is :func:`~orchestrator.supervisor.rules.service.startable`;
+this part holds the tasks still waiting and returns which to start
+(:class:`~orchestrator.supervisor.actions.Start`), which the loop carries out. A job without the
+service starts every task at once, in plan order, as before.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from orchestrator.supervisor.service_rules import startable
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import JobState, TaskRuntime
+from orchestrator.supervisor.actions import Action, Event, Start
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.rules.service import startable
+from orchestrator.supervisor.table import TaskTable
 
 
 class StartWaves:
-    """Start the tasks wave by wave (see the module docstring)."""
+    """Start the tasks wave by wave (see the module docstring).
 
-    _waiting: list[TaskRuntime]
-    """Tasks whose earlier waves do not serve yet, in plan order."""
+    Args:
+        table: the job's tasks (plan order).
+    """
 
-    if TYPE_CHECKING:  # the loop's records and actions this part uses
-        tasks: list[TaskRuntime]
-        state: JobState
-        _interrupt: str | None
+    def __init__(self, table: TaskTable) -> None:
+        self._table = table
+        self._planned = [(rt.task.name, rt.task.task_type) for rt in table]
+        self._waiting: list[str] = []
+        """Names of the tasks whose earlier waves do not serve yet, in plan order."""
 
-        def _start(self, rt: TaskRuntime) -> None: ...
-        def _event(self, *texts: str) -> None: ...
-
-    def _planned(self) -> list[tuple[str, str]]:
-        return [(rt.task.name, rt.task.task_type) for rt in self.tasks]
-
-    def _start_first_wave(self) -> None:
-        """Start every task that waits for no other (all of them without a tf.data service)."""
-        planned, self._waiting = self._planned(), []
-        for rt in self.tasks:
-            if self._interrupt:
-                break
-            if startable(rt.task.task_type, planned, ()):
-                self._start(rt)
-            else:
-                self._waiting.append(rt)
+    def first(self) -> list[Action]:
+        """The first wave: every task that waits for no other (all of them without a tf.data service)."""
+        now = [name for name, kind in self._planned if startable(kind, self._planned, ())]
+        first = set(now)
+        self._waiting = [name for name, _ in self._planned if name not in first]
+        out: list[Action] = [Start(tuple(now))]
         if self._waiting:
-            self._event(f"{len(self._waiting)} task(s) wait for the tf.data service to serve "
-                        "(dispatcher, then data workers registered)")
+            out.append(Event(f"{len(self._waiting)} task(s) wait for the tf.data service to serve "
+                             "(dispatcher, then data workers registered)"))
+        return out
 
-    def _start_next_waves(self) -> None:
-        """Start the waiting tasks whose earlier waves all report ``serving`` now."""
-        if not getattr(self, "_waiting", None) or self.state.terminal or self._interrupt:
-            return
-        serving = {rt.task.name for rt in self.tasks if rt.live and rt.current.heartbeat is not None
+    def next(self, ended: bool) -> list[Action]:
+        """The waiting tasks whose earlier waves all report ``serving`` now; nothing once the job
+        ``ended`` (its state is terminal or a stop was requested)."""
+        if not self._waiting or ended:
+            return []
+        serving = {rt.task.name for rt in self._table if rt.live and rt.current.heartbeat is not None
                    and phase_name(rt.current.heartbeat.heartbeat.phase) == "serving"}
-        planned = self._planned()
-        ready = [rt for rt in self._waiting if startable(rt.task.task_type, planned, serving)]
-        for rt in ready:
-            self._waiting.remove(rt)
-            self._start(rt)
+        kinds = dict(self._planned)
+        ready = tuple(name for name in self._waiting if startable(kinds[name], self._planned, serving))
+        if not ready:
+            return []
+        self._waiting = [name for name in self._waiting if name not in ready]
+        return [Start(ready)]

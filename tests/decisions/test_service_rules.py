@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.supervisor.service_rules import (
+from orchestrator.supervisor.rules.service import (
     restarts_alone,
     start_wave,
     startable,

@@ -1,6 +1,7 @@
 """Rules for the tasks outside the training cluster, as pure functions over plain data: the
 tf.data service's ``dispatcher`` and ``data_worker`` (:mod:`orchestrator.spec.dataservice`) and
-the ``evaluator``. The supervisor asks them; ``tests/decisions/test_service_rules.py`` holds
+the ``evaluator``. The supervisor's parts ask them (:mod:`~orchestrator.supervisor.failures`,
+:mod:`~orchestrator.supervisor.waves`); ``tests/decisions/test_service_rules.py`` holds
 their tables.
 
 Rules and their sources:
