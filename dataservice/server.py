@@ -21,7 +21,7 @@ import threading
 from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.resources.pinning import pin_self
-from orchestrator.task.runtime import route_sigterm
+from orchestrator.task.sigterm import route_sigterm
 from ps.server import configure_threads
 
 
@@ -45,7 +45,7 @@ def serve(context, reporter) -> None:
     """Start this task's tf.data service server and report it until stopped.
 
     Args:
-        context: the task's :class:`orchestrator.task.runtime.TaskContext`.
+        context: the task's :class:`orchestrator.task.context.TaskContext`.
         reporter: its :class:`orchestrator.task.reporter.HeartbeatReporter`.
 
     Raises:
