@@ -5,9 +5,9 @@ start, wall time and test accuracy (running jobs are asked over gRPC, others rea
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from orchestrator import jsontext
 from orchestrator.errors import SpecError
 from orchestrator.report.runs import run_dirs, run_status
 
@@ -73,7 +73,7 @@ def run_list(args: argparse.Namespace) -> int:
         status.setdefault("run_dir", str(run_dir))
         entries.append(run_entry(status))
     if args.json:
-        print(json.dumps(entries, indent=2))
+        print(jsontext.dumps(entries, indent=2))
         return 0
     if not entries:
         print(f"no runs under {root}")

@@ -9,10 +9,10 @@ running (already ended, or its orchestrator does not answer) or not ended in tim
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
+from orchestrator import jsontext
 from orchestrator.cli.status import add_run_arguments
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.health.client import EndpointError
@@ -62,7 +62,7 @@ def run_stop(args: argparse.Namespace) -> int:
                                     f"see python -m orchestrator status {run_dir}")
         time.sleep(0.1)  # polling the file the launcher writes at its end (bounded above)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(jsontext.dumps(summary, indent=2))
     else:
         print(f"run {run_dir.name}: {summary['status']} after {summary['wall_time_s']:.1f} s: {summary['reason']}\n"
               f"  summary {run_dir / SUMMARY_FILE}", flush=True)

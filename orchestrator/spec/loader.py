@@ -86,6 +86,8 @@ FLAG_FIELDS = {
     "evaluator_grace": "supervision.evaluator_grace_s",
     "crash_loop_limit": "supervision.crash_loop_limit",
     "exit_grace": "supervision.exit_grace_s",
+    "on_nan": "supervision.on_nan",
+    "nan_metrics": "supervision.nan_metrics",
     "checkpoint_every": "training.checkpoint_every",
     "threads": "training.threads",
 }

@@ -145,6 +145,12 @@ class SupervisionSpec:
             after ``finishing``: training ended, outputs saved) and is still alive this long
             after is stuck in its exit: its stacks are kept, it is killed, and it counts as
             succeeded, with a warning naming the thread it was stuck in.
+        on_nan: what a non-finite loss (or a metric of ``nan_metrics``) in a heartbeat does:
+            ``warn`` (default: a warning naming the task and the first step, training goes on) or
+            ``fail`` (the job fails at once, without a restart: a restart resumes the same weights
+            and data and meets it again) (:mod:`orchestrator.supervisor.training_rules`).
+        nan_metrics: names of reported metrics checked like the loss (``--nan-metrics
+            grad_norm,val_loss``); default none.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -163,6 +169,8 @@ class SupervisionSpec:
     evaluator_grace_s: float = 120.0
     crash_loop_limit: int = 3
     exit_grace_s: float = 30.0
+    on_nan: str = "warn"
+    nan_metrics: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -187,6 +195,10 @@ class SupervisionSpec:
         allow = fields.get("allow_cluster_mismatch")
         if isinstance(allow, int) and not isinstance(allow, bool) and allow in (0, 1):  # a store_true flag: 1
             fields["allow_cluster_mismatch"] = bool(allow)
+        if fields.get("on_nan") is not None:
+            fields["on_nan"] = str(fields["on_nan"]).strip().lower()
+        if fields.get("nan_metrics") is not None:
+            fields["nan_metrics"] = _names("nan_metrics", fields["nan_metrics"])
         spec = cls(restart_policy=policies, **fields)
         spec.validate()
         return spec
@@ -215,6 +227,8 @@ class SupervisionSpec:
         for name in ("deadline_s", "finish_timeout_s"):
             if getattr(self, name) is not None:
                 _seconds(name, getattr(self, name))
+        if self.on_nan not in ("warn", "fail"):
+            raise SpecError("on_nan", self.on_nan, "must be warn or fail", FIX_EXAMPLES["on_nan"])
 
     def backoff_for(self, restart_number: int) -> float:
         """Seconds to wait before restart number ``restart_number`` (1 for the first):
@@ -264,10 +278,21 @@ FIX_EXAMPLES = {
     "evaluator_grace_s": "e.g. --evaluator-grace 120",
     "crash_loop_limit": "e.g. --crash-loop-limit 3, or 0 for never",
     "exit_grace_s": "e.g. --exit-grace 30",
+    "on_nan": "e.g. --on-nan fail, or --on-nan warn",
+    "nan_metrics": "e.g. --nan-metrics grad_norm,val_loss",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:
 ``backoff_s`` is ``--restart-backoff``)."""
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    """``"a,b"`` or ``["a", "b"]`` as a tuple of metric names (no empty ones)."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else None
+    names = tuple(str(item).strip() for item in items) if items is not None else ()
+    if items is None or not all(names) or not all(isinstance(item, str) for item in items):
+        raise SpecError(name, value, "must be metric names", FIX_EXAMPLES[name])
+    return names
 
 
 def _seconds(name: str, value: object, allow_zero: bool = False) -> None:

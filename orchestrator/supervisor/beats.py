@@ -36,6 +36,7 @@ from orchestrator.supervisor.lives import LifeBook
 from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
 from orchestrator.supervisor.snapshot import phase_name
 from orchestrator.supervisor.states import JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.training_rules import NanWatch
 
 _PHASES = {value: phase_name(value) for value in pb.Phase.values()}
 """Phase number -> name (``training``), looked up once per heartbeat."""
@@ -65,6 +66,7 @@ class HeartbeatHandling:
         _silent: list[TaskRuntime]
         _checks: HangChecks
         _formed: FormedCheck
+        _nan: NanWatch
         _coordinator: TaskRuntime | None
         _rotation_reported: bool
         _spares_at: float | None
@@ -74,6 +76,7 @@ class HeartbeatHandling:
         def _exits_meanwhile(self, done: int) -> None: ...
         def _persist(self) -> None: ...
         def _set_state(self, state: JobState, exit_code: int | None = None, reason: str = "") -> None: ...
+        def _warn(self, text: str) -> None: ...
 
     def _take_heartbeats(self, now: float) -> None:
         """Heartbeats that arrived since the last look (O(changes)); backend samples, once a
@@ -120,6 +123,9 @@ class HeartbeatHandling:
                                                        metrics.get("global_batch_size")):
             self._persist()  # a SIGKILLed orchestrator's resume knows how far training got
         self._event(*self.lives.take_warnings(), *(self._formed.beat(rt.task, a.number, metrics) if metrics else ()))
+        for line in self._nan.beat(rt.task.name, a.number, hb.step if hb.HasField("step") else None,
+                                   hb.loss if hb.HasField("loss") else None, metrics):
+            self._warn(line)  # a non-finite loss: said once per attempt (training_rules)
         # a recovery to note only when one restarted this task, or it says where it resumed (O(1))
         recovering = resumed_from is not None or self.book.waits_for(rt.task.name)
         note: dict[str, Any] = {"doing": "training" if phase == pb.PHASE_TRAINING else "serving",

@@ -59,6 +59,7 @@ from orchestrator.supervisor.states import (
     TaskState,
     describe_exit,
 )
+from orchestrator.supervisor.training_rules import NanWatch
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
                                    and coordinator.plan.reports_heartbeats)
         self._spares = spare_request(plan)
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
+        self._nan = NanWatch(self.policy.on_nan, self.policy.nan_metrics)
         self._pictures = Pictures(self.tasks, int(VIEW_TASKS_PER_S * o.tick_s), task_snapshot)
 
     # -- control from outside ------------------------------------------------------------
@@ -218,6 +220,9 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
             elif self._formed.failure is not None:  # N solo trainings are not one N-worker job
                 self._set_state(JobState.FAILED, EXIT_FAILED, self._formed.failure)
                 self._stop(self._live(), "stopped: the tasks did not form the planned cluster")
+            elif self._nan.failure is not None:  # --on-nan fail: permanent, a restart would meet it again
+                self._set_state(JobState.FAILED, EXIT_FAILED, self._nan.failure)
+                self._stop(self._live(), "stopped: a non-finite loss (--on-nan fail)")
             elif self.policy.deadline_s is not None and now - self.started_at >= self.policy.deadline_s:
                 self._set_state(JobState.FAILED, EXIT_FAILED,
                                 f"the job deadline of {self.policy.deadline_s:g} s passed")

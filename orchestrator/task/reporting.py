@@ -18,6 +18,7 @@ Calls with a ``step`` also fire the task's step-triggered injected faults
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 from typing import Any
@@ -30,6 +31,8 @@ _lock = threading.Lock()
 _reporter = None
 _started = False
 _faults: FaultInjector | None = None
+_non_finite_sent = False
+"""Whether a non-finite loss or metric was reported (and flushed at once) by this process."""
 
 
 def _in_task() -> bool:
@@ -150,6 +153,11 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
 
     reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
                     examples_per_second=examples_per_second, **metrics)
+    global _non_finite_sent
+    if not _non_finite_sent and ((loss is not None and not math.isfinite(loss))
+                                 or not all(math.isfinite(v) for v in metrics.values())):
+        _non_finite_sent = True  # the first NaN goes out at once, so the supervisor names its own step
+        reporter.flush()
 
 
 def training_finished(step: int | None = None, loss: float | None = None, **metrics: float) -> None:

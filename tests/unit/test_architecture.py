@@ -25,9 +25,9 @@ ROOT = "orchestrator"
 """The package itself (``orchestrator/__init__.py``: the version): shared, like :data:`SHARED`."""
 
 SHARED = ("orchestrator.spec", "orchestrator.env", "orchestrator.proto", "orchestrator.errors", "orchestrator.net",
-          "orchestrator.rundir", "orchestrator.gpus", "orchestrator.cores")
+          "orchestrator.rundir", "orchestrator.jsontext", "orchestrator.gpus", "orchestrator.cores")
 """All the task side and the control plane have in common: data, names, the wire format, errors,
-port probes, the run directory's layout."""
+port probes, the run directory's layout and its JSON encoder."""
 
 TASK_SIDE = ("orchestrator.task", "orchestrator.client", "worker", "ps")
 """What runs inside a task process. ``orchestrator.client`` is its public face for user programs."""

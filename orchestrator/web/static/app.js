@@ -92,6 +92,15 @@
     });
   }
 
+  function renderWarnings(st) {
+    const items = st.warnings || [];
+    $("warnings").hidden = !items.length;
+    const list = $("warnings-list");
+    if (list.childElementCount === items.length) return;
+    list.textContent = "";
+    items.forEach((w) => { const li = document.createElement("li"); li.textContent = w; list.appendChild(li); });
+  }
+
   function renderCause(st) {
     const rc = st.root_cause;
     $("cause").hidden = !rc;
@@ -190,6 +199,7 @@
     if (!status || !status.run_id) return;
     renderHeader(status);
     renderTasks(status);
+    renderWarnings(status);
     renderCause(status);
     renderChart("chart-loss", "loss", "loss");
     renderChart("chart-eps", "examples_per_second", "examples/s");

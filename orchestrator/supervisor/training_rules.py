@@ -1,0 +1,84 @@
+"""Training-health rules (pure: plain data in, a line out): a non-finite loss or watched metric.
+
+A loss that turns NaN or infinite trains on to the end without a word (Keras' ``fit`` goes on;
+only ``TerminateOnNaN`` stops it), and every step after it is wasted. The supervisor reads each
+heartbeat's ``loss`` and the metrics the user names (``supervision.nan_metrics``,
+``--nan-metrics``) and, the first time one is not finite on a task's attempt, says so with the
+task and the step (docs/failure-handling.md, "Non-finite loss"):
+
+* ``on_nan: warn`` (default): a warning in the live view, ``status``, the web page and
+  ``summary.json``'s ``warnings``; the job goes on (a loss spike that recovers, a metric that is
+  NaN on an empty batch, are the user's to judge).
+* ``on_nan: fail``: the job fails at once, as a permanent error: no restart is tried, since a
+  restart resumes from a checkpoint of the same weights and data and meets the same NaN.
+
+:class:`NanWatch` is the check as the loop runs it (state: what was said, per task attempt).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+ON_NAN = ("warn", "fail")
+"""The values of ``supervision.on_nan`` (``--on-nan``)."""
+
+
+def non_finite(loss: float | None, metrics: Mapping[str, float], watched: Iterable[str]) -> dict[str, float]:
+    """The values that are not finite: ``loss`` (when given) and the ``watched`` metrics present
+    in ``metrics``; name -> value, ``loss`` first. Empty when all are finite."""
+    out: dict[str, float] = {}
+    if loss is not None and not math.isfinite(loss):
+        out["loss"] = loss
+    for name in watched:
+        value = metrics.get(name)
+        if value is not None and not math.isfinite(value):
+            out[name] = value
+    return out
+
+
+def nan_line(task: str, step: int | None, values: Mapping[str, float], on_nan: str) -> str:
+    """The warning (or the failure's reason) for ``task``'s first non-finite ``values`` at ``step``.
+
+    Returns:
+        e.g. ``worker-0 reported a non-finite loss (nan) first at step 12: training goes
+        on (--on-nan warn); lower the learning rate, clip gradients, or check the input for NaN``.
+    """
+    what = ", ".join(f"{name} ({value})" for name, value in values.items())
+    where = f"first at step {step}" if step is not None else "before its first step"
+    head = f"{task} reported a non-finite {what} {where}"
+    if on_nan == "fail":
+        return (f"{head}: failing the job without a restart (--on-nan fail; a restart resumes the same weights "
+                "and data and meets it again); lower the learning rate, clip gradients, or check the input for NaN")
+    return (f"{head}: training goes on (--on-nan warn; --on-nan fail stops the job); lower the "
+            "learning rate, clip gradients, or check the input for NaN")
+
+
+class NanWatch:
+    """:func:`non_finite` of each heartbeat, said once per task attempt.
+
+    Args:
+        on_nan: ``warn`` or ``fail`` (:data:`ON_NAN`).
+        watched: metric names checked besides the loss.
+    """
+
+    def __init__(self, on_nan: str = "warn", watched: Iterable[str] = ()) -> None:
+        self.on_nan, self.watched = on_nan, tuple(watched)
+        self._said: set[tuple[str, int]] = set()
+        self.failure: str | None = None  # the reason that fails the job (on_nan fail), once seen
+
+    def beat(self, task: str, attempt: int, step: int | None, loss: float | None,
+             metrics: Mapping[str, float]) -> list[str]:
+        """One heartbeat of ``task``'s ``attempt``: the warning to show when a value is not finite
+        for the first time on this attempt (else none); sets :attr:`failure` (the same line) under
+        ``on_nan: fail``."""
+        if (loss is None or math.isfinite(loss)) and not self.watched:
+            return []  # the hot path: one isfinite per heartbeat
+        values = non_finite(loss, metrics, self.watched)
+        if not values or (task, attempt) in self._said:
+            return []
+        self._said.add((task, attempt))
+        line = nan_line(task, step, values, self.on_nan)
+        if self.on_nan == "fail" and self.failure is None:
+            self.failure = line
+        return [line]

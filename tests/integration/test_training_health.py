@@ -1,0 +1,82 @@
+"""Training health through the CLI, as a user runs it (``launch -- python PROGRAM``): a loss that
+turns NaN is named (task, first step) in the live status and the summary, ``--on-nan fail`` fails
+the job without a restart, and every record and ``--json`` output is strict JSON (issue 35, item 1)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.jsontext import loads_strict
+from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
+
+PROGRAM = str(REPO / "tests" / "programs" / "user_nan.py")
+
+
+def cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(orchestrator_cmd(*args), capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
+                          env=test_env())
+
+
+def test_a_nan_loss_is_a_warning_with_task_and_step_and_every_record_is_strict_json(tmp_path: Path):
+    runs, hold = tmp_path / "runs", tmp_path / "go"
+    launch = subprocess.Popen(
+        orchestrator_cmd("launch", "--workers", "1", "--runs-dir", str(runs), "--run-id", "nan", "--json",
+                         "--heartbeat-interval", "0.2", "--nan-metrics", "grad_norm", "--",
+                         sys.executable, PROGRAM, "30", "10", str(hold)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=test_env())
+    try:
+        def live_warning():  # the status over gRPC while the job runs (what the web page polls too)
+            out = cli("status", "--runs-dir", str(runs), "nan", "--json")
+            status = loads_strict(out.stdout) if out.stdout.strip() else {}
+            return status if status.get("live") and status.get("warnings") else None
+        status = wait_until(live_warning, 30, 0.2, "the live status to carry the NaN warning")
+        assert "worker-0 reported a non-finite loss (nan), grad_norm (inf) first at step 10" in status["warnings"][0]
+        hold.touch()
+        stdout, stderr = launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.communicate()
+    assert launch.returncode == 0, stderr
+    summary = loads_strict(stdout)  # launch --json
+    assert summary["status"] == "Succeeded" and summary["restarts"] == 0
+    assert summary["warnings"] == status["warnings"]
+    assert summary["metrics"]["final_loss"] is None and summary["non_finite"]["metrics.final_loss"] == "NaN"
+    assert summary["non_finite"]["metrics.grad_norm"] == "Infinity"
+    assert_no_process_left(all_pids(summary))
+    run_dir = runs / "nan"
+    for name in ("summary.json", "run.json", "history.json", "plan.json"):
+        loads_strict((run_dir / name).read_text())  # raises on a bare NaN / Infinity
+    assert loads_strict((run_dir / "summary.json").read_text())["warnings"] == summary["warnings"]
+    history = json.dumps(loads_strict((run_dir / "history.json").read_text()))
+    assert "null" in history  # the NaN losses of the series, as gaps
+    for args in (("status", "--runs-dir", str(runs), "nan", "--json"), ("list", "--runs-dir", str(runs), "--json"),
+                 ("logs", "--runs-dir", str(runs), "nan", "--json")):
+        out = cli(*args)
+        assert out.returncode in (0, 1), out.stderr
+        for line in ([out.stdout] if args[0] != "logs" else out.stdout.splitlines()):
+            loads_strict(line)
+
+
+def test_on_nan_fail_fails_the_job_at_once_without_a_restart(tmp_path: Path):
+    runs = tmp_path / "runs"
+    out = cli("launch", "--workers", "1", "--runs-dir", str(runs), "--run-id", "nan", "--json",
+              "--heartbeat-interval", "0.2", "--on-nan", "fail", "--max-restarts", "3", "--",
+              sys.executable, PROGRAM, "400", "10")
+    assert out.returncode == 1, out.stderr
+    summary = loads_strict(out.stdout)
+    assert summary["status"] == "Failed" and summary["restarts"] == 0
+    assert "worker-0 reported a non-finite loss (nan) first at step 10" in summary["reason"]
+    assert "--on-nan fail" in summary["reason"]
+    assert summary["tasks"][0]["last_heartbeat"]["step"] < 400  # stopped, not trained to the end
+    assert_no_process_left(all_pids(summary))
+
+
+def test_on_nan_is_checked_as_bad_input(tmp_path: Path):
+    out = cli("launch", "--workers", "1", "--runs-dir", str(tmp_path / "runs"), "--on-nan", "maybe")
+    assert out.returncode == 2 and "--on-nan" in out.stderr and not (tmp_path / "runs").exists()
+    out = cli("launch", "--workers", "1", "--runs-dir", str(tmp_path / "runs"), "--nan-metrics", ",")
+    assert out.returncode == 2 and "nan_metrics" in out.stderr.splitlines()[0]
