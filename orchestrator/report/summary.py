@@ -108,6 +108,8 @@ HEARTBEAT_FIELDS: dict[str, str] = {
     "loss": "last loss (absent when never reported)",
     "examples_per_second": "throughput (absent when never reported)",
     "metrics": "every other metric the task reported (`accuracy`, `eval_accuracy`, ...)",
+    "first_step_s": "seconds the task has been in its first training step (judged by the startup timeout, not the "
+                    "stall timeout); absent once past it",
 }
 """Every field of a task's ``last_heartbeat`` in ``summary.json`` (what :func:`heartbeat_dict` returns)."""
 
@@ -133,6 +135,8 @@ def heartbeat_dict(beat: LastHeartbeat | None) -> dict | None:
             out[name] = value
     if beat.metrics:
         out["metrics"] = dict(beat.metrics)
+    if beat.first_step_s is not None:
+        out["first_step_s"] = round(beat.first_step_s, 1)
     return out
 
 

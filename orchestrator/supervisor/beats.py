@@ -41,6 +41,9 @@ from orchestrator.supervisor.training_rules import NanWatch
 _PHASES = {value: phase_name(value) for value in pb.Phase.values()}
 """Phase number -> name (``training``), looked up once per heartbeat."""
 _WORKING = (pb.PHASE_SERVING, pb.PHASE_TRAINING)
+PAST_FIRST_STEP = -1
+"""``Attempt.first_step`` of an attempt whose first reported step was already past its first one
+(no step is negative, so ``last_step`` never equals it)."""
 GC_FREEZE_TASKS = 1000
 """From this many tasks, what the process holds once every task runs (the plan, the task
 records, the health server's streams: ~1M objects at 10,000 tasks) is moved out of the cyclic
@@ -115,6 +118,8 @@ class HeartbeatHandling:
         reschedule = previous is None or previous.phase != phase or previous.exiting != hb.exiting
         if reschedule:
             a.progress_at = at
+        if a.training_at is None and phase == pb.PHASE_TRAINING:
+            a.training_at = at  # its first step is judged from here (hang_rules.first_step_due_at)
         metrics = hb.metrics
         coordinator = rt is self._coordinator
         resumed = metrics.get("resumed_from_step") if metrics else None
@@ -137,6 +142,11 @@ class HeartbeatHandling:
                 if self._cold_start_s is None:
                     self._cold_start_s = at - (a.started_at or at)
                 self._spares_at = decisions.spares_start_at(at, self._cold_start_s)
+            if a.first_step is None:  # step 0 (on_train_begin) or where it resumed: its first step starts;
+                # a first report past that (a program reporting after each step) is its first step done
+                a.first_step = hb.step if hb.step == 0 or hb.step == resumed_from else PAST_FIRST_STEP
+            elif a.last_step == a.first_step:
+                reschedule = True  # past its first step: the stall timeout may come earlier
             a.last_step, a.progress_at = hb.step, at
             if recovering:
                 self._event(*self.book.note(rt.task.name, at, RestartScope.GROUP, **note))

@@ -22,12 +22,13 @@ def watch(rt: TaskRuntime) -> TaskWatch:
     to know of ``rt``'s current (started) attempt."""
     a = rt.current
     assert a.started_at is not None
+    phase = phase_name(a.heartbeat.heartbeat.phase) if a.heartbeat else None
     return TaskWatch(
         reports=rt.plan.reports_heartbeats, started_at=a.started_at,
         heartbeat_at=a.heartbeat.received_at if a.heartbeat else None,
-        phase=phase_name(a.heartbeat.heartbeat.phase) if a.heartbeat else None,
-        progress_at=a.progress_at, step=a.last_step, trains=rt.task.task_type != "evaluator",
+        phase=phase, progress_at=a.progress_at, step=a.last_step, trains=rt.task.task_type != "evaluator",
         exiting=bool(a.heartbeat and a.heartbeat.heartbeat.exiting),
+        in_first_step=phase == "training" and a.last_step == a.first_step, training_at=a.training_at,
     )
 
 

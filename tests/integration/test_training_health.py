@@ -80,3 +80,47 @@ def test_on_nan_is_checked_as_bad_input(tmp_path: Path):
     assert out.returncode == 2 and "--on-nan" in out.stderr and not (tmp_path / "runs").exists()
     out = cli("launch", "--workers", "1", "--runs-dir", str(tmp_path / "runs"), "--nan-metrics", ",")
     assert out.returncode == 2 and "nan_metrics" in out.stderr.splitlines()[0]
+
+
+# -- item 3: a slow first step -----------------------------------------------------------------
+
+
+def test_a_first_step_longer_than_the_stall_timeout_is_not_a_stall_and_the_status_says_so(tmp_path: Path):
+    runs, hold = tmp_path / "runs", tmp_path / "go"
+    launch = subprocess.Popen(
+        orchestrator_cmd("launch", "--workers", "1", "--runs-dir", str(runs), "--run-id", "slow", "--json",
+                         "--heartbeat-interval", "0.2", "--stall-timeout", "1.5", "--startup-timeout", "40",
+                         "--restart-policy", "never", "--", sys.executable,
+                         str(REPO / "tests" / "programs" / "slow_first_step.py"), "20", str(hold)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=test_env())
+    try:
+        def in_first_step_past_the_stall_timeout():
+            out = cli("status", "--runs-dir", str(runs), "slow", "--json")
+            status = loads_strict(out.stdout) if out.stdout.strip() else {}
+            beat = (status.get("tasks") or [{}])[0].get("last_heartbeat") or {}
+            return status if status.get("live") and (beat.get("first_step_s") or 0) > 3.0 else None
+        status = wait_until(in_first_step_past_the_stall_timeout, 30, 0.2, "3 s in the first step, still running")
+        assert status["tasks"][0]["state"] == "Running"
+        table = cli("status", "--runs-dir", str(runs), "slow").stdout
+        assert "training (first step" in table, table
+        hold.touch()
+        stdout, stderr = launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.communicate()
+    assert launch.returncode == 0, stderr
+    summary = loads_strict(stdout)
+    assert summary["status"] == "Succeeded" and summary["restarts"] == 0
+    assert summary["tasks"][0]["last_heartbeat"]["step"] == 20
+    assert "first_step_s" not in summary["tasks"][0]["last_heartbeat"]
+
+
+def test_a_first_step_past_the_startup_allowance_is_hung_and_named(tmp_path: Path):
+    out = cli("launch", "--workers", "1", "--runs-dir", str(tmp_path / "runs"), "--json", "--heartbeat-interval",
+              "0.2", "--stall-timeout", "1", "--startup-timeout", "3", "--restart-policy", "never", "--",
+              sys.executable, str(REPO / "tests" / "programs" / "slow_first_step.py"), "5", str(tmp_path / "never"))
+    assert out.returncode == 1, out.stderr
+    summary = loads_strict(out.stdout)
+    assert "no first step" in summary["root_cause"]["message"] and "startup timeout 3 s" in summary["root_cause"][
+        "message"], summary["reason"]

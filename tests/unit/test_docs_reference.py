@@ -34,7 +34,7 @@ def test_task_fields_name_exactly_what_task_dict_writes():
 
 def test_heartbeat_fields_name_what_heartbeat_dict_writes():
     source = inspect.getsource(summary.heartbeat_dict)
-    optional = {"step", "epoch", "loss", "examples_per_second", "metrics"}  # written when reported
+    optional = {"step", "epoch", "loss", "examples_per_second", "metrics", "first_step_s"}  # written when reported
     assert all(f'"{name}"' in source for name in optional)
     assert set(summary.HEARTBEAT_FIELDS) == _returned_keys(summary.heartbeat_dict) | optional
 
