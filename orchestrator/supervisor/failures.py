@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import Backend
 from orchestrator.plan import Plan
-from orchestrator.spec.model import TaskId
+from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor import decisions, forensics
+from orchestrator.supervisor import decisions, forensics, training_rules
 from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation
@@ -157,6 +157,18 @@ class FailureHandling:
                                          phases)
         return decisions.late_notice(preemption_exit=True, notice=forensics.sigterm_received(rt), ended=ended)
 
+    def _uneven_data(self, cause: Failure) -> str:
+        """Why ``cause`` is uneven data across MWMS workers (a peer finished while its task still
+        trained: :func:`~orchestrator.supervisor.training_rules.uneven_data`), "" when it is not."""
+        trainers, a = set(self.plan.spec.trainers()), self._by_task[cause.task].current
+        finished = sorted((rt.current.ended_at or 0.0, rt.task.name, rt.current.last_step) for rt in self.tasks
+                          if rt.task in trainers and rt.task != cause.task and rt.current.state is TaskState.SUCCEEDED)
+        return training_rules.uneven_data(
+            self.plan.spec.strategy is Strategy.MULTI_WORKER_MIRRORED, cause.task.name, a.last_step,
+            phase_name(a.heartbeat.heartbeat.phase) if a.heartbeat else None,
+            stuck=cause.message.startswith("hung: ") or bool(cause.peer_error),
+            finished=[(name, step) for _, name, step in finished]) or ""
+
     def _fail(self, cause: Failure, why_not: str) -> None:
         """End the job as Failed because of ``cause``, the failure that ended it (the root cause)."""
         self.fatal = self.log.current(cause)
@@ -169,7 +181,7 @@ class FailureHandling:
         for the evaluator, which never fails the job, leave it ended). A preemption is never
         counted against ``max_restarts`` and never waits a backoff."""
         failed = self._by_task[cause.task]
-        looping = self._crash_loop(cause)  # the same error again and again: no restart helps
+        looping = self._crash_loop(cause) or self._uneven_data(cause)  # no restart helps either
         plan = decisions.RestartPlan(False, looping) if looping else decisions.restart_plan(
             self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
             restarts_used=self.restarts_used if job_restart else failed.restarts, attempt=failed.current.number,

@@ -18,7 +18,7 @@ task and the step (docs/failure-handling.md, "Non-finite loss"):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 ON_NAN = ("warn", "fail")
 """The values of ``supervision.on_nan`` (``--on-nan``)."""
@@ -82,3 +82,40 @@ class NanWatch:
         if self.on_nan == "fail" and self.failure is None:
             self.failure = line
         return [line]
+
+
+UNEVEN_DATA_FIX = ("give every worker the same number of steps: steps_per_epoch in fit, dataset.repeat(), or "
+                   "tf.data.experimental.AutoShardPolicy.DATA sharding")
+
+
+def uneven_data(mwms: bool, failed: str, failed_step: int | None, failed_phase: str | None, stuck: bool,
+                finished: Sequence[tuple[str, int | None]]) -> str | None:
+    """Why a stuck MWMS trainer's failure is uneven data, not a hang to restart; None when it is not.
+
+    Under MultiWorkerMirroredStrategy every trainer takes part in every step's all-reduce. A worker
+    whose dataset ran out first ends ``fit`` and exits 0 while a peer still has steps: the peer
+    waits in the collective for it forever, is killed as hung (or dies of a collective timeout),
+    and a group restart replays the same data and the same wait. So when a trainer fails
+    ``stuck`` (hung, or a peer's collective error) while still ``training``, and another trainer
+    of the group already finished (exited 0), the finished one is the cause, and no restart is
+    tried (docs/failure-handling.md, "Uneven data").
+
+    Args:
+        mwms: the job's strategy is MultiWorkerMirroredStrategy.
+        failed: the stuck trainer's name (``worker-0``); ``failed_step`` its last step,
+            ``failed_phase`` its last heartbeat's phase.
+        stuck: it was killed as hung, or died of a peer's (collective) error.
+        finished: the other trainers whose current attempt exited 0: ``(name, last step)``, in
+            the order they ended.
+
+    Returns:
+        e.g. ``worker-1 finished at local step 40 while worker-0 was at step 44: uneven data across
+        workers ...``, naming the first to finish and the fix.
+    """
+    if not mwms or not stuck or failed_phase != "training" or not finished:
+        return None
+    name, step = finished[0]
+    at = f"local step {step}" if step is not None else "an unknown step"
+    where = f"step {failed_step}" if failed_step is not None else "an unknown step"
+    return (f"{name} finished at {at} while {failed} was at {where}: uneven data across workers ({failed} waited "
+            f"in the all-reduce for a worker that had left; a restart replays it): {UNEVEN_DATA_FIX}")

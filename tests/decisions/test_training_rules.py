@@ -57,3 +57,24 @@ def test_a_watched_metric_is_checked_without_a_loss():
     watch = NanWatch("warn", ("grad_norm",))
     assert watch.beat("chief-0", 0, 3, None, {"grad_norm": 1.0}) == []
     assert "grad_norm (inf) first at step 4" in watch.beat("chief-0", 0, 4, None, {"grad_norm": INF})[0]
+
+
+# -- uneven data across MWMS workers -----------------------------------------------------------
+from orchestrator.supervisor.training_rules import uneven_data  # noqa: E402
+
+
+@pytest.mark.parametrize("mwms, phase, stuck, finished, named", [
+    (True, "training", True, [("worker-1", 40)], "worker-1 finished at local step 40 while worker-0 was at step 44"),
+    (True, "training", True, [("worker-2", 38), ("worker-1", 40)], "worker-2 finished at local step 38"),  # first
+    (True, "training", True, [], None),            # nobody left: a real hang, restarted as before
+    (True, "training", False, [("worker-1", 40)], None),   # it crashed by itself: not a wait on a peer
+    (True, "finishing", True, [("worker-1", 40)], None),   # its training had ended: not waiting in a step
+    (False, "training", True, [("worker-1", 40)], None),   # PSS: a worker's end is the coordinator's business
+])
+def test_uneven_data_names_the_trainer_that_left(mwms, phase, stuck, finished, named):
+    why = uneven_data(mwms, "worker-0", 44, phase, stuck, finished)
+    if named is None:
+        assert why is None
+    else:
+        assert why is not None and named in why and "uneven data across workers" in why
+        assert "steps_per_epoch" in why and "repeat()" in why and "DATA" in why

@@ -124,3 +124,20 @@ def test_a_first_step_past_the_startup_allowance_is_hung_and_named(tmp_path: Pat
     summary = loads_strict(out.stdout)
     assert "no first step" in summary["root_cause"]["message"] and "startup timeout 3 s" in summary["root_cause"][
         "message"], summary["reason"]
+
+
+# -- item 2: uneven data under MWMS ------------------------------------------------------------
+
+
+def test_uneven_data_under_mwms_names_the_worker_that_left_and_fails_without_a_restart(tmp_path: Path):
+    out = cli("launch", "--workers", "2", "--strategy", "multi_worker_mirrored", "--runs-dir", str(tmp_path / "r"),
+              "--json", "--heartbeat-interval", "0.2", "--stall-timeout", "1.5", "--max-restarts", "3", "--",
+              sys.executable, str(REPO / "tests" / "programs" / "uneven_data.py"), "44,40", timeout_s=120)
+    assert out.returncode == 1, out.stderr
+    summary = loads_strict(out.stdout)
+    assert summary["restarts"] == 0, summary["reason"]  # a restart replays it: none is tried
+    assert "worker-1 finished at local step 40 while worker-0 was at step 44: uneven data across workers" in \
+        summary["reason"], summary["reason"]
+    assert "steps_per_epoch" in summary["reason"] and "repeat()" in summary["reason"]
+    assert summary["root_cause"]["task"] == "worker:0"
+    assert_no_process_left(all_pids(summary))
