@@ -154,6 +154,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--nan-metrics", default=None, metavar="NAMES",
                      help="reported metrics checked for NaN / infinity like the loss, comma-separated "
                      "(e.g. grad_norm,val_loss; default none)")
+    sup.add_argument("--max-log-size", default=None, metavar="SIZE",
+                     help="cap of each task's stdout.log and stderr.log (K, M, G; default 256M): past it the "
+                     "middle is cut, its first quarter and its end kept, and the summary says how much")
     add_backend_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")

@@ -88,6 +88,7 @@ FLAG_FIELDS = {
     "exit_grace": "supervision.exit_grace_s",
     "on_nan": "supervision.on_nan",
     "nan_metrics": "supervision.nan_metrics",
+    "max_log_size": "supervision.max_log_size_bytes",
     "checkpoint_every": "training.checkpoint_every",
     "threads": "training.threads",
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -151,6 +152,9 @@ class SupervisionSpec:
             and data and meets it again) (:mod:`orchestrator.supervisor.training_rules`).
         nan_metrics: names of reported metrics checked like the loss (``--nan-metrics
             grad_norm,val_loss``); default none.
+        max_log_size_bytes: the cap of each task attempt's ``stdout.log`` and ``stderr.log``,
+            bytes (``--max-log-size 256M``); past it the middle is cut, the head and the tail kept
+            (:mod:`orchestrator.supervisor.logcap`). Default 256 MiB; at least 64 KiB.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -171,6 +175,7 @@ class SupervisionSpec:
     exit_grace_s: float = 30.0
     on_nan: str = "warn"
     nan_metrics: tuple[str, ...] = ()
+    max_log_size_bytes: int = 256 * 1024 * 1024
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -197,6 +202,8 @@ class SupervisionSpec:
             fields["allow_cluster_mismatch"] = bool(allow)
         if fields.get("on_nan") is not None:
             fields["on_nan"] = str(fields["on_nan"]).strip().lower()
+        if fields.get("max_log_size_bytes") is not None:
+            fields["max_log_size_bytes"] = parse_size("max_log_size_bytes", fields["max_log_size_bytes"])
         if fields.get("nan_metrics") is not None:
             fields["nan_metrics"] = _names("nan_metrics", fields["nan_metrics"])
         spec = cls(restart_policy=policies, **fields)
@@ -227,6 +234,10 @@ class SupervisionSpec:
         for name in ("deadline_s", "finish_timeout_s"):
             if getattr(self, name) is not None:
                 _seconds(name, getattr(self, name))
+        size = self.max_log_size_bytes
+        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_LOG_SIZE_BYTES:
+            raise SpecError("max_log_size_bytes", size, "must be a size of at least 64K",
+                            FIX_EXAMPLES["max_log_size_bytes"])
         if self.on_nan not in ("warn", "fail"):
             raise SpecError("on_nan", self.on_nan, "must be warn or fail", FIX_EXAMPLES["on_nan"])
 
@@ -280,10 +291,30 @@ FIX_EXAMPLES = {
     "exit_grace_s": "e.g. --exit-grace 30",
     "on_nan": "e.g. --on-nan fail, or --on-nan warn",
     "nan_metrics": "e.g. --nan-metrics grad_norm,val_loss",
+    "max_log_size_bytes": "e.g. --max-log-size 256M (K, M, G: KiB, MiB, GiB)",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:
 ``backoff_s`` is ``--restart-backoff``)."""
+
+
+MIN_LOG_SIZE_BYTES = 64 * 1024
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
+          "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_size(name: str, value: object) -> int:
+    """``"256M"``, ``"1G"``, ``"64KiB"`` or a number of bytes as bytes (binary units: 1K = 1024).
+
+    Raises:
+        SpecError: naming ``name`` when it is not a size.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
+    if match is None or match.group(2).upper() not in _UNITS or isinstance(value, bool):
+        raise SpecError(name, value, "is not a size", FIX_EXAMPLES[name])
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
 def _names(name: str, value: object) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.gpu import usages_of
 from orchestrator.supervisor.hangs import HangChecks
 from orchestrator.supervisor.lives import LifeBook
+from orchestrator.supervisor.logcap import LogCaps
 from orchestrator.supervisor.recovery import RecoveryBook, rejoined_workers
 from orchestrator.supervisor.snapshot import phase_name
 from orchestrator.supervisor.states import JobState, TaskRuntime, TaskState
@@ -70,6 +71,7 @@ class HeartbeatHandling:
         _checks: HangChecks
         _formed: FormedCheck
         _nan: NanWatch
+        _logs: LogCaps
         _coordinator: TaskRuntime | None
         _rotation_reported: bool
         _spares_at: float | None
@@ -97,6 +99,7 @@ class HeartbeatHandling:
                     a.sampled_at is None or now - a.sampled_at >= 1.0):
                 a.took_sample(self.backend.sample(a.process), now)
                 rt.saw_gpus(a.sample.gpus if a.sample else ())
+        self._event(*self._logs.check(self.tasks, now, len(self.tasks)))  # --max-log-size (logcap)
         if self.state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING for rt in self.tasks):
             self._set_state(JobState.RUNNING)
             if len(self.tasks) >= GC_FREEZE_TASKS:

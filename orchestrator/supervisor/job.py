@@ -40,6 +40,7 @@ from orchestrator.supervisor.failures import FailureHandling
 from orchestrator.supervisor.formed import FormedCheck
 from orchestrator.supervisor.hangs import HangChecks, watch
 from orchestrator.supervisor.lives import Carried, LifeBook
+from orchestrator.supervisor.logcap import LogCaps
 from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.pictures import Pictures
 from orchestrator.supervisor.preemption import Preemption
@@ -149,7 +150,8 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
                                    and coordinator.plan.reports_heartbeats)
         self._spares = spare_request(plan)
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
-        self._nan = NanWatch(self.policy.on_nan, self.policy.nan_metrics)
+        self._nan, self._logs = NanWatch(self.policy.on_nan, self.policy.nan_metrics), LogCaps(
+            self.policy.max_log_size_bytes)
         self._pictures = Pictures(self.tasks, int(VIEW_TASKS_PER_S * o.tick_s), task_snapshot)
 
     # -- control from outside ------------------------------------------------------------
@@ -217,12 +219,10 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
                 self._stop(self._live(), f"stopped: {self._interrupt}")
             elif self.preemption.requested and self.preemption.deadline is None:
                 self._preemption(now)
-            elif self._formed.failure is not None:  # N solo trainings are not one N-worker job
-                self._set_state(JobState.FAILED, EXIT_FAILED, self._formed.failure)
-                self._stop(self._live(), "stopped: the tasks did not form the planned cluster")
-            elif self._nan.failure is not None:  # --on-nan fail: permanent, a restart would meet it again
-                self._set_state(JobState.FAILED, EXIT_FAILED, self._nan.failure)
-                self._stop(self._live(), "stopped: a non-finite loss (--on-nan fail)")
+            elif failed := self._formed.failure or self._nan.failure:  # N solo trainings are not one N-worker
+                self._set_state(JobState.FAILED, EXIT_FAILED, failed)  # job; --on-nan fail: a restart meets it again
+                self._stop(self._live(), "stopped: the tasks did not form the planned cluster" if self._formed.failure
+                           else "stopped: a non-finite loss (--on-nan fail)")
             elif self.policy.deadline_s is not None and now - self.started_at >= self.policy.deadline_s:
                 self._set_state(JobState.FAILED, EXIT_FAILED,
                                 f"the job deadline of {self.policy.deadline_s:g} s passed")
@@ -274,6 +274,7 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
         if self.state is JobState.SUCCEEDED:  # what it formed and what its rehearsal tested
             self._set_state(*checked_success(self.reason, self._formed.failure, self._rehearsal.untested))
         self.ended_at = self.clock()
+        self.warnings.extend(self._logs.final(self.tasks))  # each log cut by --max-log-size, and how much
         self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time())
         self._persist()
         final = self.snapshot()

@@ -141,3 +141,26 @@ def test_uneven_data_under_mwms_names_the_worker_that_left_and_fails_without_a_r
     assert "steps_per_epoch" in summary["reason"] and "repeat()" in summary["reason"]
     assert summary["root_cause"]["task"] == "worker:0"
     assert_no_process_left(all_pids(summary))
+
+
+# -- item 5: a log flood -----------------------------------------------------------------------
+
+
+def test_a_log_flood_is_cut_to_its_head_and_tail_and_the_root_cause_is_still_found(tmp_path: Path):
+    runs = tmp_path / "runs"
+    out = cli("launch", "--workers", "1", "--runs-dir", str(runs), "--run-id", "flood", "--heartbeat-interval", "0.2",
+              "--max-log-size", "1M", "--restart-policy", "never", "--",
+              sys.executable, str(REPO / "tests" / "programs" / "log_flood.py"), "12", timeout_s=120)
+    assert out.returncode == 1, out.stderr
+    assert "stderr.log passed --max-log-size 1.0 MiB" in out.stdout  # said live, while it floods
+    summary = loads_strict((runs / "flood" / "summary.json").read_text())
+    log = runs / "flood" / "attempt-0" / "worker-0" / "stderr.log"
+    assert log.stat().st_size <= 1024 * 1024
+    text = log.read_text()
+    assert text.startswith("flood: the first line of the log")  # the head
+    assert "cut from the middle of this log by the orchestrator" in text
+    assert text.rstrip().endswith("RuntimeError: the input pipeline broke after the flood")  # the tail
+    (warning,) = [w for w in summary["warnings"] if "stderr.log" in w]
+    dropped = float(warning.split("was cut: ")[1].split(" MiB")[0])
+    assert "worker-0's stderr.log (attempt 0) was cut" in warning and 10.0 < dropped < 12.0, warning
+    assert "the input pipeline broke after the flood" in summary["root_cause"]["message"]
