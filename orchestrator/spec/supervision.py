@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.sizes import parse_size
 
 ROLES = ("chief", "worker", "ps", "evaluator")
 
@@ -203,7 +203,8 @@ class SupervisionSpec:
         if fields.get("on_nan") is not None:
             fields["on_nan"] = str(fields["on_nan"]).strip().lower()
         if fields.get("max_log_size_bytes") is not None:
-            fields["max_log_size_bytes"] = parse_size("max_log_size_bytes", fields["max_log_size_bytes"])
+            fields["max_log_size_bytes"] = parse_size("max_log_size_bytes", fields["max_log_size_bytes"],
+                                                      FIX_EXAMPLES["max_log_size_bytes"])
         if fields.get("nan_metrics") is not None:
             fields["nan_metrics"] = _names("nan_metrics", fields["nan_metrics"])
         spec = cls(restart_policy=policies, **fields)
@@ -299,22 +300,6 @@ the spec-file field where there is no flag (flag names are not derived from fiel
 
 
 MIN_LOG_SIZE_BYTES = 64 * 1024
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
-          "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-
-
-def parse_size(name: str, value: object) -> int:
-    """``"256M"``, ``"1G"``, ``"64KiB"`` or a number of bytes as bytes (binary units: 1K = 1024).
-
-    Raises:
-        SpecError: naming ``name`` when it is not a size.
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
-    if match is None or match.group(2).upper() not in _UNITS or isinstance(value, bool):
-        raise SpecError(name, value, "is not a size", FIX_EXAMPLES[name])
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
 def _names(name: str, value: object) -> tuple[str, ...]:

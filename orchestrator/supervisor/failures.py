@@ -181,7 +181,8 @@ class FailureHandling:
         for the evaluator, which never fails the job, leave it ended). A preemption is never
         counted against ``max_restarts`` and never waits a backoff."""
         failed = self._by_task[cause.task]
-        looping = self._crash_loop(cause) or self._uneven_data(cause)  # no restart helps either
+        looping = (self._crash_loop(cause) or self._uneven_data(cause)  # no restart helps either
+                   or training_rules.shm_exhausted(cause.exit_code) or "")
         plan = decisions.RestartPlan(False, looping) if looping else decisions.restart_plan(
             self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
             restarts_used=self.restarts_used if job_restart else failed.restarts, attempt=failed.current.number,

@@ -119,3 +119,22 @@ def uneven_data(mwms: bool, failed: str, failed_step: int | None, failed_phase: 
     where = f"step {failed_step}" if failed_step is not None else "an unknown step"
     return (f"{name} finished at {at} while {failed} was at {where}: uneven data across workers ({failed} waited "
             f"in the all-reduce for a worker that had left; a restart replays it): {UNEVEN_DATA_FIX}")
+
+
+SIGBUS_CODES = (-7, 135)
+"""A death by SIGBUS: Popen's ``-7``, or ``128 + 7`` from a shell or a container's init."""
+
+
+def shm_exhausted(exit_code: int | None) -> str | None:
+    """Why a task that died of SIGBUS is not restarted, or None for another end.
+
+    A process that writes past the memory of a full ``tmpfs`` gets SIGBUS, not an error: the
+    classic one is ``/dev/shm``, which Docker sizes at 64 MB unless told otherwise, and which
+    multi-process data loading and NCCL's shared-memory transport outgrow. A restart gets the
+    same ``/dev/shm`` and dies the same way, so this is a permanent error, named with the option
+    that sizes it (docs/containers.md, "Shared memory")."""
+    if exit_code not in SIGBUS_CODES:
+        return None
+    return ("it died of SIGBUS, the signal of a full /dev/shm (shared memory: Docker's default is 64 MB; "
+            "multi-process data loading and NCCL outgrow it), and a restart gets the same /dev/shm: give it more "
+            "with --shm-size 2G (docker backend; Compose: compose --shm-size; Kubernetes: render --shm-size)")

@@ -78,3 +78,16 @@ def test_uneven_data_names_the_trainer_that_left(mwms, phase, stuck, finished, n
     else:
         assert why is not None and named in why and "uneven data across workers" in why
         assert "steps_per_epoch" in why and "repeat()" in why and "DATA" in why
+
+
+# -- a SIGBUS: a full /dev/shm -------------------------------------------------------------------
+from orchestrator.supervisor.training_rules import shm_exhausted  # noqa: E402
+
+
+@pytest.mark.parametrize("code, permanent", [(-7, True), (135, True), (-9, False), (1, False), (None, False),
+                                             (0, False)])
+def test_a_sigbus_is_a_full_dev_shm_not_to_restart(code, permanent):
+    why = shm_exhausted(code)
+    assert (why is not None) is permanent
+    if why:
+        assert "/dev/shm" in why and "--shm-size" in why

@@ -164,3 +164,16 @@ def test_a_log_flood_is_cut_to_its_head_and_tail_and_the_root_cause_is_still_fou
     dropped = float(warning.split("was cut: ")[1].split(" MiB")[0])
     assert "worker-0's stderr.log (attempt 0) was cut" in warning and 10.0 < dropped < 12.0, warning
     assert "the input pipeline broke after the flood" in summary["root_cause"]["message"]
+
+
+# -- item 4: a SIGBUS of a full /dev/shm ---------------------------------------------------------
+
+
+def test_a_sigbus_is_a_permanent_error_that_names_shared_memory_and_the_option(tmp_path: Path):
+    out = cli("launch", "--workers", "1", "--runs-dir", str(tmp_path / "runs"), "--json", "--heartbeat-interval",
+              "0.2", "--max-restarts", "3", "--", sys.executable, str(REPO / "tests" / "programs" / "fill_shm.py"),
+              "8", "--sigbus")
+    assert out.returncode == 1, out.stderr
+    summary = loads_strict(out.stdout)
+    assert summary["restarts"] == 0, summary["reason"]  # main: retried until 'restarts exhausted'
+    assert "SIGBUS" in summary["reason"] and "/dev/shm" in summary["reason"] and "--shm-size" in summary["reason"]
