@@ -18,8 +18,9 @@ from orchestrator.backends.base import Backend
 from orchestrator.plan import Plan
 from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor import decisions, forensics, training_rules
+from orchestrator.supervisor import decisions, forensics, stack_rules, training_rules
 from orchestrator.supervisor.decisions import RestartScope
+from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation
 from orchestrator.supervisor.snapshot import phase_name
@@ -61,6 +62,7 @@ class FailureHandling:
         _restart_at: dict[str, float]
         _rotation_reported: bool
         _trained: bool
+        options: LoopOptions
 
         def _event(self, *texts: str) -> None: ...
         def _persist(self) -> None: ...
@@ -156,6 +158,32 @@ class FailureHandling:
         ended = decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
                                          phases)
         return decisions.late_notice(preemption_exit=True, notice=forensics.sigterm_received(rt), ended=ended)
+
+    def _hang_dump(self, rt: TaskRuntime, why: str) -> str:
+        """Say ``rt`` is hung and take its stack dump ("" when it has ended or gave none)."""
+        if rt.current.state.terminal or rt.current.process is None:
+            return ""
+        self._event(f"{rt.task.name} is hung: {why}; dumping its stacks, then killing it")
+        return self.backend.dump_stacks(rt.current.process, self.options.stack_dump_timeout_s)
+
+    def _waited_on(self, hung: list[tuple[TaskRuntime, str]], dumps: list[str]
+                   ) -> tuple[list[tuple[TaskRuntime, str]], list[str]]:
+        """``hung`` and their ``dumps``, with the live MWMS trainers that a hung one inside a
+        collective waits for (:func:`~orchestrator.supervisor.stack_rules.waited_on`): hung too,
+        though their own stall deadline has not come yet."""
+        if self.plan.spec.strategy is not Strategy.MULTI_WORKER_MIRRORED or not any(dumps):
+            return hung, dumps
+        names, trainers = {rt.task.name for rt, _ in hung}, set(self.plan.spec.trainers())
+        peers = [rt for rt in self.tasks if rt.task in trainers and rt.live and rt.task.name not in names
+                 and rt.current.process is not None and rt.current.finished_at is None]
+        peer_dumps = [self.backend.dump_stacks(rt.current.process, self.options.stack_dump_timeout_s)
+                      for rt in peers if rt.current.process is not None]
+        waiter = hung[0][0].task.name
+        found = stack_rules.waited_on(dumps, peer_dumps)
+        for i in found:
+            self._event(f"{peers[i].task.name} is what {waiter} waits for in a collective; killing it too")
+        return (hung + [(peers[i], f"{waiter} waits in a collective for it (step {peers[i].current.last_step})")
+                        for i in found], dumps + [peer_dumps[i] for i in found])
 
     def _uneven_data(self, cause: Failure) -> str:
         """Why ``cause`` is uneven data across MWMS workers (a peer finished while its task still

@@ -32,7 +32,7 @@ from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, attempt_env
 from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.model import Strategy
-from orchestrator.supervisor import decisions, exitrules, forensics
+from orchestrator.supervisor import decisions, exitrules, forensics, stack_rules
 from orchestrator.supervisor.beats import HeartbeatHandling
 from orchestrator.supervisor.ending import EndHandling
 from orchestrator.supervisor.exits import LOOK_EVERY, ExitWatch
@@ -393,15 +393,12 @@ class Supervisor(HeartbeatHandling, FailureHandling, EndHandling):
                 hung.append((rt, why))
             else:
                 self._checks.reschedule(rt, self.policy, seen, credit_s=deaf)
-        for i in decisions.culprit_order([rt.current.last_step for rt, _ in hung]):
+        dumps = [self._hang_dump(rt, why) for rt, why in hung]  # every one's stacks before any is killed
+        hung, dumps = self._waited_on(hung, dumps)  # a collective's waiters name the peer they wait for
+        for i in stack_rules.culprit_order([rt.current.last_step for rt, _ in hung], dumps):  # not in a collective
             rt, why = hung[i]
             if not rt.current.state.terminal:
-                self._event(f"{rt.task.name} is hung: {why}; dumping its stacks, then killing it")
-                assert rt.current.process is not None
-                stacks = forensics.keep_stacks(rt, self.backend.dump_stacks(rt.current.process,
-                                                                            self.options.stack_dump_timeout_s))
-                self._record_failure(rt, None, now, f"hung: {why}" + (f"; stack dump in {stacks}" if stacks else ""),
-                                     killed=True)
+                self._record_failure(rt, None, now, forensics.hang_message(rt, why, dumps[i]), killed=True)
 
     # -- exits and decisions ---------------------------------------------------------------
     def _on_exit(self, rt: TaskRuntime, code: int, now: float) -> None:

@@ -177,3 +177,20 @@ def test_a_sigbus_is_a_permanent_error_that_names_shared_memory_and_the_option(t
     summary = loads_strict(out.stdout)
     assert summary["restarts"] == 0, summary["reason"]  # main: retried until 'restarts exhausted'
     assert "SIGBUS" in summary["reason"] and "/dev/shm" in summary["reason"] and "--shm-size" in summary["reason"]
+
+
+# -- item 6: where a hang is ---------------------------------------------------------------------
+
+
+def test_a_collective_hang_names_the_worker_stuck_in_its_input_and_its_frame(tmp_path: Path):
+    out = cli("launch", "--workers", "2", "--strategy", "multi_worker_mirrored", "--runs-dir", str(tmp_path / "r"),
+              "--json", "--heartbeat-interval", "0.2", "--stall-timeout", "2", "--restart-policy", "never", "--",
+              sys.executable, str(REPO / "tests" / "programs" / "stuck_input.py"), "20", "1", "1.0", timeout_s=120)
+    assert out.returncode == 1, out.stderr
+    summary = loads_strict(out.stdout)
+    assert summary["root_cause"]["task"] == "worker:1", summary["reason"]  # main: worker-0, the one that waited
+    assert "worker-1 is stuck in read_shard_record (stuck_input.py:" in summary["root_cause"]["message"]
+    assert "worker-0 waits in a collective for it" in summary["root_cause"]["message"]
+    waiter = next(f for f in summary["failures"] if f["task"] == "worker:0")
+    assert "worker-0 is stuck in collective_all_reduce" in waiter["message"]
+    assert_no_process_left(all_pids(summary))
