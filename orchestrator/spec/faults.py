@@ -105,3 +105,36 @@ def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
 def encode(faults: list[Fault]) -> str:
     """The ``ORCH_FAULTS`` value for a task: JSON list of its faults."""
     return json.dumps([f.to_json() for f in faults])
+
+
+def untestable(fault: Fault, serves_forever: bool, user_program: bool) -> str | None:
+    """Why ``fault`` as asked cannot test anything, said at launch (a plan warning); None when it can.
+
+    * A ``step=N`` trigger fires from the steps the task itself reports: a ps, a
+      ParameterServerStrategy worker (both serve, ``serves_forever``) and the evaluator report
+      none, so it never fires and the rehearsal ends untested (exit 3).
+    * A ``hang`` with a ``time=S`` trigger blocks the timer thread that fires it: on a task whose
+      work is not that thread's (every task: the timer is a thread of its own), the task goes on
+      serving or evaluating and nothing is tested; ``stop`` (SIGSTOP: the whole process) is what
+      freezes it.
+    * A user's program's ``time=`` faults are fired by its wrapper, from outside the program:
+      ``hang`` cannot be (``kill``, ``exit=N``, ``stop``, ``term`` can).
+
+    Args:
+        fault: the parsed fault.
+        serves_forever: its task only serves (a ps, a PSS worker).
+        user_program: its task runs a user's program.
+    """
+    kind = f"exit={fault.exit_code}" if fault.kind == "exit" else fault.kind
+    name = f"{fault.task}:{kind}@{fault.trigger}={fault.at:g}"
+    stepless = serves_forever or fault.task.task_type == "evaluator"
+    if fault.trigger == "step" and stepless:
+        role = "an evaluator" if fault.task.task_type == "evaluator" else f"a serving {fault.task.task_type}"
+        return (f"{name} never fires: {role} reports no training step, so the rehearsal would test nothing (exit "
+                f"3); trigger it by time instead (@time=S)")
+    if fault.kind == "hang" and fault.trigger == "time":
+        what = "its wrapper cannot hang the program" if user_program else \
+            "it blocks only the timer thread that fires it, and the task goes on"
+        return (f"{name} tests nothing: {what}; use stop@time={fault.at:g} (SIGSTOP freezes the whole process) "
+                f"or a step trigger on a training task")
+    return None

@@ -194,3 +194,18 @@ def test_a_collective_hang_names_the_worker_stuck_in_its_input_and_its_frame(tmp
     waiter = next(f for f in summary["failures"] if f["task"] == "worker:0")
     assert "worker-0 is stuck in collective_all_reduce" in waiter["message"]
     assert_no_process_left(all_pids(summary))
+
+
+# -- item 7 (in part): a rehearsal that cannot test anything is said at launch ----------------------
+
+
+def test_launch_says_which_faults_cannot_test_anything(tmp_path: Path):
+    out = cli("launch", "--strategy", "parameter_server", "--workers", "2", "--evaluator", "--dry-run",
+              "--runs-dir", str(tmp_path / "runs"), "--inject-fault", "ps:0:kill@step=5",
+              "--inject-fault", "worker:1:hang@time=3", "--inject-fault", "chief:0:kill@step=5")
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert any("ps:0:kill@step=5 never fires" in w for w in warnings), out.stderr
+    assert any("worker:1:hang@time=3 tests nothing" in w and "stop@time=3" in w for w in warnings), out.stderr
+    assert not any("chief:0" in w for w in warnings)  # the coordinator reports steps: it fires
+    assert len(loads_strict(out.stdout)["warnings"]) == 2
