@@ -50,11 +50,20 @@ def finite(data: Any, path: str = "", notes: dict[str, str] | None = None) -> An
     return data
 
 
+NOTES_KEPT = 20
+"""Paths a note names at most (a loss series that turned NaN has one per point): the first ones,
+then ``"...": "N more"``."""
+
+
 def strict(data: Any) -> Any:
     """``data`` as strict JSON can hold it: non-finite floats as None; a top-level dict that held
-    any gets :data:`NON_FINITE_KEY` (path -> ``NaN`` / ``Infinity`` / ``-Infinity``)."""
+    any gets :data:`NON_FINITE_KEY` (path -> ``NaN`` / ``Infinity`` / ``-Infinity``, the first
+    :data:`NOTES_KEPT` of them)."""
     notes: dict[str, str] = {}
     clean = finite(data, "", notes)
+    if len(notes) > NOTES_KEPT:
+        more = len(notes) - NOTES_KEPT
+        notes = dict(list(notes.items())[:NOTES_KEPT]) | {"...": f"{more} more"}
     if notes and isinstance(clean, dict):
         clean = {**clean, NON_FINITE_KEY: {**(clean.get(NON_FINITE_KEY) or {}), **notes}}
     return clean

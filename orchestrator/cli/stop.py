@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 from orchestrator import jsontext
@@ -55,7 +56,8 @@ def run_stop(args: argparse.Namespace) -> int:
         print(f"stop requested: run {run_dir.name} (was {state})", flush=True)
         return 0
     deadline = time.monotonic() + args.timeout
-    print(f"stopping run {run_dir.name} (was {state}) ...", flush=True)
+    print(f"stopping run {run_dir.name} (was {state}) ...", flush=True,
+          file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the summary alone
     while (summary := read_json(run_dir / SUMMARY_FILE)) is None:
         if time.monotonic() > deadline:
             raise OrchestratorError(f"run {run_dir.name} did not end within {args.timeout:g} s of the stop request; "

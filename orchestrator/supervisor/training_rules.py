@@ -20,6 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+NON_FINITE_STEP = "non_finite_step"
+"""The metric in which the reporting client sends the step of its first non-finite value
+(``orchestrator.task.reporting.NON_FINITE_STEP``: heartbeats carry the latest state only, so the
+step the supervisor sees first may be a later one)."""
 ON_NAN = ("warn", "fail")
 """The values of ``supervision.on_nan`` (``--on-nan``)."""
 
@@ -78,7 +82,8 @@ class NanWatch:
         if not values or (task, attempt) in self._said:
             return []
         self._said.add((task, attempt))
-        line = nan_line(task, step, values, self.on_nan)
+        reported = metrics.get(NON_FINITE_STEP)  # the task's own first non-finite step (the client's)
+        line = nan_line(task, int(reported) if reported is not None else step, values, self.on_nan)
         if self.on_nan == "fail" and self.failure is None:
             self.failure = line
         return [line]

@@ -32,6 +32,9 @@ _reporter = None
 _started = False
 _faults: FaultInjector | None = None
 _non_finite_sent = False
+NON_FINITE_STEP = "non_finite_step"
+"""The metric that carries the step of the first non-finite loss or metric this process reported
+(:mod:`orchestrator.supervisor.training_rules` reads it by this name)."""
 """Whether a non-finite loss or metric was reported (and flushed at once) by this process."""
 
 
@@ -151,12 +154,15 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
         return
     from orchestrator.proto import supervisor_pb2 as pb  # protobuf: only once there is a reporter
 
+    global _non_finite_sent
+    first_nan = not _non_finite_sent and ((loss is not None and not math.isfinite(loss))
+                                          or not all(math.isfinite(v) for v in metrics.values()))
+    if first_nan and step is not None:
+        metrics[NON_FINITE_STEP] = step  # the supervisor names this step, not the one it sees first
     reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
                     examples_per_second=examples_per_second, **metrics)
-    global _non_finite_sent
-    if not _non_finite_sent and ((loss is not None and not math.isfinite(loss))
-                                 or not all(math.isfinite(v) for v in metrics.values())):
-        _non_finite_sent = True  # the first NaN goes out at once, so the supervisor names its own step
+    if first_nan:
+        _non_finite_sent = True  # and it goes out at once
         reporter.flush()
 
 

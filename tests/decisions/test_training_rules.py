@@ -91,3 +91,9 @@ def test_a_sigbus_is_a_full_dev_shm_not_to_restart(code, permanent):
     assert (why is not None) is permanent
     if why:
         assert "/dev/shm" in why and "--shm-size" in why
+
+
+def test_the_step_the_client_reported_first_is_named_not_the_one_seen_first():
+    watch = NanWatch("warn")
+    (line,) = watch.beat("worker-0", 0, 14, NAN, {"non_finite_step": 10.0})
+    assert "first at step 10" in line

@@ -209,3 +209,25 @@ def test_launch_says_which_faults_cannot_test_anything(tmp_path: Path):
     assert any("worker:1:hang@time=3 tests nothing" in w and "stop@time=3" in w for w in warnings), out.stderr
     assert not any("chief:0" in w for w in warnings)  # the coordinator reports steps: it fires
     assert len(loads_strict(out.stdout)["warnings"]) == 2
+
+
+def test_stop_json_of_a_job_with_a_nan_loss_is_strict_json(tmp_path: Path):
+    runs, hold = tmp_path / "runs", tmp_path / "never"
+    launch = subprocess.Popen(
+        orchestrator_cmd("launch", "--workers", "1", "--runs-dir", str(runs), "--run-id", "nan", "--quiet",
+                         "--heartbeat-interval", "0.2", "--", sys.executable, PROGRAM, "30", "10", str(hold)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=test_env())
+    try:
+        def live_warning():
+            out = cli("status", "--runs-dir", str(runs), "nan", "--json")
+            return out.stdout.strip() and loads_strict(out.stdout).get("warnings")
+        wait_until(live_warning, 30, 0.2, "the NaN warning")
+        out = cli("stop", "--runs-dir", str(runs), "nan", "--json")
+        summary = loads_strict(out.stdout)
+        assert summary["status"] == "Interrupted" and summary["non_finite"], out.stdout
+        launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.communicate()
+    assert_no_process_left(all_pids(summary))

@@ -42,3 +42,9 @@ def test_a_top_level_list_or_number_is_cleaned_without_a_note():
 def test_the_run_directory_writer_is_strict(tmp_path):
     path = write_json_atomic(tmp_path / "summary.json", {"metrics": {"loss": NAN}})
     assert jsontext.loads_strict(path.read_text())["non_finite"] == {"metrics.loss": "NaN"}
+
+
+def test_a_long_series_of_nan_is_noted_by_its_first_paths_and_a_count():
+    back = jsontext.loads_strict(jsontext.dumps({"series": [NAN] * 100}))
+    assert back["series"] == [None] * 100
+    assert len(back["non_finite"]) == jsontext.NOTES_KEPT + 1 and back["non_finite"]["..."] == "80 more"
