@@ -34,6 +34,10 @@ from orchestrator.supervisor.states import (
     describe_exit,
 )
 
+PEERS_DUMPED = 16
+"""At most this many peers of a hung MWMS trainer inside a collective are dumped to find the one
+it waits for (each dump may take the stack-dump timeout): those furthest behind, oldest progress
+first."""
 AWAIT_SAID_AFTER_S = 1.0
 """A wait for preempted peers is said in the events once it lasts this long (seconds): the peers
 normally exit within milliseconds of each other."""
@@ -174,8 +178,9 @@ class FailureHandling:
         if self.plan.spec.strategy is not Strategy.MULTI_WORKER_MIRRORED or not any(dumps):
             return hung, dumps
         names, trainers = {rt.task.name for rt, _ in hung}, set(self.plan.spec.trainers())
-        peers = [rt for rt in self.tasks if rt.task in trainers and rt.live and rt.task.name not in names
-                 and rt.current.process is not None and rt.current.finished_at is None]
+        peers = sorted((rt for rt in self.tasks if rt.task in trainers and rt.live and rt.task.name not in names
+                        and rt.current.process is not None and rt.current.finished_at is None),
+                       key=lambda rt: (rt.current.last_step or 0, rt.current.progress_at or 0.0))[:PEERS_DUMPED]
         peer_dumps = [self.backend.dump_stacks(rt.current.process, self.options.stack_dump_timeout_s)
                       for rt in peers if rt.current.process is not None]
         waiter = hung[0][0].task.name
