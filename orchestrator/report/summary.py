@@ -62,7 +62,8 @@ SUMMARY_FIELDS: dict[str, str] = {
                      "`mismatches` (one line each), `allowed` (`--allow-cluster-mismatch`)",
     "warnings": "what the job lost or cut off without failing, one line each: an evaluator stopped before its "
                 "last evaluation (`final evaluation lost`), a finished task stuck in its exit (the thread it was "
-                "stuck in), an evaluator that never evaluated (a crash loop: `the same error N times`)",
+                "stuck in), an evaluator that never evaluated (a crash loop: `the same error N times`), a "
+                "non-finite loss (the task and the first step; `--on-nan`), a log cut by `--max-log-size` (how much)",
     "spares": "each warm spare: pid, state (`used`, `stopped`, `died`, ...), the task it became",
     "tasks": "one entry per task (below)",
     "peak_gpu_memory_bytes": "the most GPU memory any task's devices held together during the job, or `null` "
