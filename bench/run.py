@@ -46,7 +46,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import preemption, timeline
+from bench import light, preemption, timeline
 from bench.kills import (
     REJOINED,
     epoch_ends,
@@ -57,7 +57,6 @@ from bench.kills import (
     spares_warm,
     step_at,
 )
-from bench.light import LightSections
 from bench.report import _diff, _r, _tail, log, machine, write_report
 from bench.stats import meets, ratios, summarize
 from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, precompile, run_hand, run_orchestrated, warm_up
@@ -67,11 +66,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint", "client", "ingest", "scale",
-            "checkpoint", "hogwild", "preemption")
+            "several", "checkpoint", "hogwild", "preemption")
 FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
 
 
-class Suite(LightSections):
+class Suite:
     def __init__(self, quick: bool, workdir: Path, results: Path = RESULTS, pairs: int | None = None) -> None:
         self.quick = quick
         self.pairs = pairs  # the tf section's pairs (default: 1 with --quick, else 5)
@@ -83,6 +82,7 @@ class Suite(LightSections):
         self.n = 0
         self._runs: dict = {}
         self.section = ""  # the section running: each figure file records it (the docs' tables group by it)
+        self.light = light.LightSections(self)  # the sections without TensorFlow
 
     def run_section(self, section: str) -> bool:
         """Run one section; False (and the reason in ``errors``) when it raised or added a
@@ -91,7 +91,7 @@ class Suite(LightSections):
         started, rows_before = time.monotonic(), len(self.rows)
         self.section = section
         try:
-            getattr(self, section)()
+            getattr(self.light if section in light.SECTIONS else self, section)()
         except Exception:  # noqa: BLE001 - reported, and the suite's exit status says so
             self.errors.append(f"section {section} raised:\n{traceback.format_exc()}")
             log(f"section {section} FAILED after {time.monotonic() - started:.0f} s: {self.errors[-1]}")

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from orchestrator.backends import backend_class
 from orchestrator.backends.base import Capability
-from orchestrator.backends.local import check_memory
+from orchestrator.backends.host import check_memory
 from orchestrator.errors import SpecError
 from orchestrator.plan import Plan
 from orchestrator.spec.faults import Fault

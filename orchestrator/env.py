@@ -1,6 +1,6 @@
 """Every environment variable the orchestrator sets in a task, in one place.
 
-Task processes read these through :class:`orchestrator.task.runtime.TaskContext` or the
+Task processes read these through :class:`orchestrator.task.context.TaskContext` or the
 readers at the end of this module (:func:`read`, :func:`read_int`, :func:`read_flag`).
 
 =============================  ==============================================================
@@ -44,17 +44,20 @@ Variable                       Meaning
                                the built-in program checks TensorFlow sees them; Slurm asks
                                ``srun --gpus-per-task`` for them (docs/gpus.md)
 ``CUDA_VISIBLE_DEVICES``       CUDA's own: this task's devices by UUID, disjoint between tasks
-                               (:mod:`orchestrator.placement`); empty: none. Not set on a node
+                               (:mod:`orchestrator.resources.placement`); empty: none. Not set on a node
                                without GPUs, nor where the scheduler sets it (Slurm, Kubernetes)
 ``TF_FORCE_GPU_ALLOW_GROWTH``  ``true`` with ``--share-gpus``: TensorFlow allocates GPU memory as
                                needed instead of mapping the whole device at start
-``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.gpus`
+``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.resources.gpus`
                                reads instead of NVML (tests, demos; docs/gpus.md); tasks inherit
                                it on the local backend, so their heartbeats sample the same devices
-``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.cpus`): it sets its
+``ORCH_LEASES_DIR``            read, never set: the directory of the machine-wide lease ledger
+                               (:mod:`orchestrator.resources.leases`; default ``<tmp>/tf-orchestrator-leases``):
+                               runs that share it lease disjoint cores and GPUs (docs/several-jobs.md)
+``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.resources.cpus`): it sets its
                                own affinity to them before TensorFlow starts its pools; unset: not pinned
 ``ORCH_NODE_CPUS``             Slurm: this task's share of its node's cores (JSON: the job's tasks on that
-                               node, which one it is; :func:`orchestrator.cores.node_share_cores`): it
+                               node, which one it is; :func:`orchestrator.resources.cores.node_share_cores`): it
                                divides the cores its step may use, as ``ORCH_CPUS`` would, before TF starts
 ``ORCH_SERVICE_CPUS``          cores kept off the training tasks' (the health client's thread and the
                                warm spares run there); unset: none are kept
@@ -101,7 +104,7 @@ File                           Meaning
                                ``execwrap`` SIGKILLs a user's program that ignores SIGTERM
                                after :data:`orchestrator.task.execwrap.STOP_GRACE_S`, and
                                a built-in task dies at once instead of taking the preemption
-                               path (:func:`orchestrator.task.runtime.route_sigterm`)
+                               path (:func:`orchestrator.task.sigterm.route_sigterm`)
 =============================  ==============================================================
 
 Exit code: :data:`PREEMPTED_EXIT_CODE` (143) says "preempted: my state is saved, restart me".
@@ -135,6 +138,7 @@ STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
 CLIENT_PID = "ORCH_CLIENT_PID"
 GPUS = "ORCH_GPUS"
 FAKE_GPUS = "ORCH_FAKE_GPUS"
+LEASES_DIR = "ORCH_LEASES_DIR"
 SPARE_MODULE = "ORCH_SPARE_MODULE"
 SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
 SPARE_READY_FILE = "ORCH_SPARE_READY_FILE"
@@ -188,7 +192,7 @@ saving a checkpoint at the next step (TF's ``PreemptionCheckpointHandler``), oth
 once. TensorFlow's own restartable exit code (``failure_handling_util._RESTARTABLE_EXIT_CODE``,
 the ``exit_fn`` of its GCE ``TerminationConfig``), within Kubeflow's retryable 128-255; the
 supervisor retries it under every restart policy except ``never``
-(:func:`orchestrator.supervisor.decisions.retry_verdict`). Popen tells it from a death by
+(:func:`orchestrator.supervisor.rules.decisions.retry_verdict`). Popen tells it from a death by
 SIGTERM (return code -15); the Docker backend cannot (a container's status 143 reads as SIGTERM)."""
 
 REJOINED_METRIC = "rejoined:"
@@ -208,7 +212,7 @@ BENCH_TIMING = "BENCH_TIMING"
 def read(name: str, default: str = "", environ: Mapping[str, str] | None = None) -> str:
     """The value of the task's variable ``name`` (from ``environ``, default ``os.environ``),
     ``default`` when it is unset. The task side reads its environment here or in
-    :meth:`orchestrator.task.runtime.TaskContext.from_env`, never directly
+    :meth:`orchestrator.task.context.TaskContext.from_env`, never directly
     (``tests/unit/test_env_reads.py`` enforces it)."""
     return (os.environ if environ is None else environ).get(name, default)
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from orchestrator import env
-from orchestrator.cpus import CpuPlan
 from orchestrator.errors import SpecError
-from orchestrator.placement import NO_GPUS, Placement, TaskGpus
+from orchestrator.resources.cpus import CpuPlan
+from orchestrator.resources.placement import NO_GPUS, Placement, TaskGpus
 from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.faults import Fault, untestable
 from orchestrator.spec.faults import encode as encode_faults
@@ -81,7 +81,7 @@ class Plan:
         warnings: what looks wrong but is allowed (:func:`plan_warnings`), one line each;
             ``launch`` prints them on stderr, ``plan.json`` and the dry run list them.
         placement: every task's GPUs.
-        cpus: every task's cores and threads (:mod:`orchestrator.cpus`); not pinned on a
+        cpus: every task's cores and threads (:mod:`orchestrator.resources.cpus`); not pinned on a
             backend whose tasks run elsewhere.
     """
 
@@ -288,9 +288,9 @@ def make_plan(
         commands: a user's program (argv) per task type replacing the built-in ones
             (``python -m worker`` for chief / worker / evaluator, ``python -m ps`` for ps);
             it runs through ``python -m orchestrator.task.execwrap --``.
-        placement: every task's GPUs (:func:`orchestrator.placement.place`); their
+        placement: every task's GPUs (:func:`orchestrator.resources.placement.place`); their
             ``CUDA_VISIBLE_DEVICES`` lands in each task's env.
-        cpus: every task's cores and threads (:func:`orchestrator.cpus.assign_cores`) on a
+        cpus: every task's cores and threads (:func:`orchestrator.resources.cpus.assign_cores`) on a
             backend whose tasks run on this machine; their ``ORCH_CPUS`` and thread limits land
             in each task's env. None: not pinned, ``threads`` for every task.
 

@@ -6,6 +6,8 @@
     run.json             the run record of every orchestrator lifetime (lives, restart budget,
                          failures, attempt counter), rewritten atomically as the job goes
     endpoint.json        mode 0600, while an orchestrator runs: its address, token, web URL, pid
+    .lock                held (``flock``) by the orchestrator of the life that runs here, its pid
+                         inside (:mod:`orchestrator.resources.runlock`: one life at a time)
     summary.json         how the job ended (rewritten at the end of every life)
     history.json         the progress series and events the web page charts
     attempt-<n>/<task>/  one attempt of one task: stdout.log, stderr.log, error.json, stacks.txt,
@@ -33,6 +35,7 @@ from orchestrator.spec.model import TaskId
 PLAN_FILE = "plan.json"
 RECORD_FILE = "run.json"
 ENDPOINT_FILE = "endpoint.json"
+LOCK_FILE = ".lock"
 SUMMARY_FILE = "summary.json"
 HISTORY_FILE = "history.json"
 ERROR_FILE = "error.json"
@@ -69,6 +72,10 @@ class RunDir:
     @property
     def endpoint(self) -> Path:
         return self.path / ENDPOINT_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK_FILE
 
     @property
     def summary(self) -> Path:

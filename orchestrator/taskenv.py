@@ -112,7 +112,7 @@ def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: M
         tf_config: its TF_CONFIG (JSON); None where the task computes its own (JobSet pods).
         cluster: the job's cluster and the task, for a ``TF_CONFIG`` made when read
             (:class:`TaskEnv`) instead of ``tf_config``.
-        gpus: its device variables (:meth:`orchestrator.placement.Placement.env`:
+        gpus: its device variables (:meth:`orchestrator.resources.placement.Placement.env`:
             ``CUDA_VISIBLE_DEVICES``, ``TF_FORCE_GPU_ALLOW_GROWTH``).
         faults: its injected faults (``ORCH_FAULTS``, JSON), if any.
         task: its name (``worker-1``: ``ORCH_TASK``); None where the task computes it (JobSet pods).

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 from orchestrator.backends.base import TaskHandle
 from orchestrator.backends.options import check_orphan_timeout, option
 from orchestrator.errors import SpecError
-from orchestrator.gpus import VISIBLE_ENV, uuids_in
+from orchestrator.resources.gpus import VISIBLE_ENV, uuids_in
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.sizes import parse_size
 
@@ -138,7 +138,7 @@ class DockerOptions:
 
 def device_requests(env: Mapping[str, str]) -> list[Any]:
     """The container's GPU request: exactly the devices of the task's ``CUDA_VISIBLE_DEVICES``
-    (their UUIDs, :mod:`orchestrator.placement`), through the NVIDIA runtime (``docker run
+    (their UUIDs, :mod:`orchestrator.resources.placement`), through the NVIDIA runtime (``docker run
     --gpus device=UUID,...``); none for a task without a device. The UUIDs stay valid inside
     the container, so the variable is passed on unchanged."""
     import docker.types

@@ -10,7 +10,6 @@ from orchestrator.backends.image import default_base_image
 from orchestrator.cli.backend import add_backend_arguments
 from orchestrator.cli.specflags import add_gpu_flags, spec_from_flags
 from orchestrator.errors import SpecError
-from orchestrator.gpus import discover
 from orchestrator.render.compose import (
     DEFAULT_HEALTH_ADDRESS,
     dump_compose,
@@ -18,6 +17,7 @@ from orchestrator.render.compose import (
     render_compose,
     up_command,
 )
+from orchestrator.resources.gpus import discover
 from orchestrator.spec.model import JobSpec
 from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, parse_size
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from typing import Any
 
 from orchestrator import api, jsontext
 from orchestrator.cli.backend import add_backend_arguments, backend_options
@@ -22,6 +23,7 @@ from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.supervisor import EXIT_PREEMPTED
+from orchestrator.supervisor.records.snapshot import View
 from orchestrator.web.bind import parse_bind
 
 
@@ -83,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="continue the run RUN_ID (under --runs-dir) in its own directory after a preemption, a time "
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
                      "restart budget and failure history (flags given must agree with the run's, but --deadline)")
+    run.add_argument("--wait-for-resources", type=float, default=None, metavar="S",
+                     help="when other runs on this machine lease the cores or GPUs this run needs, wait for them at "
+                     "most S seconds, then exit 2 naming the run that holds them (default: until free; 0: at once; "
+                     "docs/several-jobs.md)")
     run.add_argument("--threads-per-task", type=int, default=None,
                      help="TF intra-op threads per task (default: a training task's cores, docs/local.md)")
     run.add_argument("--no-pin", action="store_true", default=None,
@@ -225,6 +231,9 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.resume is not None:
         commands = resumed_program(_resumable(args), commands)
         args.run_id = args.resume
+    if args.wait_for_resources is not None and not 0 <= args.wait_for_resources < float("inf"):
+        raise SpecError("wait-for-resources", args.wait_for_resources, "must be a number of seconds >= 0",
+                        "e.g. --wait-for-resources 600, or 0 to refuse at once; leave it out to wait until free")
     if not 0 < args.preemption_grace <= 3600:
         raise SpecError("preemption-grace", args.preemption_grace, "must be a number of seconds in (0, 3600]",
                         "e.g. --preemption-grace 30")
@@ -237,6 +246,7 @@ def run_launch(args: argparse.Namespace) -> int:
         print(jsontext.dumps(plan.to_dict(), indent=2))
         return 0
 
+    view: View | None
     if args.quiet or args.json:
         view = QuietView()
     elif args.plain or not sys.stdout.isatty():
@@ -246,7 +256,7 @@ def run_launch(args: argparse.Namespace) -> int:
     job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
                       stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
                       web=args.web, web_public=args.web_public, resume=args.resume is not None,
-                      preemption_grace_s=args.preemption_grace)
+                      preemption_grace_s=args.preemption_grace, wait_for_resources_s=args.wait_for_resources)
     print_warnings(job.plan.warnings)
     if job.plan.placement.any and not args.json:
         print(job.plan.placement.describe(), flush=True)
@@ -255,8 +265,11 @@ def run_launch(args: argparse.Namespace) -> int:
     if job.web_url is not None:
         print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)
     if view is None:
-        view = job.recorder.view = TableView()
-    elif isinstance(view, LinesView):
+        shown: View = TableView()
+        job.recorder.view = shown
+    else:
+        shown = view
+    if isinstance(view, LinesView):
         what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
                 else f", program {' '.join(job.plan.user_program)}")
         print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
@@ -278,7 +291,8 @@ def run_launch(args: argparse.Namespace) -> int:
             job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
 
     # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    previous: dict[int, Any] = {s: signal.signal(s, on_signal)
+                                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     def phases() -> list[str]:
         snapshot = job.recorder.snapshot()
         return [t.heartbeat.phase for t in (snapshot.tasks if snapshot is not None else ())
@@ -289,7 +303,7 @@ def run_launch(args: argparse.Namespace) -> int:
     try:
         result, summary = api.run(job, keep_web=True)
     finally:
-        view.close()
+        shown.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if args.json:
@@ -301,4 +315,4 @@ def run_launch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         api.close_web(job)
     slurm.after(result.exit_code == EXIT_PREEMPTED, job.plan.run_id)  # Slurm: requeue the job to continue the run
-    return result.exit_code
+    return api.exit_code(result)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from orchestrator.cli import launch
 from orchestrator.errors import SpecError
-from orchestrator.placement import place
+from orchestrator.resources.placement import place
 from orchestrator.spec.model import JobSpec
 
 _OWN_OPTIONS = {"-o": True, "--output": True, "--nodes": True, "--partition": True, "--time-limit": True,
@@ -95,7 +95,7 @@ def nodes_needed(spec: JobSpec, tasks_per_node: int | None) -> int:
 def gpus_per_node(spec: JobSpec, tasks_per_node: int | None) -> int:
     """GPUs each node of the allocation needs: the most any node's tasks ask for together, tasks
     placed in order, ``tasks_per_node`` (default 1) per node (``gpus_per_task``; ps and evaluator
-    none unless named: :func:`orchestrator.placement.place` without an inventory)."""
+    none unless named: :func:`orchestrator.resources.placement.place` without an inventory)."""
     counts = [place(spec, None).of(t).count for t in spec.tasks()]
     per = tasks_per_node or 1
     return max((sum(counts[i:i + per]) for i in range(0, len(counts), per)), default=0)

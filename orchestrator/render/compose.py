@@ -35,9 +35,9 @@ import yaml
 from orchestrator import env
 from orchestrator.backends.docker_container import LABEL, TASK_HEALTH_PORT, addresses
 from orchestrator.backends.image import DOCKERFILE, image_tag, source_root
-from orchestrator.gpus import Inventory
-from orchestrator.placement import TaskGpus, place
 from orchestrator.plan import attempt_env, make_plan, new_run_id
+from orchestrator.resources.gpus import Inventory
+from orchestrator.resources.placement import TaskGpus, place
 from orchestrator.spec.model import JobSpec
 from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
 
@@ -91,7 +91,7 @@ def render_compose(
         cores: cores to divide among the tasks (default: this machine's).
         inventory: the GPUs of the machine the file will run on (``compose`` passes this
             machine's). With GPUs, each service reserves exactly its devices by UUID
-            (``device_ids``, disjoint: :func:`orchestrator.placement.place`); without, a
+            (``device_ids``, disjoint: :func:`orchestrator.resources.placement.place`); without, a
             ``count`` per service (``gpus_per_task``), which the engine fills with the first
             devices it finds (the same ones for every service: the file says so).
         shm_size_bytes: each service's ``shm_size`` (its ``/dev/shm``), bytes; default 1 GiB

@@ -74,6 +74,7 @@ v0.12.0 CRD).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from orchestrator import env
 from orchestrator.errors import SpecError
@@ -196,7 +197,7 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
         raise SpecError("name", name, f"the pod hostname {longest!r} would be {len(longest)} characters, over "
                         f"{MAX_HOSTNAME}", f"shorten the name by {len(longest) - MAX_HOSTNAME} characters or more")
     container_resources = resources(cpu, memory)
-    environment = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
+    environment: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
     environment += [
         {"name": env.JOBSET_CLUSTER, "value": json.dumps({t: spec.count(t) for t in types}, separators=(",", ":"))},
         {"name": env.JOBSET_SUBDOMAIN, "value": name},

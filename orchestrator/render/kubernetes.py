@@ -28,7 +28,7 @@ import json
 import re
 
 from orchestrator.errors import SpecError
-from orchestrator.placement import GROWTH_ENV
+from orchestrator.resources.placement import GROWTH_ENV
 from orchestrator.spec.model import JobSpec
 from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, quantity
 from orchestrator.spec.supervision import RestartPolicy
@@ -229,3 +229,29 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
         "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas},
     }
+
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""The label that hands a Job, JobSet or Kubeflow TFJob to Kueue's ``LocalQueue`` of that name
+(Kueue's "Run a JobSet" / "Run a Kubeflow Job" tasks): Kueue's webhook suspends it, and admits
+it (every pod of the gang at once) when the queue's quota allows."""
+
+_DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def with_queue(manifest: dict, queue: str) -> dict:
+    """``manifest`` (a TFJob or JobSet) labelled for Kueue's local queue ``queue``.
+
+    Raises:
+        SpecError: naming ``queue``: not a label value (<= 63 characters of [A-Za-z0-9_.-],
+            alphanumeric at both ends: apimachinery's ``IsValidLabelValue``) or not a DNS-1123
+            label (what a LocalQueue's name is).
+    """
+    if not _DNS_LABEL.match(queue):
+        raise SpecError("queue", queue, "is not a Kueue LocalQueue name (a DNS-1123 label: lower-case letters, "
+                        "digits and '-', at most 63, alphanumeric at both ends)", "e.g. --queue team-a")
+    out = dict(manifest)
+    metadata = dict(out["metadata"])
+    metadata["labels"] = {**metadata.get("labels", {}), KUEUE_QUEUE_LABEL: queue}
+    out["metadata"] = metadata
+    return out

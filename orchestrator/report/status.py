@@ -14,8 +14,8 @@ from typing import Any, Mapping
 
 from orchestrator.report.summary import build_summary
 from orchestrator.report.summary import task_dict as summary_task_dict
-from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
-from orchestrator.supervisor.states import TaskState
+from orchestrator.supervisor.records.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.records.states import TaskState
 
 COLUMNS = ("task", "state", "phase", "pid", "step", "epoch", "loss", "ex/s", "cpu%", "rss MB", "restarts", "beat")
 """The columns of the task table: the terminal's live view, ``status`` and the web page."""

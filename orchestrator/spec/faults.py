@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
+from typing import Any, Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.model import TaskId
@@ -86,10 +87,21 @@ class Fault:
             raise SpecError("inject-fault", text, "raise needs a step trigger", "use raise@step=N")
         return cls(task, kind, m.group("trigger"), float(m.group("at")), code, int(m.group("attempt") or 0))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["task"] = str(self.task)
         return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Fault":
+        """The fault of one :meth:`to_json` dict (an ``ORCH_FAULTS`` entry)."""
+        return cls(TaskId.parse(str(d["task"]), "inject-fault"), str(d["kind"]), str(d["trigger"]), float(d["at"]),
+                   int(d.get("exit_code", 0)), int(d.get("attempt", 0)))
+
+    @property
+    def when(self) -> str:
+        """``step=20``, ``time=2.5``: the trigger as the fault's lines say it."""
+        return f"{self.trigger}={self.at:g}"
 
 
 def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
@@ -105,6 +117,11 @@ def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
 def encode(faults: list[Fault]) -> str:
     """The ``ORCH_FAULTS`` value for a task: JSON list of its faults."""
     return json.dumps([f.to_json() for f in faults])
+
+
+def decode(raw: str) -> list[Fault]:
+    """The faults of an ``ORCH_FAULTS`` value (``""``: none); the inverse of :func:`encode`."""
+    return [Fault.from_json(d) for d in json.loads(raw)] if raw else []
 
 
 def untestable(fault: Fault, serves_forever: bool, user_program: bool) -> str | None:

@@ -257,7 +257,7 @@ def parse_addresses(raw: object, field: str = "addresses") -> dict[TaskId, str]:
         if not isinstance(value, list):
             raise SpecError(where, value, "must be a list of host:port", f"e.g. {task_type}: ['10.0.0.1:2222']")
         for index, address in enumerate(value):
-            out[TaskId(task_type, index)] = address  # type: ignore[assignment] - checked by JobSpec
+            out[TaskId(task_type, index)] = address  # type: ignore[assignment]  # checked by JobSpec
     return out
 
 
@@ -311,7 +311,7 @@ def overrides_from_flags(args: object) -> dict:
 
 def gpu_counts(raw: object, strategy: Strategy) -> object:
     """``gpus_per_task`` as a mapping role -> count: one count is that of every task that
-    computes (:func:`orchestrator.placement.training_roles`: chief and worker; workers alone
+    computes (:func:`orchestrator.resources.cores.training_roles`: chief and worker; workers alone
     under ParameterServerStrategy, whose chief only dispatches); a mapping is kept (checked by
     :class:`JobSpec`)."""
     if raw is None:
@@ -332,9 +332,10 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
     Raises:
         SpecError: naming the first bad field.
     """
-    fields = merge(raw, overrides or {})
+    overrides = overrides or {}
+    fields = merge(raw, overrides)
     if ("restart_policy" in (raw.get("supervision") or {})
-            and "restart_policy" in (overrides or {}).get("supervision", {})):
+            and "restart_policy" in overrides.get("supervision", {})):
         file_policy = raw["supervision"]["restart_policy"]
         if isinstance(file_policy, str):  # a plain policy in the file means every role
             file_policy = {"all": file_policy}
@@ -342,7 +343,7 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
             fields["supervision"]["restart_policy"] = merge(file_policy, overrides["supervision"]["restart_policy"])
     strategy = Strategy.parse(fields.get("strategy", Strategy.MULTI_WORKER_MIRRORED.value))
     pss = strategy is Strategy.PARAMETER_SERVER
-    single = strategy.value in ("mirrored", "hogwild")  # one task: replicas are its devices, or threads
+    single = strategy in (Strategy.MIRRORED, Strategy.HOGWILD)  # one task: replicas are its devices, or threads
     addresses = parse_addresses(fields["addresses"]) if fields.get("addresses") is not None else None
     defaults = {"chief": 1 if pss else 0, "workers": 2 if pss else 1 if single else 4, "ps": 1 if pss else 0,
                 "evaluator": 0}

@@ -33,6 +33,9 @@ TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 LOOPS = ("fit", "custom")
 """Training loops of the built-in program."""
 
+HOGWILD_THREADS = 2
+"""Threads of the ``hogwild`` strategy when ``training.threads`` is not given."""
+
 TRAINING_TASK_TYPES = ("chief", "worker", "ps")
 """Task types that belong to the training cluster (the evaluator does not)."""
 
@@ -127,7 +130,8 @@ class TrainingSpec:
             ``BackupAndRestore(save_freq=N)``; a ``tf.train.CheckpointManager`` save every N
             steps in the custom loops), so a task killed without warning (SIGKILL, OOM) loses
             at most N steps; ``None``: at the end of each epoch only.
-        threads: Python threads of the ``hogwild`` strategy (``None``: 2); only with hogwild.
+        threads: Python threads of the ``hogwild`` strategy (``None``: :data:`HOGWILD_THREADS`);
+            only with hogwild.
     """
 
     epochs: int = 10
@@ -140,6 +144,11 @@ class TrainingSpec:
     replicas: int = 2
     checkpoint_every: int | None = None
     threads: int | None = None
+
+    @property
+    def hogwild_threads(self) -> int:
+        """The threads a ``hogwild`` task runs: ``threads``, else :data:`HOGWILD_THREADS`."""
+        return self.threads or HOGWILD_THREADS
 
     def validate(self) -> None:
         """Raises SpecError naming the first bad field."""
@@ -188,11 +197,11 @@ class JobSpec:
             only and reserves exactly those ports; ``render`` takes any.
         gpus_per_task: GPUs per task of a role, for the roles given (``--gpus-per-task N``
             gives chief and worker N; a spec file may give any role). A training role left
-            out gets the node's GPUs split evenly (:mod:`orchestrator.placement`); ps and
+            out gets the node's GPUs split evenly (:mod:`orchestrator.resources.placement`); ps and
             evaluator left out get none.
         share_gpus: tasks may share a device (``--share-gpus``), then with memory growth on.
         pin_cpus: pin each training task to its own cores on a backend whose tasks run on
-            this machine (:mod:`orchestrator.cpus`); False: ``--no-pin``.
+            this machine (:mod:`orchestrator.resources.cpus`); False: ``--no-pin``.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED

@@ -109,7 +109,7 @@ class SupervisionSpec:
             ``startup_timeout_s`` alone: loading TensorFlow holds the GIL, which the heartbeat
             thread needs, for seconds; so may a trainer whose training ended (finishing,
             evaluating, saving: TF's teardown and export hold it too) go silent that long
-            (:func:`orchestrator.supervisor.hang_rules.silence_limit_s`).
+            (:func:`orchestrator.supervisor.rules.hang_rules.silence_limit_s`).
         stall_timeout_s: a task reporting ``training`` whose step does not advance for this
             long is hung.
         startup_timeout_s: a task that has not reached training or serving this long after
@@ -134,7 +134,7 @@ class SupervisionSpec:
         allow_cluster_mismatch: a training task whose strategy formed another cluster than the
             planned one (``replicas_in_sync 1`` with 2 workers planned: a program that built its
             own cluster) is a warning, not a failed job; default False: under MWMS it fails the
-            job (:mod:`orchestrator.supervisor.formed`).
+            job (:mod:`orchestrator.supervisor.rules.formed`).
         evaluator_grace_s: how long the evaluator may go on after the job succeeded, to evaluate
             the last checkpoint (``tf_keras.utils.SidecarEvaluator`` ends after it); then it is
             stopped, and the report says its final evaluation was lost. 0: stop it at once.
@@ -149,7 +149,7 @@ class SupervisionSpec:
         on_nan: what a non-finite loss (or a metric of ``nan_metrics``) in a heartbeat does:
             ``warn`` (default: a warning naming the task and the first step, training goes on) or
             ``fail`` (the job fails at once, without a restart: a restart resumes the same weights
-            and data and meets it again) (:mod:`orchestrator.supervisor.training_rules`).
+            and data and meets it again) (:mod:`orchestrator.supervisor.rules.training_rules`).
         nan_metrics: names of reported metrics checked like the loss (``--nan-metrics
             grad_norm,val_loss``); default none.
         max_log_size_bytes: the cap of each task attempt's ``stdout.log`` and ``stderr.log``,
@@ -312,7 +312,7 @@ def _names(name: str, value: object) -> tuple[str, ...]:
 
 
 def _seconds(name: str, value: object, allow_zero: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
-    if not ok or float(value) < 0 or (float(value) == 0 and not allow_zero):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise SpecError(name, value, f"must be a number of seconds {bound}", FIX_EXAMPLES[name])

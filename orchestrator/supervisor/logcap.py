@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.supervisor.states import TaskRuntime
+from orchestrator.supervisor.records.states import TaskRuntime
 
 DEFAULT_MAX_LOG_SIZE_BYTES = 256 * 1024 * 1024
 """256 MiB per log file: far above what a training task writes (TensorFlow's start-up, a line per

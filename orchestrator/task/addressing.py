@@ -88,7 +88,7 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
     """Register this task's address and wait for the cluster (see the module docstring).
 
     Args:
-        context: the task's :class:`orchestrator.task.runtime.TaskContext`.
+        context: the task's :class:`orchestrator.task.context.TaskContext`.
         timeout_s: bound on the whole registration, seconds.
 
     Returns:

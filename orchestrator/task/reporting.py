@@ -24,6 +24,7 @@ import threading
 from typing import Any
 
 from orchestrator import env
+from orchestrator.spec.model import Strategy
 from orchestrator.task.faults import FaultInjector
 from orchestrator.task.formed import CLUSTER_WORKERS, GLOBAL_BATCH_SIZE, REPLICAS_IN_SYNC, strategy_facts
 
@@ -34,7 +35,7 @@ _faults: FaultInjector | None = None
 _non_finite_sent = False
 NON_FINITE_STEP = "non_finite_step"
 """The metric that carries the step of the first non-finite loss or metric this process reported
-(:mod:`orchestrator.supervisor.training_rules` reads it by this name)."""
+(:mod:`orchestrator.supervisor.rules.training_rules` reads it by this name)."""
 """Whether a non-finite loss or metric was reported (and flushed at once) by this process."""
 
 
@@ -49,8 +50,8 @@ def _get():
             _started = True
             if _in_task():
                 # grpc and psutil (~20 MB) load only inside an orchestrated task, not in a script run by hand
+                from orchestrator.task.context import TaskContext
                 from orchestrator.task.reporter import HeartbeatReporter
-                from orchestrator.task.runtime import TaskContext
 
                 context = TaskContext.from_env()
                 _reporter = HeartbeatReporter.from_context(context)
@@ -82,7 +83,7 @@ def _trains(task_type: str) -> bool:
     only serve). A ps, a PSS worker and the evaluator may never report training."""
     if task_type == "chief":
         return True
-    return task_type == "worker" and env.read(env.STRATEGY) != "parameter_server"
+    return task_type == "worker" and env.read(env.STRATEGY) != Strategy.PARAMETER_SERVER.value
 
 
 def announce() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor.decisions import TaskWatch, hang_reason, next_check_at
-from orchestrator.supervisor.hang_rules import first_step_due_at
+from orchestrator.supervisor.rules.decisions import TaskWatch, hang_reason, next_check_at
+from orchestrator.supervisor.rules.hang_rules import first_step_due_at
 
 S = SupervisionSpec.create(heartbeat_timeout_s=10.0, stall_timeout_s=15.0, startup_timeout_s=60.0)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.supervisor.stack_rules import culprit_order, in_collective, stuck_frame, stuck_line, waited_on
+from orchestrator.supervisor.rules.stack_rules import culprit_order, in_collective, stuck_frame, stuck_line, waited_on
 
 WRAPPER = """Process 4953: python -m orchestrator.task.execwrap -- python train.py
 Python v3.11.7 (/usr/bin/python3.11)

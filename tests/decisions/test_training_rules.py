@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from orchestrator.supervisor.training_rules import NanWatch, nan_line, non_finite
+from orchestrator.supervisor.rules.training_rules import NanWatch, nan_line, non_finite
 
 NAN, INF = float("nan"), float("inf")
 
@@ -60,7 +60,7 @@ def test_a_watched_metric_is_checked_without_a_loss():
 
 
 # -- uneven data across MWMS workers -----------------------------------------------------------
-from orchestrator.supervisor.training_rules import uneven_data  # noqa: E402
+from orchestrator.supervisor.rules.training_rules import uneven_data  # noqa: E402
 
 
 @pytest.mark.parametrize("mwms, phase, stuck, finished, named", [
@@ -81,7 +81,7 @@ def test_uneven_data_names_the_trainer_that_left(mwms, phase, stuck, finished, n
 
 
 # -- a SIGBUS: a full /dev/shm -------------------------------------------------------------------
-from orchestrator.supervisor.training_rules import shm_exhausted  # noqa: E402
+from orchestrator.supervisor.rules.training_rules import shm_exhausted  # noqa: E402
 
 
 @pytest.mark.parametrize("code, permanent", [(-7, True), (135, True), (-9, False), (1, False), (None, False),

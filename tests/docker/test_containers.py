@@ -180,9 +180,7 @@ def test_tasks_stop_when_the_orchestrator_is_sigkilled_and_the_next_run_removes_
         if launch.poll() is None:
             launch.kill()
             launch.wait(10)
-    from orchestrator.backends.docker import DockerBackend
+    from orchestrator.backends.docker import remove_orphans
 
-    backend = DockerBackend()
-    backend.client = engine
-    backend.remove_orphans()  # what the next --backend docker run does first
+    remove_orphans(engine)  # what the next --backend docker run does first
     assert_nothing_left(engine, "orphans")

@@ -1,13 +1,13 @@
 """Tasks -> CPU cores: which cores each task of a job runs on, and its TensorFlow thread pools
 (pure: the cores and the tasks in, a :class:`CpuPlan` out; :func:`assign_cores`). Shared by the
-control plane (:mod:`orchestrator.cpus` plans a job on this machine) and the task side (a task on
+control plane (:mod:`orchestrator.resources.cpus` plans a job on this machine) and the task side (a task on
 another node divides its own cores: :func:`node_share_cores`).
 
 Several TensorFlow processes on one machine each size their thread pools to every core they
 may run on, and the kernel migrates their threads between cores: co-located MWMS workers
 reached 0.72-0.81 of one process's examples/s on 2 cores (issue 23). The rules:
 
-* The **training tasks** (:func:`orchestrator.placement.training_roles`: chief and workers
+* The **training tasks** (:func:`orchestrator.resources.cores.training_roles`: chief and workers
   under MWMS, workers alone under ParameterServerStrategy) each get their own block of
   adjacent cores, the same number each, and intra-op threads = their cores
   (``TF_NUM_INTRAOP_THREADS``, ``OMP_NUM_THREADS``; inter-op: at least 2).
@@ -36,11 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import env
-from orchestrator.spec.model import TaskId
+from orchestrator.spec.model import JobSpec, Strategy, TaskId
 
 INTRAOP = "TF_NUM_INTRAOP_THREADS"
 INTEROP = "TF_NUM_INTEROP_THREADS"
 OMP = "OMP_NUM_THREADS"
+
+
+def training_roles(spec: JobSpec) -> tuple[str, ...]:
+    """The roles whose tasks compute, and share the node's GPUs by default: chief and worker
+    (MWMS: each holds a replica); workers alone under ParameterServerStrategy (the chief's
+    ``ClusterCoordinator`` only dispatches; the workers run the steps)."""
+    return ("worker",) if spec.strategy is Strategy.PARAMETER_SERVER else ("chief", "worker")
 
 
 def format_cpus(cpus: Sequence[int]) -> str:

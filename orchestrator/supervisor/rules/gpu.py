@@ -16,9 +16,9 @@ told by:
 The same TensorFlow error on a ``device:CPU`` (allocator ``cpu``) is host memory, and is left
 to the host-memory diagnosis (RSS, the cgroup's OOM kills). A retry would fail the same way, so
 under the ``exit-code`` policy a GPU out-of-memory is permanent whatever the exit code
-(:func:`orchestrator.supervisor.decisions.retry_verdict`). A collective error on GPUs (NCCL:
+(:func:`orchestrator.supervisor.rules.decisions.retry_verdict`). A collective error on GPUs (NCCL:
 ``NCCL error``, ``ncclRemoteError``, ``ncclSystemError``...) is a consequence of a peer like any
-other collective error (:data:`orchestrator.supervisor.decisions.PEER_ERRORS`).
+other collective error (:data:`orchestrator.supervisor.rules.decisions.PEER_ERRORS`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.gpus import GpuUsage
+from orchestrator.resources.gpus import GpuUsage
 
 _TF_OOM = re.compile(r"OOM when allocating tensor[^\n]*?(?:device:(?P<kind>GPU|CPU):(?P<index>\d+))?"
                      r"(?:[^\n]*?by allocator (?P<allocator>\S+))?", re.IGNORECASE)

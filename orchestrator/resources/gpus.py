@@ -1,6 +1,6 @@
 """The GPUs of this node, behind one small interface: what there is, and how busy each one is.
 
-Both sides read it: the control plane to place tasks on devices (:mod:`orchestrator.placement`)
+Both sides read it: the control plane to place tasks on devices (:mod:`orchestrator.resources.placement`)
 and for ``doctor``; the task side's heartbeat reporter to sample the devices its task holds.
 
 * :func:`discover` -> :class:`Inventory`: every GPU of the node (index, UUID, name, memory) and
@@ -15,7 +15,13 @@ and for ``doctor``; the task side's heartbeat reporter to sample the devices its
   (:data:`FAKE_ENV`) names a JSON file holding a list of GPUs, each
   ``{"uuid", "name", "memory_total_bytes", "memory_used_bytes"?, "utilization_percent"?}``
   (``index`` defaults to the position). Both :func:`discover` and :func:`sample` then read it
-  instead of NVML; task processes inherit the variable, so their heartbeats carry it too.
+  instead of NVML; task processes inherit the variable, so their heartbeats carry it too. A GPU
+  in MIG mode lists its instances under ``"mig"``, each ``{"uuid": "MIG-...", "name"?,
+  "memory_total_bytes", "memory_used_bytes"?, "utilization_percent"?}``.
+* **MIG**: a GPU in MIG mode (``nvmlDeviceGetMigMode``) is not dealt whole: the inventory lists
+  its MIG instances instead (``nvmlDeviceGetMigDeviceHandleByIndex``), each a :class:`Gpu` named
+  by its ``MIG-`` UUID (what ``CUDA_VISIBLE_DEVICES`` takes for an instance; CUDA sees one
+  instance per process), with its parent's index and UUID in :attr:`Gpu.parent`.
 
 Devices are named by UUID (``GPU-8f3c...``) wherever they are assigned: ``CUDA_VISIBLE_DEVICES``
 accepts UUIDs, and unlike indices they cannot shift when another process (or a container
@@ -42,6 +48,9 @@ log = logging.getLogger(__name__)
 FAKE_ENV = env.FAKE_GPUS
 """Path of a JSON list of fake GPUs (tests, demos); when set, NVML is not asked."""
 
+UUID_PREFIXES = ("GPU-", "MIG-")
+"""How a whole GPU's UUID and a MIG instance's begin (``nvidia-smi -L``)."""
+
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 """CUDA's own variable: the devices a process may use (UUIDs or indices, comma-separated)."""
 
@@ -55,19 +64,22 @@ class Gpu:
         uuid: ``GPU-...``: what ``CUDA_VISIBLE_DEVICES`` and Docker's device requests name.
         name: the product name, e.g. ``NVIDIA H100 80GB HBM3``.
         memory_total_bytes: device memory.
+        parent: for a MIG instance, its GPU's UUID ("" for a whole GPU).
     """
 
     index: int
     uuid: str
     name: str
     memory_total_bytes: int
+    parent: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "uuid": self.uuid, "name": self.name,
                 "memory_total_bytes": self.memory_total_bytes}
 
     def describe(self) -> str:
-        """``0: NVIDIA H100 80GB HBM3 (80 GiB, GPU-8f3c...)``."""
+        """``0: NVIDIA H100 80GB HBM3 (80 GiB, GPU-8f3c...)``; a MIG instance: ``0: NVIDIA A100 MIG 1g.10gb
+        (10 GiB, MIG-...)``."""
         return f"{self.index}: {self.name} ({self.memory_total_bytes / 2**30:.0f} GiB, {self.uuid})"
 
 
@@ -131,11 +143,23 @@ def _fake_entries(path: str) -> list[dict[str, Any]]:
     return [dict(e) for e in raw]
 
 
+def _fake_devices(entries: list[dict[str, Any]]) -> Iterable[tuple[int, dict[str, Any], str]]:
+    """(index, entry, parent UUID) of every device a fake inventory deals: a GPU's MIG instances
+    (its ``"mig"`` list) instead of the GPU."""
+    for i, e in enumerate(entries):
+        index = int(e.get("index", i))
+        if e.get("mig"):
+            for m in e["mig"]:
+                yield index, {"name": f"{e.get('name', 'fake GPU')} MIG", **dict(m)}, str(e["uuid"])
+        else:
+            yield index, e, ""
+
+
 def _fake_inventory(path: str) -> Inventory:
     try:
         entries = _fake_entries(path)
-        gpus = tuple(Gpu(int(e.get("index", i)), str(e["uuid"]), str(e.get("name", "fake GPU")),
-                         int(e["memory_total_bytes"])) for i, e in enumerate(entries))
+        gpus = tuple(Gpu(i, str(e["uuid"]), str(e.get("name", "fake GPU")), int(e["memory_total_bytes"]), parent)
+                     for i, e, parent in _fake_devices(entries))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return Inventory(source=f"fake:{path}", problem=f"{FAKE_ENV}: {exc}")
     return Inventory(gpus, "fake", f"fake:{path}", "" if gpus else "no GPU")
@@ -193,11 +217,32 @@ def _nvml_inventory() -> Inventory:
         gpus = []
         for i in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            gpus.append(Gpu(i, _text(nvml.nvmlDeviceGetUUID(handle)), _text(nvml.nvmlDeviceGetName(handle)),
-                            int(nvml.nvmlDeviceGetMemoryInfo(handle).total)))
+            whole = Gpu(i, _text(nvml.nvmlDeviceGetUUID(handle)), _text(nvml.nvmlDeviceGetName(handle)),
+                        int(nvml.nvmlDeviceGetMemoryInfo(handle).total))
+            gpus.extend(_mig_instances(nvml, handle, whole) or [whole])
     except errors as exc:
         return Inventory(source="nvml", problem=f"NVML: {exc}")
     return Inventory(tuple(gpus), driver, "nvml", "" if gpus else "no GPU")
+
+
+def _mig_instances(nvml: Any, handle: Any, parent: Gpu) -> list[Gpu]:
+    """The MIG instances of a GPU in MIG mode ([] when it is not, or NVML cannot say)."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        count = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except nvml.NVMLError:  # not a MIG-capable GPU (NOT_SUPPORTED), or an old driver
+        return []
+    out = []
+    for j in range(count):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+            out.append(Gpu(parent.index, _text(nvml.nvmlDeviceGetUUID(mig)), _text(nvml.nvmlDeviceGetName(mig)),
+                           int(nvml.nvmlDeviceGetMemoryInfo(mig).total), parent.uuid))
+        except nvml.NVMLError:  # no instance in this slot
+            continue
+    return out
 
 
 def discover() -> Inventory:
@@ -217,15 +262,15 @@ def _discover(fake: str) -> Inventory:
 def visible(value: str | None, inventory: Inventory) -> tuple[Gpu, ...]:
     """The devices a ``CUDA_VISIBLE_DEVICES`` value names, of ``inventory``.
 
-    UUIDs (``GPU-...``, also a unique prefix, as CUDA takes them) or indices; CUDA stops at the
-    first entry it cannot resolve, and so does this. None (unset): every device; "": none.
+    UUIDs (``GPU-...`` or a MIG instance's ``MIG-...``, also a unique prefix, as CUDA takes them) or
+    indices; CUDA stops at the first entry it cannot resolve, and so does this. None (unset): every device; "": none.
     """
     if value is None:
         return inventory.gpus
     out: list[Gpu] = []
     for item in (v.strip() for v in value.split(",")):
-        match = [g for g in inventory.gpus if (g.uuid.startswith(item) if item.startswith("GPU-")
-                                               else item.isdigit() and g.index == int(item))]
+        match = [g for g in inventory.gpus if (g.uuid.startswith(item) if item.startswith(UUID_PREFIXES)
+                                               else item.isdigit() and g.index == int(item) and not g.parent)]
         if len(match) != 1:
             break
         out.append(match[0])
@@ -235,7 +280,7 @@ def visible(value: str | None, inventory: Inventory) -> tuple[Gpu, ...]:
 def uuids_in(value: str | None) -> tuple[str, ...]:
     """The device UUIDs a ``CUDA_VISIBLE_DEVICES`` value names (what the orchestrator assigns);
     indices and an unset value name none here."""
-    return tuple(v.strip() for v in (value or "").split(",") if v.strip().startswith("GPU-"))
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip().startswith(UUID_PREFIXES))
 
 
 def sample(uuids: Iterable[str]) -> tuple[GpuUsage, ...]:
@@ -247,7 +292,7 @@ def sample(uuids: Iterable[str]) -> tuple[GpuUsage, ...]:
     fake = env.read(FAKE_ENV)
     if fake:
         try:
-            entries = {str(e["uuid"]): (i, e) for i, e in enumerate(_fake_entries(fake))}
+            entries = {str(e["uuid"]): (i, e) for i, e, _ in _fake_devices(_fake_entries(fake))}
         except (OSError, ValueError, KeyError, TypeError):
             return ()
         return tuple(
@@ -268,9 +313,14 @@ def sample(uuids: Iterable[str]) -> tuple[GpuUsage, ...]:
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            util = nvml.nvmlDeviceGetUtilizationRates(handle)
-            out.append(GpuUsage(uuid, int(nvml.nvmlDeviceGetIndex(handle)), float(util.gpu), int(memory.used),
-                                int(memory.total)))
+            try:
+                percent = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except errors:  # a MIG instance has no utilisation of its own (NOT_SUPPORTED)
+                percent = 0.0
+            if uuid.startswith("MIG-"):  # a MIG instance: its GPU's index
+                handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            index = int(nvml.nvmlDeviceGetIndex(handle))
+            out.append(GpuUsage(uuid, index, percent, int(memory.used), int(memory.total)))
         except errors as exc:  # the device went away, or no permission
             log.debug("NVML: no sample of %s: %s", uuid, exc)
     return tuple(out)

@@ -15,9 +15,9 @@ from typing import Mapping, Sequence
 from orchestrator.env import REJOINED_METRIC
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.decisions import RestartScope
-from orchestrator.supervisor.snapshot import RecoveryRecord
-from orchestrator.supervisor.states import Failure, TaskRuntime
+from orchestrator.supervisor.records.snapshot import RecoveryRecord
+from orchestrator.supervisor.records.states import Failure, TaskRuntime
+from orchestrator.supervisor.rules.decisions import RestartScope
 
 
 @dataclass

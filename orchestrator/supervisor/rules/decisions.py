@@ -1,6 +1,6 @@
 """The supervisor's decisions as pure functions over plain data (no processes, no clock, no I/O).
 
-:class:`orchestrator.supervisor.job.Supervisor` is the one place that acts; it asks these
+:class:`orchestrator.supervisor.loop.Supervisor` is the one place that acts; it asks these
 functions what to do. They are tested by tables (strategy x role x policy x exit) in
 ``tests/decisions/`` (the fast part: ``python -m pytest tests/decisions`` runs in seconds).
 
@@ -53,12 +53,12 @@ from typing import AbstractSet, Sequence
 from orchestrator.env import PREEMPTED_EXIT_CODE
 from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy, SupervisionSpec
-from orchestrator.supervisor.hang_rules import POST_TRAINING_PHASES as POST_TRAINING_PHASES  # re-exported
-from orchestrator.supervisor.hang_rules import WORKING_PHASES as WORKING_PHASES
-from orchestrator.supervisor.hang_rules import TaskWatch as TaskWatch
-from orchestrator.supervisor.hang_rules import hang_reason as hang_reason
-from orchestrator.supervisor.hang_rules import next_check_at as next_check_at
-from orchestrator.supervisor.states import TaskState, describe_exit
+from orchestrator.supervisor.records.states import TaskState, describe_exit
+from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES as POST_TRAINING_PHASES  # re-exported
+from orchestrator.supervisor.rules.hang_rules import WORKING_PHASES as WORKING_PHASES
+from orchestrator.supervisor.rules.hang_rules import TaskWatch as TaskWatch
+from orchestrator.supervisor.rules.hang_rules import hang_reason as hang_reason
+from orchestrator.supervisor.rules.hang_rules import next_check_at as next_check_at
 
 PEER_ERRORS = re.compile(
     r"Collective has timed out|DeadlineExceededError|UnavailableError|AbortedError|CancelledError"
@@ -150,7 +150,7 @@ def retry_verdict(
             under ``exit-code`` whatever the code.
         preempted: the exit is a preemption (the spec's ``preemption_exit_codes``); None:
             ``exit_code`` == :data:`~orchestrator.env.PREEMPTED_EXIT_CODE`.
-        gpu_oom: it ran out of GPU memory (:func:`orchestrator.supervisor.gpu.gpu_oom`):
+        gpu_oom: it ran out of GPU memory (:func:`orchestrator.supervisor.rules.gpu.gpu_oom`):
             permanent under ``exit-code`` whatever the code (a CUDA abort is a signal), since a
             retry with the same batch would run out again.
 

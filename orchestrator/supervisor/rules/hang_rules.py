@@ -1,6 +1,6 @@
 """Hang rules (pure: plain data in, a reason or a time out): :func:`hang_reason` says whether a
 live task counts as hung now, :func:`next_check_at` when it first could. The rules, and their
-sources, are in :mod:`orchestrator.supervisor.decisions` (which re-exports these); the loop's
+sources, are in :mod:`orchestrator.supervisor.rules.decisions` (which re-exports these); the loop's
 heap of checks is :mod:`orchestrator.supervisor.hangs`."""
 
 from __future__ import annotations

@@ -29,18 +29,12 @@ from dataclasses import dataclass, field
 
 from orchestrator import env
 from orchestrator.errors import SpecError
-from orchestrator.gpus import VISIBLE_ENV, Gpu, Inventory
-from orchestrator.spec.model import JobSpec, Strategy, TaskId
+from orchestrator.resources.cores import training_roles
+from orchestrator.resources.gpus import VISIBLE_ENV, Gpu, Inventory
+from orchestrator.spec.model import JobSpec, TaskId
 
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
 """TensorFlow's switch for ``allow_growth`` on every GPU of the process (``gpu_bfc_allocator``)."""
-
-
-def training_roles(spec: JobSpec) -> tuple[str, ...]:
-    """The roles whose tasks compute, and share the node's GPUs by default: chief and worker
-    (MWMS: each holds a replica); workers alone under ParameterServerStrategy (the chief's
-    ``ClusterCoordinator`` only dispatches; the workers run the steps)."""
-    return ("worker",) if spec.strategy is Strategy.PARAMETER_SERVER else ("chief", "worker")
 
 
 @dataclass(frozen=True)

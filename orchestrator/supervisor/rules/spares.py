@@ -3,16 +3,16 @@
 A spare is an interpreter that has already imported what a trainer's start would (TensorFlow,
 the built-in program, the health client) and waits to be handed a task's attempt
 (:mod:`orchestrator.task.spare`; for a user's Python program, the spare mode of
-:mod:`orchestrator.task.execwrap`). The count is :func:`~orchestrator.supervisor.decisions.spare_count`.
+:mod:`orchestrator.task.execwrap`). The count is :func:`~orchestrator.supervisor.rules.decisions.spare_count`.
 """
 
 from __future__ import annotations
 
 from orchestrator.backends.base import SpareRequest
-from orchestrator.gpus import VISIBLE_ENV
 from orchestrator.plan import SPARE_PRELOAD, Plan, user_spare
+from orchestrator.resources.gpus import VISIBLE_ENV
 from orchestrator.rundir import RunDir
-from orchestrator.supervisor import decisions
+from orchestrator.supervisor.rules import decisions
 
 _PER_TASK_ENV = ("TF_CONFIG", "ORCH_FAULTS")
 

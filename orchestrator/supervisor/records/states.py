@@ -16,9 +16,9 @@ from pathlib import Path
 
 from orchestrator.backends.base import ProcessSample, TaskHandle
 from orchestrator.env import PREEMPTED_EXIT_CODE
-from orchestrator.gpus import GpuUsage
 from orchestrator.health.store import HeartbeatRecord
 from orchestrator.plan import TaskPlan
+from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
 
 EXIT_SUCCEEDED = 0
@@ -31,7 +31,7 @@ and Ctrl-C (130). Its state is saved; ``launch --resume RUN_ID`` continues it.""
 EXIT_INTERRUPTED = 130
 EXIT_UNTESTED = 3
 """The CLI's exit code for a rehearsal that tested nothing: the job succeeded, but one of its
-injected faults (``--inject-fault``) never fired (:mod:`~orchestrator.supervisor.rehearsal`)."""
+injected faults (``--inject-fault``) never fired (:mod:`~orchestrator.supervisor.rules.rehearsal`)."""
 
 
 class JobState(str, enum.Enum):
@@ -159,7 +159,7 @@ class Attempt:
 class TaskRuntime:
     """What the supervisor knows about one task: its plan, its current :class:`Attempt`, and
     what outlives attempts (restarts, the history of earlier attempts). Only the supervisor
-    reads or writes it; everyone else reads a :class:`~orchestrator.supervisor.snapshot.TaskSnapshot`.
+    reads or writes it; everyone else reads a :class:`~orchestrator.supervisor.records.snapshot.TaskSnapshot`.
     """
 
     plan: TaskPlan
@@ -214,11 +214,11 @@ class Failure:
         after_training: it happened after training had ended (never restarted).
         after_success: it happened after the job had succeeded (``chief`` success policy).
         gpu_oom: it ran out of GPU memory: the error, the device and its memory used / total,
-            the hint (:func:`orchestrator.supervisor.gpu.gpu_oom_dict`); None otherwise.
+            the hint (:func:`orchestrator.supervisor.rules.gpu.gpu_oom_dict`); None otherwise.
         exception: the exception line the program died of (its error file's message, else the
             last line of the last traceback on its stderr), "" for a kill, a hang or a peer's
             consequence: what the crash-loop rule compares
-            (:func:`~orchestrator.supervisor.decisions.crash_loop`).
+            (:func:`~orchestrator.supervisor.rules.decisions.crash_loop`).
     """
 
     task: TaskId

@@ -1,7 +1,7 @@
 """Rules for the ends of tasks, as pure functions over plain data: crash loops, a task stuck in
 its exit, the thread a stack dump shows it stuck in.
 
-They complete :mod:`~orchestrator.supervisor.decisions` (same contract: no processes, no clock,
+They complete :mod:`~orchestrator.supervisor.rules.decisions` (same contract: no processes, no clock,
 no I/O; tested by tables in ``tests/decisions/``).
 
 * Crash loop (:func:`crash_loop`): the same exception line on consecutive attempts of one task,
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor.decisions import POST_TRAINING_PHASES
+from orchestrator.supervisor.rules.decisions import POST_TRAINING_PHASES
 
 
 def crash_loop(errors: Sequence[tuple[int, str]], limit: int) -> int:
@@ -56,7 +56,7 @@ def crash_loop(errors: Sequence[tuple[int, str]], limit: int) -> int:
 
 def finished(phase: str | None, exiting: bool) -> bool:
     """The task said its work is over: phase ``done``, or its interpreter is exiting after it
-    reported the end of training (:data:`~orchestrator.supervisor.decisions.POST_TRAINING_PHASES`)."""
+    reported the end of training (:data:`~orchestrator.supervisor.rules.decisions.POST_TRAINING_PHASES`)."""
     return phase == "done" or (exiting and phase in POST_TRAINING_PHASES)
 
 

@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from orchestrator.backends.base import SpareInfo
-from orchestrator.gpus import GpuUsage
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.gpu import usages_of
-from orchestrator.supervisor.lives import Life
-from orchestrator.supervisor.states import Failure, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.records.lives import Life
+from orchestrator.supervisor.records.states import Failure, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.rules.formed import CLUSTER_WORKERS, REPLICAS_IN_SYNC
+from orchestrator.supervisor.rules.gpu import usages_of
+from orchestrator.supervisor.rules.rehearsal import FaultRecord
 
 
 def phase_name(phase: int) -> str:
@@ -41,6 +43,7 @@ class LastHeartbeat:
         cpu_percent: percent of one core.
         rss_bytes: resident memory, bytes.
         metrics: other numbers the task reported (``test_accuracy``, ...).
+        formed: what its strategy formed (:func:`formed_of`), ``{}`` until it said.
         count: heartbeats received from this attempt.
         age_s: seconds since it arrived (orchestrator clock), at snapshot time.
         message: free text from the task.
@@ -62,6 +65,7 @@ class LastHeartbeat:
     message: str = ""
     gpus: tuple[GpuUsage, ...] = ()
     first_step_s: float | None = None
+    formed: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -186,10 +190,12 @@ class JobSnapshot:
         recoveries: every restart decision, earliest first.
         fatal: the failure that ended the job, if one did (the root cause).
         spares: the warm spares started for the job and what became of them.
-        lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.lives`).
+        lives: every orchestrator lifetime of the run, this one last (:mod:`~orchestrator.supervisor.records.lives`).
         earlier_failures: the failures of earlier lives, as ``summary.json`` records.
         warnings: what the job lost or cut off without failing (an evaluator's final evaluation
             lost, a task stuck in its exit, an evaluator that never evaluated), one line each.
+        faults: each injected fault and whether it fired, as recorded so far
+            (:meth:`orchestrator.supervisor.rehearsal.Rehearsal.records`).
     """
 
     plan: Plan
@@ -208,6 +214,7 @@ class JobSnapshot:
     lives: tuple[Life, ...] = ()
     earlier_failures: tuple[Mapping[str, object], ...] = ()
     warnings: tuple[str, ...] = ()
+    faults: tuple[FaultRecord, ...] = ()
 
     @property
     def root_cause(self) -> Failure | None:
@@ -226,6 +233,20 @@ class JobSnapshot:
             if t.task == task:
                 return t
         raise KeyError(str(task))
+
+
+def formed_of(hb: pb.Heartbeat) -> dict[str, int]:
+    """What ``hb``'s task says its strategy formed (the heartbeat's typed ``formed``):
+    ``{"replicas_in_sync": R, "cluster_workers": W}``, each only when said; ``{}`` for none."""
+    if not hb.HasField("formed"):
+        return {}
+    formed = hb.formed
+    out = {}
+    if formed.HasField("replicas_in_sync"):
+        out[REPLICAS_IN_SYNC] = formed.replicas_in_sync
+    if formed.HasField("cluster_workers"):
+        out[CLUSTER_WORKERS] = formed.cluster_workers
+    return out
 
 
 def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
@@ -249,6 +270,7 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
         message=hb.message,
         gpus=usages_of(hb) if hb.gpus else (),
         first_step_s=now - a.training_at if first and a.training_at is not None else None,
+        formed=formed_of(hb),
     )
 
 
@@ -281,17 +303,24 @@ def task_snapshot(rt: TaskRuntime, now: float) -> TaskSnapshot:
 
 
 class View(Protocol):
-    """What the supervisor tells the user about (see :mod:`orchestrator.report.live`).
+    """What the supervisor tells the user about: the one protocol of every view (the terminal's
+    in :mod:`orchestrator.report.live`, the :class:`orchestrator.report.history.Recorder` that
+    serves ``status`` and the page, :class:`NullView`).
 
-    ``interval_s``: least seconds between two snapshots it wants; None for none until the
-    end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
+    ``interval_s``: least seconds between two snapshots it wants (the supervisor never hands
+    them out more often than its own ``view_interval_s``; 0 for each of those); None for none
+    until the end (a snapshot costs O(tasks), so a quiet view costs nothing per tick).
     """
 
-    interval_s: float | None
+    @property
+    def interval_s(self) -> float | None: ...
 
     def update(self, snapshot: JobSnapshot) -> None: ...
 
     def event(self, elapsed_s: float, text: str) -> None: ...
+
+    def close(self) -> None:
+        """The job is over and its final snapshot shown: release what the view holds (a terminal)."""
 
 
 class NullView:
@@ -303,4 +332,7 @@ class NullView:
         pass
 
     def event(self, elapsed_s: float, text: str) -> None:
+        pass
+
+    def close(self) -> None:
         pass

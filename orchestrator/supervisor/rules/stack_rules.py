@@ -96,7 +96,7 @@ def culprit_order(steps: Sequence[int | None], dumps: Sequence[str]) -> list[int
     """Indices of tasks hung together, the likeliest cause first: a task whose dump shows it
     outside any collective, then a task without a dump, then those waiting in a collective; within
     each, the one furthest behind in steps (no step counts as furthest), as
-    :func:`orchestrator.supervisor.decisions.culprit_order` did alone."""
+    :func:`orchestrator.supervisor.rules.decisions.culprit_order` did alone."""
     def key(i: int) -> tuple[int, int]:
         rank = 1 if not dumps[i] else (2 if in_collective(dumps[i]) else 0)
         return rank, -1 if steps[i] is None else steps[i]  # type: ignore[return-value]

@@ -1,4 +1,4 @@
-"""A task's own cores: ``ORCH_CPUS`` (:mod:`orchestrator.cpus` plans them) made its affinity.
+"""A task's own cores: ``ORCH_CPUS`` (:mod:`orchestrator.resources.cpus` plans them) made its affinity.
 
 The task side's half of pinning: :func:`pin_self` runs in :mod:`orchestrator.task.execwrap`
 before a user's program starts (the program inherits it), in a warm spare when it takes a task
@@ -18,11 +18,12 @@ import os
 from collections.abc import Mapping
 
 from orchestrator import env
-from orchestrator.cores import allowed_cores, node_share_plan
+from orchestrator.resources.cores import allowed_cores, node_share_plan
 
 
 def parse_cpus(text: str) -> tuple[int, ...]:
-    """The cores of a cpu list (``0-3,8``, as :func:`orchestrator.cpus.format_cpus` writes it); () for an empty one.
+    """The cores of a cpu list (``0-3,8``, as :func:`orchestrator.resources.cores.format_cpus` writes
+    it); () for an empty one.
 
     Raises:
         ValueError: text that is not a cpu list.
@@ -93,7 +94,7 @@ def _threads() -> list[int]:
 
 
 def resolve_node_share() -> tuple[int, ...]:
-    """``ORCH_NODE_CPUS`` (this task's share of its node, :func:`orchestrator.cores.node_share`)
+    """``ORCH_NODE_CPUS`` (this task's share of its node, :func:`orchestrator.resources.cores.node_share`)
     over the cores this process may run on (its Slurm step's) into what a task on this machine
     gets from its plan: ``ORCH_CPUS``, ``ORCH_SERVICE_CPUS`` and the thread limits in
     ``os.environ`` (the program and what it starts inherit them). A bad share is ignored

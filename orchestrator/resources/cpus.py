@@ -1,13 +1,13 @@
 """A job's tasks -> this machine's CPU cores (:func:`plan_cpus`), and each task's share of its
 node's cores on a backend whose tasks run on other nodes (:func:`node_share_env`). The rules and
-the pure division are :mod:`orchestrator.cores` (shared with the task side)."""
+the pure division are :mod:`orchestrator.resources.cores` (shared with the task side)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from orchestrator import env
-from orchestrator.cores import (
+from orchestrator.resources.cores import (
     INTEROP,
     INTRAOP,
     OMP,
@@ -17,6 +17,7 @@ from orchestrator.cores import (
     cpu_order,
     format_cpus,
     node_share,
+    training_roles,
 )
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -31,8 +32,6 @@ def plan_cpus(spec: JobSpec, cores: Sequence[int] | None = None) -> CpuPlan:
     """Every task of ``spec`` on this machine's cores: :func:`assign_cores` over ``cores``
     (default: this process's own affinity, :func:`allowed_cores`: a user's ``taskset``, a
     container's cpuset or a Slurm step's binding is respected: pinning stays within it)."""
-    from orchestrator.placement import training_roles
-
     roles = training_roles(spec)
     tasks = spec.tasks()
     return assign_cores(allowed_cores() if cores is None else cores, [t for t in tasks if t.task_type in roles],
@@ -56,7 +55,7 @@ def node_share_env(spec: JobSpec, placement: Mapping[TaskId, str], task: TaskId)
     """``ORCH_NODE_CPUS`` for ``task`` on its node of ``placement`` (task -> node; Slurm places the
     tasks, several per node with ``--tasks-per-node``): the task divides the cores its step may
     run on among the job's tasks on that node there, as :func:`plan_cpus` does on one machine
-    (:func:`orchestrator.cores.node_share_cores`). Empty with ``--no-pin``.
+    (:func:`orchestrator.resources.cores.node_share_cores`). Empty with ``--no-pin``.
 
     Slurm binds a step only with a task plugin (``task/affinity``, ``task/cgroup``) and binds
     steps run with ``--overlap`` to the same cores, so the division is the task's own; a user who
@@ -65,8 +64,6 @@ def node_share_env(spec: JobSpec, placement: Mapping[TaskId, str], task: TaskId)
     """
     if not spec.pin_cpus or task not in placement:
         return {}
-    from orchestrator.placement import training_roles
-
     roles = training_roles(spec)
     here = [t for t in spec.tasks() if placement.get(t) == placement[task]]
     training = [t for t in here if t.task_type in roles]
