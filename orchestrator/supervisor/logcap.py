@@ -14,7 +14,7 @@ and Slurm backends' redirections, the Docker backend's copy, a spare's reopening
 appended; the task writes on at the new end. As with logrotate's ``copytruncate``, what the task
 writes during the cut itself (microseconds) may land before the marker or be lost.
 
-:func:`cut_plan` is the rule (pure); :class:`LogCaps` runs it from the loop (a stat per log file,
+:func:`cut_plan` is the rule (pure); :class:`LogCaps` runs it from each tick (``Intake.logs``: a stat per log file,
 all of them at most once a second, less often for thousands of tasks) and keeps what was cut, for
 the live view and the summary's ``warnings``.
 """
@@ -64,7 +64,7 @@ def cut_plan(size_bytes: int, max_bytes: int, head_bytes: int | None = None) -> 
 
 
 class LogCaps:
-    """The cap as the loop runs it: :meth:`check` from every tick, :meth:`final` at the end.
+    """The cap as the intake runs it: :meth:`check` from every tick, :meth:`final` at the end.
 
     Args:
         max_bytes: the cap of each log file, bytes (``supervision.max_log_size_bytes``).

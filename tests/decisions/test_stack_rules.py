@@ -101,3 +101,31 @@ def test_stuck_line():
     assert stuck_line("worker-1", STUCK_READING) == "worker-1 is stuck in read_shard_record (train.py:57)"
     assert "inside a collective" in stuck_line("worker-0", IN_ALL_REDUCE)
     assert stuck_line("worker-0", "") == ""
+
+
+def test_the_loop_dumps_every_hung_task_and_the_peer_a_collective_waits_for_then_kills_that_peer_first(tmp_path):
+    """The loop (decide, then act): worker-0's stall deadline comes first and its stacks show it in
+    the all-reduce; worker-1, whose deadline has not come, is dumped too, found outside any
+    collective (reading its input), and killed first as the cause (hangs.culprits_first)."""
+    from orchestrator.spec.model import TaskId
+    from orchestrator.supervisor import JobState
+    from tests.decisions.test_supervisor_loop import Harness, spec_of
+
+    h = Harness(tmp_path, spec_of(workers=2, supervision={"stall_timeout_s": 5.0, "restart_policy": {"all": "never"}}))
+    dumps = {"worker-0": IN_ALL_REDUCE, "worker-1": STUCK_READING}
+    h.backend.dump_stacks = lambda handle, timeout_s: dumps[handle.task.name]  # type: ignore[method-assign]
+    h.all_beat(step=43)
+    h.tick()
+    h.tick(2.0)
+    h.beat("worker-1", step=44)  # it reported a step later than worker-0: its own deadline is later
+    h.tick()
+    for _ in range(4):
+        h.all_beat()
+        h.tick(1.0)
+    assert h.sup.state is JobState.FAILED
+    assert [f.task for f in h.sup.failures] == [TaskId("worker", 1), TaskId("worker", 0)]
+    first = h.sup.failures[0].message
+    assert "worker-0 waits in a collective for it (step 44)" in first, first
+    assert "worker-1 is stuck in read_shard_record (train.py:57)" in first, first
+    assert "inside a collective" in h.sup.failures[1].message
+    assert "worker-1 is what worker-0 waits for in a collective; killing it too" in h.view.events
