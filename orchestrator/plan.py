@@ -24,7 +24,7 @@ from orchestrator.errors import SpecError
 from orchestrator.resources.cpus import CpuPlan
 from orchestrator.resources.placement import NO_GPUS, Placement, TaskGpus
 from orchestrator.rundir import ERROR_FILE, RunDir
-from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import Fault, untestable
 from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, TaskId
@@ -355,7 +355,9 @@ def make_plan(
         threads_per_task=threads,
         health_address=health_address,
         token=token,
-        warnings=tuple(plan_warnings(spec, commands)) + placement.warnings,
+        warnings=tuple(plan_warnings(spec, commands)) + placement.warnings + tuple(
+            w for f in faults if (w := untestable(f, spec.serves_forever(f.task),
+                                                  bool((commands or {}).get(f.task.task_type)))) is not None),
         placement=placement,
         **({"cpus": cpus} if cpus is not None else {}),
     )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import jsontext
 from orchestrator.spec.model import TaskId
 
 PLAN_FILE = "plan.json"
@@ -121,7 +122,7 @@ def write_json_atomic(path: Path, data: Any) -> Path:
     """Write ``data`` as JSON to ``path`` atomically (a temporary file, then ``os.replace``):
     a reader sees the old file or the new one, never half of one. Returns ``path``."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(jsontext.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
 

@@ -22,12 +22,12 @@ time, address of every task), so the addresses actually used are on record.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from pathlib import Path
 
+from orchestrator import jsontext
 from orchestrator.backends.base import Registration
 from orchestrator.spec.address import Address
 from orchestrator.spec.model import TRAINING_TASK_TYPES, JobSpec, TaskId
@@ -140,7 +140,7 @@ class AddressBook:
         try:
             self._run_dir.mkdir(parents=True, exist_ok=True)
             tmp = self._run_dir / "cluster.json.tmp"
-            tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            tmp.write_text(jsontext.dumps(record, indent=2) + "\n", encoding="utf-8")
             tmp.replace(self._run_dir / "cluster.json")
         except OSError as exc:
             log.warning("cannot write cluster.json: %s", exc)

@@ -123,6 +123,7 @@ class DockerBackend(Backend[Container]):
         self.ca_bundle = options.ca_bundle
         self.progress = options.progress
         self.orphan_timeout_s = options.orphan_timeout_s
+        self.shm_size_bytes, self.memory_bytes = options.shm_size_bytes, options.memory_bytes
         self.client: Any = None
         self.network: Any = None
         self.run_id = ""
@@ -208,6 +209,7 @@ class DockerBackend(Backend[Container]):
                 labels={LABEL_RUN: self.run_id, LABEL_TASK: task.name, LABEL_OWNER: self._owner},
                 user=f"{os.getuid()}:{os.getgid()}",
                 init=True,
+                shm_size=self.shm_size_bytes, mem_limit=self.memory_bytes,  # /dev/shm; an OOM kill we can name
                 working_dir="/tmp",
                 volumes={str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
                 network=self.network.name,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from orchestrator import jsontext
 from orchestrator.backends.host import TASK_RSS_BYTES  # one estimate for doctor and launch
 from orchestrator.backends.ports import port_range
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
@@ -294,7 +295,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     checks = run_checks(spec, Path(args.runs_dir), quick=args.quick)
     failed = any(c.status == "FAIL" for c in checks)
     if args.json:
-        print(json.dumps({"ready": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
+        print(jsontext.dumps({"ready": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
         return 1 if failed else 0
     counts = ", ".join(f"{t} {spec.count(t)}" for t in TASK_TYPES if spec.count(t))
     print(f"doctor: {spec.strategy.value}, {counts} ({spec.tf_process_count()} TF processes)")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from typing import Any
 
-from orchestrator import api
+from orchestrator import api, jsontext
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.cli.requeue import SlurmContinuation
@@ -155,6 +154,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--exit-grace", type=float, default=None, metavar="S",
                      help="a task that said it finished (done, or exiting after training ended) and is still alive S "
                      "seconds later is stuck in its exit: killed, counted as succeeded, with a warning (default 30)")
+    sup.add_argument("--on-nan", default=None, choices=("warn", "fail"),
+                     help="a non-finite loss (or --nan-metrics metric) in a task's report: warn (default: a warning "
+                     "naming the task and the first step; training goes on) or fail (the job fails at once, "
+                     "without a restart, which would meet it again)")
+    sup.add_argument("--nan-metrics", default=None, metavar="NAMES",
+                     help="reported metrics checked for NaN / infinity like the loss, comma-separated "
+                     "(e.g. grad_norm,val_loss; default none)")
+    sup.add_argument("--max-log-size", default=None, metavar="SIZE",
+                     help="cap of each task's stdout.log and stderr.log (K, M, G; default 256M): past it the "
+                     "middle is cut, its first quarter and its end kept, and the summary says how much")
     add_backend_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")
@@ -235,7 +244,7 @@ def run_launch(args: argparse.Namespace) -> int:
         plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
                            backend=args.backend, backend_options=backend_options(args))
         print_warnings(plan.warnings)
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(jsontext.dumps(plan.to_dict(), indent=2))
         return 0
 
     view: View | None
@@ -299,7 +308,7 @@ def run_launch(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(jsontext.dumps(summary, indent=2))
     else:
         print(format_final(summary), flush=True)
     try:

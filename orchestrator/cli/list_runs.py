@@ -6,9 +6,9 @@ Exit codes: 0, 2 bad input."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from orchestrator import jsontext
 from orchestrator.errors import SpecError
 from orchestrator.report.runs import run_dirs, run_status
 from orchestrator.resources.leases import Ledger
@@ -89,7 +89,7 @@ def run_list(args: argparse.Namespace) -> int:
         entries.append(run_entry(status))
     entries += waiting_entries(root)
     if args.json:
-        print(json.dumps(entries, indent=2))
+        print(jsontext.dumps(entries, indent=2))
         return 0
     if not entries:
         print(f"no runs under {root}")

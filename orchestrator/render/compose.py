@@ -43,6 +43,7 @@ from orchestrator.resources.gpus import Inventory
 from orchestrator.resources.placement import TaskGpus, place
 from orchestrator.spec.dataservice import start_wave
 from orchestrator.spec.model import JobSpec
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
 
 JOB_DIR = "/job"
 """Where the job's volume is mounted in every container (the run directory)."""
@@ -75,6 +76,8 @@ def render_compose(
     stop_grace_s: float = 10.0,
     cores: int | None = None,
     inventory: Inventory | None = None,
+    shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES,
+    memory_bytes: int | None = None,
 ) -> dict:
     """The Compose file of ``spec`` as a dict (dump it with :func:`dump_compose`).
 
@@ -95,6 +98,10 @@ def render_compose(
             (``device_ids``, disjoint: :func:`orchestrator.resources.placement.place`); without, a
             ``count`` per service (``gpus_per_task``), which the engine fills with the first
             devices it finds (the same ones for every service: the file says so).
+        shm_size_bytes: each service's ``shm_size`` (its ``/dev/shm``), bytes; default 1 GiB
+            (:data:`orchestrator.spec.sizes.DEFAULT_SHM_SIZE_BYTES`: Docker's 64 MB is outgrown by
+            multi-process data loading and NCCL).
+        memory_bytes: each service's ``mem_limit``, bytes; None (default): none.
 
     Raises:
         SpecError: more GPUs asked than ``inventory`` has.
@@ -125,6 +132,7 @@ def render_compose(
                 "command": list(tp.argv),
                 "hostname": tp.task.name,
                 "init": True,
+                "shm_size": shm_size_bytes,
                 "environment": dict(sorted(environment.items())),
                 "extra_hosts": ["host.docker.internal:host-gateway"],
                 "networks": [NETWORK],
@@ -143,6 +151,8 @@ def render_compose(
         earlier = [t.name for t in spec.tasks() if start_wave(t.task_type) < start_wave(tp.task.task_type)]
         if earlier:  # the tf.data service first: the dispatcher, then its data workers, then the trainers
             service["depends_on"] = {name: {"condition": "service_healthy"} for name in earlier}
+        if memory_bytes is not None:
+            service["mem_limit"] = memory_bytes
         devices = gpu_reservation(tp.gpus)
         if devices:
             service["deploy"] = {"resources": {"reservations": {"devices": devices}}}

@@ -90,6 +90,7 @@ from orchestrator.render.kubernetes import (
 )
 from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, dns_name
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -167,7 +168,8 @@ def _failure_rules(spec: JobSpec, types: list[str]) -> list[dict]:
 
 
 def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
-                    cpu: str | None = None, memory: str | None = None) -> dict:
+                    cpu: str | None = None, memory: str | None = None,
+                    shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
     """The ``JobSet`` of a spec (pure).
 
     Args:
@@ -210,7 +212,7 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
     replicated_jobs = []
     for task_type in types:
         pod = pod_spec(task_type, image, environment, volume_claim,
-                       gpu_resources(container_resources, role_gpus(spec, task_type)))
+                       gpu_resources(container_resources, role_gpus(spec, task_type)), shm_size_bytes)
         replicated_jobs.append({
             "name": dns_name(task_type),
             "replicas": 1,

@@ -32,6 +32,7 @@ from orchestrator.errors import SpecError
 from orchestrator.plan import task_module
 from orchestrator.resources.placement import GROWTH_ENV
 from orchestrator.spec.model import JobSpec
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, quantity
 from orchestrator.spec.supervision import RestartPolicy
 from orchestrator.taskenv import common_env
 
@@ -148,8 +149,11 @@ def role_gpus(spec: JobSpec, task_type: str) -> int:
 
 
 def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: str | None,
-             container_resources: dict) -> dict:
-    """The pod spec of one task type: one container named ``tensorflow`` running the project image.
+             container_resources: dict, shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
+    """The pod spec of one task type: one container named ``tensorflow`` running the project image,
+    with a memory-backed ``emptyDir`` of ``shm_size_bytes`` mounted at ``/dev/shm`` (a container
+    runtime's default ``/dev/shm`` is 64 MB, outgrown by multi-process data loading and NCCL; the
+    volume's memory counts against the pod's memory limit).
 
     Every list and dict is the pod's own (copied), so YAML output has no aliases."""
     environment = copy.deepcopy(environment)
@@ -167,6 +171,9 @@ def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: 
     if volume_claim:
         container["volumeMounts"] = [{"name": "runs", "mountPath": RUNS_MOUNT}]
         pod["volumes"] = [{"name": "runs", "persistentVolumeClaim": {"claimName": volume_claim}}]
+    container.setdefault("volumeMounts", []).append({"name": "dshm", "mountPath": "/dev/shm"})
+    pod.setdefault("volumes", []).append({"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                                       "sizeLimit": quantity(shm_size_bytes)}})
     return pod
 
 
@@ -187,7 +194,8 @@ def check_common(spec: JobSpec, name: str, image: str, volume_claim: str | None)
 
 
 def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
-                   cpu: str | None = None, memory: str | None = None) -> dict:
+                   cpu: str | None = None, memory: str | None = None,
+                   shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
     """The ``TFJob`` of a spec (pure).
 
     Args:
@@ -198,6 +206,7 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
             None keeps them in each pod (lost with it; no resume after a restart).
         cpu: CPU of every pod (requests = limits), a Kubernetes quantity (``2``, ``500m``); None: unset.
         memory: memory of every pod (requests = limits), a quantity in bytes (``4Gi``); None: unset.
+        shm_size_bytes: each pod's ``/dev/shm`` (:func:`pod_spec`), bytes; default 1 GiB.
 
     Returns:
         The manifest as a dict (dump it as YAML or JSON).
@@ -221,7 +230,8 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
             "replicas": count,
             "restartPolicy": RESTART_POLICIES[spec.supervision.policy(task_type)],
             "template": {"spec": pod_spec(task_type, image, environment, volume_claim,
-                                          gpu_resources(container_resources, role_gpus(spec, task_type)))},
+                                          gpu_resources(container_resources, role_gpus(spec, task_type)),
+                                          shm_size_bytes)},
         }
     run_policy: dict = {"backoffLimit": spec.supervision.max_restarts, "cleanPodPolicy": "Running"}
     if spec.supervision.deadline_s is not None:

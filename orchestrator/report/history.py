@@ -9,12 +9,12 @@ them ever touches the supervisor's live records.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+from orchestrator import jsontext
 from orchestrator.report.status import status_dict
 from orchestrator.rundir import RunDir
 from orchestrator.supervisor.records.snapshot import JobSnapshot, View
@@ -134,12 +134,12 @@ class Recorder:
         """:meth:`status` as JSON text (what the gRPC ``GetStatus`` answers); without ``history``
         encoded once per snapshot (10,000 tasks are ~7 MB of JSON)."""
         if history:
-            return json.dumps(self.status(history, since))
+            return jsontext.dumps(self.status(history, since))
         with self._lock:
             snapshot, cached = self._snapshot, self._status_text
         if cached is not None and cached[0] is snapshot:
             return cached[1]
-        text = json.dumps(self.status())
+        text = jsontext.dumps(self.status())
         with self._lock:
             self._status_text = (snapshot, text)
         return text
@@ -149,6 +149,6 @@ class Recorder:
         ``status --web`` of a finished run charts it."""
         path = RunDir(run_dir).history
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.history(0)) + "\n", encoding="utf-8")
+        tmp.write_text(jsontext.dumps(self.history(0)) + "\n", encoding="utf-8")
         tmp.replace(path)
         return path

@@ -42,6 +42,9 @@ class HeartbeatEntry:
     formed: dict[str, int] | None = field(default=None, metadata=_doc(
         'what its `tf.distribute` strategy formed: `replicas_in_sync`, `cluster_workers` (absent when'
         ' never reported)'))
+    first_step_s: float | None = field(default=None, metadata=_doc(
+        'seconds the task has been in its first training step (judged by the startup timeout, not the'
+        ' stall timeout); absent once past it'))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object; a progress field never reported is left out."""
@@ -145,7 +148,8 @@ class RunSummary:
     warnings: list[str] = field(metadata=_doc(
         'what the job lost or cut off without failing, one line each: an evaluator stopped before its'
         ' last evaluation (`final evaluation lost`), a finished task stuck in its exit (the thread it was'
-        ' stuck in), an evaluator that never evaluated (a crash loop: `the same error N times`)'))
+        ' stuck in), an evaluator that never evaluated (a crash loop: `the same error N times`), a'
+        ' non-finite loss (the task and the first step; `--on-nan`), a log cut by `--max-log-size` (how much)'))
     faults: list[dict[str, Any]] = field(metadata=_doc(
         'each injected fault (`--inject-fault`) and whether it fired (one that never fired in a job that'
         ' succeeded: exit code 3, the rehearsal tested nothing); while the job runs, `fired` is known once'

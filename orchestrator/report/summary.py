@@ -58,6 +58,7 @@ def heartbeat_entry(beat: LastHeartbeat) -> HeartbeatEntry:
         examples_per_second=beat.examples_per_second,
         metrics=dict(beat.metrics) or None,
         formed=dict(beat.formed) or None,
+        first_step_s=round(beat.first_step_s, 1) if beat.first_step_s is not None else None,
     )
 
 

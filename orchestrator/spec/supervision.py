@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.sizes import parse_size
 
 ROLES = ("chief", "worker", "ps", "evaluator", "dispatcher", "data_worker")
 
@@ -149,6 +150,15 @@ class SupervisionSpec:
             after ``finishing``: training ended, outputs saved) and is still alive this long
             after is stuck in its exit: its stacks are kept, it is killed, and it counts as
             succeeded, with a warning naming the thread it was stuck in.
+        on_nan: what a non-finite loss (or a metric of ``nan_metrics``) in a heartbeat does:
+            ``warn`` (default: a warning naming the task and the first step, training goes on) or
+            ``fail`` (the job fails at once, without a restart: a restart resumes the same weights
+            and data and meets it again) (:mod:`orchestrator.supervisor.rules.training_rules`).
+        nan_metrics: names of reported metrics checked like the loss (``--nan-metrics
+            grad_norm,val_loss``); default none.
+        max_log_size_bytes: the cap of each task attempt's ``stdout.log`` and ``stderr.log``,
+            bytes (``--max-log-size 256M``); past it the middle is cut, the head and the tail kept
+            (:mod:`orchestrator.supervisor.logcap`). Default 256 MiB; at least 64 KiB.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -167,6 +177,9 @@ class SupervisionSpec:
     evaluator_grace_s: float = 120.0
     crash_loop_limit: int = 3
     exit_grace_s: float = 30.0
+    on_nan: str = "warn"
+    nan_metrics: tuple[str, ...] = ()
+    max_log_size_bytes: int = 256 * 1024 * 1024
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -191,6 +204,13 @@ class SupervisionSpec:
         allow = fields.get("allow_cluster_mismatch")
         if isinstance(allow, int) and not isinstance(allow, bool) and allow in (0, 1):  # a store_true flag: 1
             fields["allow_cluster_mismatch"] = bool(allow)
+        if fields.get("on_nan") is not None:
+            fields["on_nan"] = str(fields["on_nan"]).strip().lower()
+        if fields.get("max_log_size_bytes") is not None:
+            fields["max_log_size_bytes"] = parse_size("max_log_size_bytes", fields["max_log_size_bytes"],
+                                                      FIX_EXAMPLES["max_log_size_bytes"])
+        if fields.get("nan_metrics") is not None:
+            fields["nan_metrics"] = _names("nan_metrics", fields["nan_metrics"])
         spec = cls(restart_policy=policies, **fields)
         spec.validate()
         return spec
@@ -219,6 +239,12 @@ class SupervisionSpec:
         for name in ("deadline_s", "finish_timeout_s"):
             if getattr(self, name) is not None:
                 _seconds(name, getattr(self, name))
+        size = self.max_log_size_bytes
+        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_LOG_SIZE_BYTES:
+            raise SpecError("max_log_size_bytes", size, "must be a size of at least 64K",
+                            FIX_EXAMPLES["max_log_size_bytes"])
+        if self.on_nan not in ("warn", "fail"):
+            raise SpecError("on_nan", self.on_nan, "must be warn or fail", FIX_EXAMPLES["on_nan"])
 
     def backoff_for(self, restart_number: int) -> float:
         """Seconds to wait before restart number ``restart_number`` (1 for the first):
@@ -268,10 +294,25 @@ FIX_EXAMPLES = {
     "evaluator_grace_s": "e.g. --evaluator-grace 120",
     "crash_loop_limit": "e.g. --crash-loop-limit 3, or 0 for never",
     "exit_grace_s": "e.g. --exit-grace 30",
+    "on_nan": "e.g. --on-nan fail, or --on-nan warn",
+    "nan_metrics": "e.g. --nan-metrics grad_norm,val_loss",
+    "max_log_size_bytes": "e.g. --max-log-size 256M (K, M, G: KiB, MiB, GiB)",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:
 ``backoff_s`` is ``--restart-backoff``)."""
+
+
+MIN_LOG_SIZE_BYTES = 64 * 1024
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    """``"a,b"`` or ``["a", "b"]`` as a tuple of metric names (no empty ones)."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else None
+    names = tuple(str(item).strip() for item in items) if items is not None else ()
+    if items is None or not all(names) or not all(isinstance(item, str) for item in items):
+        raise SpecError(name, value, "must be metric names", FIX_EXAMPLES[name])
+    return names
 
 
 def _seconds(name: str, value: object, allow_zero: bool = False) -> None:

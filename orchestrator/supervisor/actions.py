@@ -86,10 +86,12 @@ class Failed:
 
 @dataclass(frozen=True)
 class Hung:
-    """``task`` is hung (``why``): dump its stacks, then kill it and record the failure."""
+    """``task`` is hung (``why``): dump its stacks, then kill it and record the failure. ``dump``:
+    its stack dump, when the loop took it already (every hung task's before any is killed)."""
 
     task: str
     why: str
+    dump: str | None = None
 
 
 @dataclass(frozen=True)

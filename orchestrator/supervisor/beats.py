@@ -26,7 +26,8 @@ from typing import Any
 from orchestrator.health.store import HeartbeatRecord
 from orchestrator.plan import Plan
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.supervisor.actions import Action, Become, Event, Persist, Spares
+from orchestrator.supervisor.actions import Action, Become, Event, Persist, Spares, Warn
+from orchestrator.supervisor.logcap import LogCaps
 from orchestrator.supervisor.records.lives import LifeBook
 from orchestrator.supervisor.records.recovery import RecoveryBook, rejoined_workers
 from orchestrator.supervisor.records.snapshot import formed_of, phase_name
@@ -35,11 +36,15 @@ from orchestrator.supervisor.rules import decisions, exitrules
 from orchestrator.supervisor.rules.decisions import RestartScope
 from orchestrator.supervisor.rules.formed import FormedCheck
 from orchestrator.supervisor.rules.gpu import usages_of
+from orchestrator.supervisor.rules.training_rules import NanWatch
 from orchestrator.supervisor.table import TaskTable
 
 _PHASES = {value: phase_name(value) for value in pb.Phase.values()}
 """Phase number -> name (``training``), looked up once per heartbeat."""
 _WORKING = (pb.PHASE_SERVING, pb.PHASE_TRAINING)
+PAST_FIRST_STEP = -1
+"""``Attempt.first_step`` of an attempt whose first reported step was already past its first one
+(no step is negative, so ``last_step`` never equals it)."""
 GC_FREEZE_TASKS = 1000
 """From this many tasks, what the process holds once every task runs (the plan, the task
 records, the health server's streams: ~1M objects at 10,000 tasks) is moved out of the cyclic
@@ -67,6 +72,10 @@ class Intake:
         self._rotation_reported = rotation_reported
         self._spares_at: float | None = None  # when the spares start (decisions.spares_start_at); None: not yet
         self._cold_start_s: float | None = None  # the first attempt's start -> first step
+        policy = plan.spec.supervision
+        self.nan = NanWatch(policy.on_nan, policy.nan_metrics)
+        """Non-finite losses, said once per attempt; its ``failure`` ends the job under ``--on-nan fail``."""
+        self._logs = LogCaps(policy.max_log_size_bytes)  # --max-log-size (logcap)
 
     def to_sample(self, now: float) -> list[TaskRuntime]:
         """The tasks that send no heartbeats whose backend sample is due (once a second)."""
@@ -82,6 +91,15 @@ class Intake:
                 gc.freeze()
             return [Become(JobState.RUNNING)]
         return []
+
+    def logs(self, now: float) -> list[Action]:
+        """Cut the live attempts' logs past ``--max-log-size`` (:class:`~orchestrator.supervisor.logcap.LogCaps`):
+        an event for each file cut for the first time."""
+        return [Event(t) for t in self._logs.check(self._table, now, len(self._table))]
+
+    def logs_cut(self) -> list[str]:
+        """At the end: a warning for each log cut by ``--max-log-size``, and how much (``summary.json``)."""
+        return self._logs.final(self._table)
 
     def restarted(self) -> None:
         """A task started again: the spares it left start again once it trains."""
@@ -107,6 +125,8 @@ class Intake:
         reschedule = previous is None or previous.phase != phase or previous.exiting != hb.exiting
         if reschedule:
             a.progress_at = at
+        if a.training_at is None and phase == pb.PHASE_TRAINING:
+            a.training_at = at  # its first step is judged from here (hang_rules.first_step_due_at)
         metrics = hb.metrics
         coordinator = rt is self._table.coordinator
         resumed = metrics.get("resumed_from_step") if metrics else None
@@ -117,6 +137,9 @@ class Intake:
         formed = formed_of(hb)  # what its strategy formed (the heartbeat's typed field)
         out += [Event(t) for t in (*self._lives.take_warnings(),
                                    *(self._formed.beat(rt.task, a.number, formed) if formed else ()))]
+        out += [Warn(t) for t in self.nan.beat(  # a non-finite loss: said once per attempt (training_rules)
+            rt.task.name, a.number, hb.step if hb.HasField("step") else None, hb.loss if hb.HasField("loss") else None,
+            metrics)]
         # a recovery to note only when one restarted this task, or it says where it resumed (O(1))
         book = self._book
         recovering = resumed_from is not None or book.waits_for(rt.task.name)
@@ -129,6 +152,11 @@ class Intake:
                 if self._cold_start_s is None:
                     self._cold_start_s = at - (a.started_at or at)
                 self._spares_at = decisions.spares_start_at(at, self._cold_start_s)
+            if a.first_step is None:  # step 0 (on_train_begin) or where it resumed: its first step starts;
+                # a first report past that (a program reporting after each step) is its first step done
+                a.first_step = hb.step if hb.step == 0 or hb.step == resumed_from else PAST_FIRST_STEP
+            elif a.last_step == a.first_step:
+                reschedule = True  # past its first step: the stall timeout may come earlier
             a.last_step, a.progress_at = hb.step, at
             if recovering:
                 out += [Event(t) for t in book.note(rt.task.name, at, RestartScope.GROUP, **note)]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from orchestrator.plan import Plan
-from orchestrator.spec.model import TaskId
+from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.supervisor import forensics
 from orchestrator.supervisor.actions import (
     Action,
@@ -36,7 +36,7 @@ from orchestrator.supervisor.actions import (
 from orchestrator.supervisor.records.recovery import Recovery, RecoveryBook, awaits_rotation
 from orchestrator.supervisor.records.snapshot import phase_name
 from orchestrator.supervisor.records.states import EXIT_FAILED, Failure, FailureLog, JobState, TaskState, describe_exit
-from orchestrator.supervisor.rules import decisions, exitrules
+from orchestrator.supervisor.rules import decisions, exitrules, training_rules
 from orchestrator.supervisor.rules.decisions import RestartScope
 from orchestrator.supervisor.rules.service import (
     restarts_alone,
@@ -168,7 +168,8 @@ class Restarts:
         leave it ended). A preemption is never counted against ``max_restarts`` and never waits a backoff."""
         failed = self._table.of(cause.task)
         out: list[Action] = []
-        looping = self._crash_loop(cause, out)  # the same error again and again: no restart helps
+        looping = (self._crash_loop(cause, out)  # the same error again and again: no restart helps
+                   or self._uneven_data(cause) or training_rules.shm_exhausted(cause.exit_code) or "")  # nor here
         plan = decisions.RestartPlan(False, looping) if looping else decisions.restart_plan(
             self._policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
             restarts_used=self.used if job_restart else failed.restarts, attempt=failed.current.number,
@@ -218,6 +219,18 @@ class Restarts:
         if cause.task.task_type == "evaluator" and not self._evaluated(cause.task.name):
             out.append(Warn(f"{cause.task.name} never evaluated: it failed with {why}"))
         return why
+
+    def _uneven_data(self, cause: Failure) -> str:
+        """Why ``cause`` is uneven data across MWMS workers (a peer finished while its task still
+        trained: :func:`~orchestrator.supervisor.rules.training_rules.uneven_data`), "" when it is not."""
+        trainers, a = set(self._plan.spec.trainers()), self._table.of(cause.task).current
+        finished = sorted((rt.current.ended_at or 0.0, rt.task.name, rt.current.last_step) for rt in self._table
+                          if rt.task in trainers and rt.task != cause.task and rt.current.state is TaskState.SUCCEEDED)
+        return training_rules.uneven_data(
+            self._plan.spec.strategy is Strategy.MULTI_WORKER_MIRRORED, cause.task.name, a.last_step,
+            phase_name(a.heartbeat.heartbeat.phase) if a.heartbeat else None,
+            stuck=cause.message.startswith("hung: ") or bool(cause.peer_error),
+            finished=[(name, step) for _, name, step in finished]) or ""
 
     def _evaluated(self, name: str) -> bool:
         """The task reported an evaluation (``evaluated_step`` or an ``eval_*`` metric) in its

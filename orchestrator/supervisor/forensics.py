@@ -19,7 +19,7 @@ from typing import BinaryIO, Mapping, Sequence
 from orchestrator.env import LEFT_BEHIND_FILE, SIGTERM_RECEIVED_FILE, TRAINING
 from orchestrator.rundir import STACKS_FILE
 from orchestrator.supervisor.records.states import Failure, TaskRuntime
-from orchestrator.supervisor.rules import decisions, gpu
+from orchestrator.supervisor.rules import decisions, gpu, stack_rules
 
 _TF_NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|E\d{4} [\d:.]+ +\d+ cuda_\w+\.cc:\d+\]|WARNING: All log messages before absl)"
@@ -328,6 +328,14 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], memory: tuple
         gpu_oom=oom[1] if oom is not None else None,
         exception=exception,
     )
+
+
+def hang_message(rt: TaskRuntime, why: str, dump: str) -> str:
+    """The failure message of a hung task: ``hung: <why>``, where its main thread is stuck (from
+    its stack dump: :func:`~orchestrator.supervisor.rules.stack_rules.stuck_line`), and the path of the
+    dump, kept in ``stacks.txt`` (:func:`keep_stacks`)."""
+    where, stacks = stack_rules.stuck_line(rt.task.name, dump), keep_stacks(rt, dump)
+    return f"hung: {why}" + (f"; {where}" if where else "") + (f"; stack dump in {stacks}" if stacks else "")
 
 
 def keep_stacks(rt: TaskRuntime, dump: str) -> str:

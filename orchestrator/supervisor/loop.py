@@ -1,18 +1,17 @@
 """The supervision loop: the only place that acts (starts, signals, stops, restarts, ends the job).
 
-:meth:`Supervisor.run` starts the tasks, then ticks until the job is over; each :meth:`Supervisor.tick`
-is the list of steps it takes. The parts decide and own their state: heartbeat intake (:mod:`.beats`),
-failures and restarts (:mod:`.failures`), endings and graces (:mod:`.ending`), hang checks (:mod:`.hangs`),
-a job preemption (:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), the start order (:mod:`.waves`).
-Each returns what it wants done as small frozen records (:mod:`.actions`); :meth:`Supervisor._do` carries
-them out, in order; this module alone holds the backend. The parts share one read-only task table
-(:mod:`.table`) and never call each other; their rules are pure functions (:mod:`.decisions` and beside
-it). Every wait is bounded; time is this process's monotonic clock (injectable); tests drive the loop
-tick by tick with a fake backend and clock.
+:meth:`Supervisor.run` starts the tasks, then ticks until the job is over; each :meth:`Supervisor.tick` is the list
+of steps it takes. The parts decide and own their state: heartbeat intake (:mod:`.beats`), failures and restarts
+(:mod:`.failures`), endings and graces (:mod:`.ending`), hang checks (:mod:`.hangs`), a job preemption
+(:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), the start order (:mod:`.waves`). Each returns what it wants
+done as small frozen records (:mod:`.actions`); :meth:`Supervisor._do` carries them out, in order; this module alone
+holds the backend. The parts share one read-only task table (:mod:`.table`) and never call each other; their rules
+are pure functions (:mod:`.decisions` and beside it). Every wait is bounded; time is this process's monotonic clock
+(injectable); tests drive the loop tick by tick with a fake backend and clock.
 
-Ends: Succeeded (the success policy met), Failed (a failure the policy does not retry, the
-deadline: exit 1), Preempted (saved and left: exit 75, resumable), Interrupted (Ctrl-C: 130).
-The earliest failure that ended the job is its root cause.
+Ends: Succeeded (the success policy met), Failed (a failure the policy does not retry, the deadline: exit 1),
+Preempted (saved and left: exit 75, resumable), Interrupted (Ctrl-C: 130). The earliest failure that ended the job
+is its root cause.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from orchestrator.supervisor.beats import Intake
 from orchestrator.supervisor.ending import Endings
 from orchestrator.supervisor.exits import LOOK_EVERY, ExitWatch
 from orchestrator.supervisor.failures import Restarts
-from orchestrator.supervisor.hangs import HangChecks, culprits_first
+from orchestrator.supervisor.hangs import HangChecks, culprits_first, peers_to_dump
 from orchestrator.supervisor.options import LoopOptions
 from orchestrator.supervisor.pictures import Pictures
 from orchestrator.supervisor.preemption import Preemption
@@ -82,10 +81,9 @@ class Supervisor:
         carried: what a resumed run takes over from its earlier lives (:class:`Carried`).
         persist: called with the supervisor whenever the run record changes (the API writes
             ``run.json``); None: nothing persisted.
-        on_started: called by :meth:`run` once every task's first attempt has started, before
-            the first tick (the API starts the health server there, on the port it held:
-            :class:`~orchestrator.health.endpoint.HealthEndpoint`); what it raises ends the run
-            with every task stopped.
+        on_started: called by :meth:`run` once every task's first attempt has started, before the first tick
+            (the API starts the health server there, on the port it held:
+            :class:`~orchestrator.health.endpoint.HealthEndpoint`); what it raises ends the run with every task stopped.
         clock: monotonic clock, seconds.
         **options: the timing knobs of :class:`~orchestrator.supervisor.options.LoopOptions`
             (``stop_timeout_s``, ``success_grace_s``, ``tick_s``, ``preemption_grace_s``, ...).
@@ -154,11 +152,8 @@ class Supervisor:
 
     # -- control from outside ------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
-        """do.Stop every task now and end the job Interrupted (safe from a signal handler).
-
-        A second request while tasks are being stopped skips the rest of the SIGTERM grace:
-        what is left gets SIGKILL at once.
-        """
+        """Stop every task now and end the job Interrupted (safe from a signal handler). A second request while
+        tasks are being stopped skips the rest of the SIGTERM grace: what is left gets SIGKILL at once."""
         if self._interrupt is not None or self.preemption.requested:
             self._force_stop.set()
         self._interrupt = reason
@@ -210,9 +205,10 @@ class Supervisor:
                           do.Stop(None, f"stopped: {self._interrupt}")], now)
             elif self.preemption.requested and self.preemption.deadline is None:
                 self._preempt(now)
-            elif self._formed.failure is not None:  # N solo trainings are not one N-worker job
-                self._do([do.End(JobState.FAILED, EXIT_FAILED, self._formed.failure),
-                          do.Stop(None, "stopped: the tasks did not form the planned cluster")], now)
+            elif failed := self._formed.failure or self.intake.nan.failure:  # not the planned cluster; --on-nan fail
+                why = "the tasks did not form the planned cluster" if self._formed.failure else \
+                    "a non-finite loss (--on-nan fail)"  # a restart would meet it again
+                self._do([do.End(JobState.FAILED, EXIT_FAILED, failed), do.Stop(None, f"stopped: {why}")], now)
             elif self.policy.deadline_s is not None and now - self.started_at >= self.policy.deadline_s:
                 why = f"the job deadline of {self.policy.deadline_s:g} s passed"
                 self._do([do.End(JobState.FAILED, EXIT_FAILED, why), do.Stop(None, "stopped: job deadline passed")],
@@ -251,6 +247,7 @@ class Supervisor:
                       else do.End(JobState.FAILED, EXIT_FAILED, "no task is left running")], now)
         if self.state is JobState.SUCCEEDED:  # what it formed and what its rehearsal tested
             self._do([do.End(*checked_success(self.reason, self._formed.failure, self._rehearsal.untested))], now)
+        self.warnings.extend(self.intake.logs_cut())  # each log cut by --max-log-size, and how much
         self.ended_at = self.clock()
         self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time())
         self._do([do.Persist()], now)
@@ -383,9 +380,8 @@ class Supervisor:
             self._on_exit(exited[i][0], exited[i][1], now)
 
     def _exits_meanwhile(self, done: int) -> None:
-        """Inside a tick, after every :data:`~orchestrator.supervisor.exits.LOOK_EVERY` items
-        (``done``: items so far) of its O(heartbeats) and O(hang checks) work: take the exits that
-        came meanwhile, so that a task's exit waits for a slice of that work, not the whole tick."""
+        """Inside a tick, after every :data:`~orchestrator.supervisor.exits.LOOK_EVERY` items (``done``: so far) of
+        its O(heartbeats), O(hang checks) work: the exits meanwhile (an exit waits for a slice, not the tick)."""
         if done % LOOK_EVERY == 0 and self._exits.exited():
             self._poll(self.clock())
 
@@ -407,12 +403,11 @@ class Supervisor:
             assert a.process is not None
             a.took_sample(self.backend.sample(a.process), now)
             rt.saw_gpus(a.sample.gpus if a.sample else ())
-        self._do(intake.all_running(self.state), now)
+        self._do(intake.logs(now) + intake.all_running(self.state), now)  # --max-log-size; all running
 
     def _check_hangs(self, now: float) -> None:
-        """Hang checks of the tasks whose check deadline has passed
-        (:meth:`~orchestrator.supervisor.hangs.HangChecks.look`); the one furthest behind is
-        killed first (its peers are blocked in a collective with it)."""
+        """Hang checks of the tasks whose check deadline has passed (:meth:`~.hangs.HangChecks.look`); the likeliest
+        cause is killed first (:func:`~.hangs.culprits_first`: by their stacks, then steps)."""
         if self.state.terminal:
             return
         hung: list[tuple[TaskRuntime, do.Hung]] = []
@@ -426,7 +421,9 @@ class Supervisor:
                 hung.append((rt, verdict))
             elif verdict is not None:
                 self._do([verdict], now)
-        self._do(culprits_first(hung), now)
+        dumps = [self._dump(rt, h.why, now) for rt, h in hung]  # every one's stacks before any is killed
+        peers = peers_to_dump(self.plan.spec, self.table, hung, dumps)  # what a collective's waiter waits for
+        self._do(culprits_first(hung, dumps, peers, [self._dump(rt, "", now) for rt in peers]), now)
 
     def _decide(self, now: float) -> None:
         self._do(self.restarts.decide(now, self.state, self.preemption.requested, self._restart_at,
@@ -448,22 +445,25 @@ class Supervisor:
         self.backend.signal(rt.current.process, signal.SIGKILL)
         return self.backend.wait(rt.current.process, timeout_s=KILL_WAIT_S)
 
+    def _dump(self, rt: TaskRuntime, why: str, now: float) -> str:
+        """``rt``'s stack dump ("" once it ended, or none given); ``why``: it is hung, said first."""
+        if rt.current.state.terminal or rt.current.process is None:
+            return ""
+        self._do([do.Event(f"{rt.task.name} is hung: {why}; dumping its stacks, then killing it")] if why else [], now)
+        return self.backend.dump_stacks(rt.current.process, self.options.stack_dump_timeout_s)
+
     def _kill_stuck_or_hung(self, action: do.Hung | do.Stuck, now: float) -> None:
-        """Dump the stacks of a hung task (then kill it: a failure) or of one stuck in its exit
-        (then kill it: its work is done, :meth:`~orchestrator.supervisor.ending.Endings.stuck`)."""
+        """Dump the stacks of a hung task (then kill it: a failure naming where it is stuck) or of one
+        stuck in its exit (then kill it: its work is done, :meth:`~orchestrator.supervisor.ending.Endings.stuck`)."""
         rt = self.table.named(action.task)
-        if isinstance(action, do.Hung) and rt.current.state.terminal:
-            return
-        if isinstance(action, do.Hung):
-            self._do([do.Event(f"{rt.task.name} is hung: {action.why}; dumping its stacks, then killing it")], now)
+        if isinstance(action, do.Hung):  # its stacks were taken with every hung task's, before any was killed
+            dump = action.dump if action.dump is not None else self._dump(rt, action.why, now)
+            return None if rt.current.state.terminal else self._record_failure(
+                rt, None, now, forensics.hang_message(rt, action.why, dump), killed=True)
         assert rt.current.process is not None
         dump = self.backend.dump_stacks(rt.current.process, self.options.stack_dump_timeout_s)
-        stacks = forensics.keep_stacks(rt, dump)
-        if isinstance(action, do.Hung):
-            self._record_failure(rt, None, now, f"hung: {action.why}" + (f"; stack dump in {stacks}" if stacks else ""),
-                                 killed=True)
-        else:
-            self._do(self.endings.stuck(rt, now, action.why, dump, stacks, self._kill(rt), self.state), now)
+        self._do(self.endings.stuck(rt, now, action.why, dump, forensics.keep_stacks(rt, dump), self._kill(rt),
+                                    self.state), now)
 
     def _record_failure(self, rt: TaskRuntime, code: int | None, now: float, message: str,
                         killed: bool = False, preemption_notice: bool = False) -> None:

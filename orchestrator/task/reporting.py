@@ -18,6 +18,7 @@ Calls with a ``step`` also fire the task's step-triggered injected faults
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 from typing import Any
@@ -31,6 +32,11 @@ _lock = threading.Lock()
 _reporter = None
 _started = False
 _faults: FaultInjector | None = None
+_non_finite_sent = False
+NON_FINITE_STEP = "non_finite_step"
+"""The metric that carries the step of the first non-finite loss or metric this process reported
+(:mod:`orchestrator.supervisor.rules.training_rules` reads it by this name)."""
+"""Whether a non-finite loss or metric was reported (and flushed at once) by this process."""
 
 
 def _in_task() -> bool:
@@ -149,8 +155,16 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
         return
     from orchestrator.proto import supervisor_pb2 as pb  # protobuf: only once there is a reporter
 
+    global _non_finite_sent
+    first_nan = not _non_finite_sent and ((loss is not None and not math.isfinite(loss))
+                                          or not all(math.isfinite(v) for v in metrics.values()))
+    if first_nan and step is not None:
+        metrics[NON_FINITE_STEP] = step  # the supervisor names this step, not the one it sees first
     reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
                     examples_per_second=examples_per_second, **metrics)
+    if first_nan:
+        _non_finite_sent = True  # and it goes out at once
+        reporter.flush()
 
 
 def training_finished(step: int | None = None, loss: float | None = None, **metrics: float) -> None:

@@ -25,7 +25,7 @@ ROOT = "orchestrator"
 """The package itself (``orchestrator/__init__.py``: the version): shared, like :data:`SHARED`."""
 
 SHARED = ("orchestrator.spec", "orchestrator.env", "orchestrator.proto", "orchestrator.errors", "orchestrator.net",
-          "orchestrator.rundir", "orchestrator.resources.gpus", "orchestrator.resources.cores",
+          "orchestrator.rundir", "orchestrator.jsontext", "orchestrator.resources.gpus", "orchestrator.resources.cores",
           "orchestrator.resources.pinning")
 """All the task side and the control plane have in common: data, names, the wire format, errors,
 port probes, the run directory's layout."""

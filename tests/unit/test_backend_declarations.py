@@ -65,7 +65,8 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
         Capability.REMOTE: ("register_address", "prepare_restart"), Capability.EXIT_EVENTS: ("exit_fd",),
         Capability.HOST_FILES: ()}
     assert slurm.supports(Capability.REMOTE) and not docker.supports(Capability.HOST_FILES)
-    assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s"]
+    assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s",
+                                                "--shm-size", "--memory"]
     assert [(o.name, o.type, o.default) for o in slurm.options][:2] == [("tasks_per_node", int, None),
                                                                         ("health_host", str, None)]
     assert local.options == () and all(info.summary for info in table.values())

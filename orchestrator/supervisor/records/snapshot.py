@@ -48,6 +48,8 @@ class LastHeartbeat:
         age_s: seconds since it arrived (orchestrator clock), at snapshot time.
         message: free text from the task.
         gpus: its GPUs as the task sampled them (NVML on its node).
+        first_step_s: seconds it has been in its first training step (tracing, a cold cache: judged
+            by the startup timeout, not the stall timeout); None once past it, or not training.
     """
 
     phase: str
@@ -62,6 +64,7 @@ class LastHeartbeat:
     metrics: Mapping[str, float] = field(default_factory=dict)
     message: str = ""
     gpus: tuple[GpuUsage, ...] = ()
+    first_step_s: float | None = None
     formed: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -251,7 +254,8 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
     record = rt.current.heartbeat
     if record is None:
         return None
-    hb = record.heartbeat
+    hb, a = record.heartbeat, rt.current
+    first = hb.phase == pb.PHASE_TRAINING and a.training_at is not None and a.last_step == a.first_step
     return LastHeartbeat(
         phase=phase_name(hb.phase),
         cpu_percent=hb.cpu_percent,
@@ -265,6 +269,7 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
         metrics=dict(hb.metrics.items()) if hb.metrics else {},
         message=hb.message,
         gpus=usages_of(hb) if hb.gpus else (),
+        first_step_s=now - a.training_at if first and a.training_at is not None else None,
         formed=formed_of(hb),
     )
 

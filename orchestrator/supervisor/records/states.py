@@ -103,6 +103,10 @@ class Attempt:
         progress_at: when it last made progress (a new phase or step).
         sample, sampled_at: the backend's CPU/RSS sample of a task that sends no heartbeats.
         last_step: the last training step it reported.
+        first_step: the first training step it reported when that was 0 (``on_train_begin``) or
+            the step it resumed at, -1 when its first report was already past its first step;
+            while ``last_step`` is still this, it is in its first step.
+        training_at: when it first reported ``training``.
         peak_rss_bytes: the highest resident memory seen, bytes.
         finished_at: when it first said its work is over (phase ``done``, or exiting after
             training ended); None until then.
@@ -126,6 +130,8 @@ class Attempt:
     sample: ProcessSample | None = None
     sampled_at: float | None = None
     last_step: int | None = None
+    first_step: int | None = None
+    training_at: float | None = None
     peak_rss_bytes: int | None = None
     finished_at: float | None = None
 

@@ -45,6 +45,11 @@ class TaskWatch:
         trains: a chief or worker (the evaluator's evaluating is its main work, not post-training).
         exiting: its last heartbeat said its interpreter is exiting (a user's program's
             ``atexit``): the heartbeats stop there, and only its exit is watched from then on.
+        in_first_step: it reports ``training`` but its step has not moved past the first one it
+            reported (``on_train_begin``'s step 0, or the step it resumed at): the first step
+            traces the graph and warms caches, and is judged by :func:`first_step_due_at`, not
+            the stall timeout.
+        training_at: when it first reported ``training`` in this attempt; None before.
     """
 
     reports: bool
@@ -55,6 +60,19 @@ class TaskWatch:
     step: int | None = None
     trains: bool = True
     exiting: bool = False
+    in_first_step: bool = False
+    training_at: float | None = None
+
+
+def first_step_due_at(watch: TaskWatch, supervision: SupervisionSpec) -> float:
+    """When a task still in its first step (``watch.in_first_step``) counts as hung: judged by the
+    start-up allowance, not the stall timeout (issue 35: a 25 s first step, graph tracing of a large
+    model or a cold cache, was killed by a 15 s stall timeout and restarted to do it again). The
+    later of ``startup_timeout_s`` after the attempt's start and ``stall_timeout_s`` after it began
+    training, so never stricter than the stall rule."""
+    began = watch.training_at if watch.training_at is not None else watch.progress_at
+    began = began if began is not None else watch.started_at
+    return max(watch.started_at + supervision.startup_timeout_s, began + supervision.stall_timeout_s)
 
 
 def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> str | None:
@@ -62,9 +80,10 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
 
     Checked in this order: start-up (no working phase ``startup_timeout_s`` after start),
     heartbeat (none for ``heartbeat_timeout_s``, past start-up only: while it is initializing,
-    importing TensorFlow holds the heartbeat thread off the GIL for seconds), stall (``training``
-    without a new step for ``stall_timeout_s``). A task that does not report is never hung: only
-    its exit is watched.
+    importing TensorFlow holds the heartbeat thread off the GIL for seconds), first step (in its
+    first step past :func:`first_step_due_at`), stall (``training`` without a new step for
+    ``stall_timeout_s``, once past its first step). A task that does not report is never hung:
+    only its exit is watched.
     """
     if not watch.reports and watch.heartbeat_at is None:
         return None
@@ -81,6 +100,12 @@ def hang_reason(watch: TaskWatch, now: float, supervision: SupervisionSpec) -> s
     if silent > limit:
         what = "heartbeat timeout" if limit == s.heartbeat_timeout_s else f"{watch.phase} after training, limit"
         return f"no heartbeat for {silent:.1f} s ({what} {limit:g} s)"
+    if watch.phase == "training" and watch.in_first_step:
+        if now > first_step_due_at(watch, s):
+            began = watch.training_at if watch.training_at is not None else watch.started_at
+            return (f"no first step {now - watch.started_at:.1f} s after its start (in its first step for "
+                    f"{now - began:.1f} s; a first step is judged by the startup timeout {s.startup_timeout_s:g} s)")
+        return None
     if watch.phase == "training" and watch.progress_at is not None and now - watch.progress_at > s.stall_timeout_s:
         step = watch.step if watch.step is not None else "-"
         return (f"no training progress for {now - watch.progress_at:.1f} s at step {step} "
@@ -105,7 +130,9 @@ def next_check_at(watch: TaskWatch, supervision: SupervisionSpec) -> float | Non
         times.append(watch.started_at + s.startup_timeout_s)
     if watch.heartbeat_at is not None and watch.phase in WORKING_PHASES:
         times.append(watch.heartbeat_at + silence_limit_s(watch, s))
-        if watch.phase == "training" and watch.progress_at is not None:
+        if watch.phase == "training" and watch.in_first_step:
+            times.append(first_step_due_at(watch, s))
+        elif watch.phase == "training" and watch.progress_at is not None:
             times.append(watch.progress_at + s.stall_timeout_s)
         if (s.finish_timeout_s is not None and watch.trains and watch.phase in POST_TRAINING_PHASES - {"done"}
                 and watch.progress_at is not None):
