@@ -47,7 +47,7 @@ def main() -> int:
 
 def worker(index: int, floats: int, calls: int, ports: list[str]) -> None:
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cores) >= 2:  # as the orchestrator pins two workers on this machine (orchestrator.cores)
+    if len(cores) >= 2:  # as the orchestrator pins two workers on this machine (orchestrator.resources.cores)
         half = len(cores) // 2
         os.sched_setaffinity(0, cores[index * half:(index + 1) * half])
     os.environ.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="2", TF_CPP_MIN_LOG_LEVEL="3")

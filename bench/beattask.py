@@ -20,8 +20,8 @@ import time
 def main() -> None:
     per_stage_s, save_dir = float(sys.argv[1]), sys.argv[2]
     from orchestrator.proto import supervisor_pb2 as pb
+    from orchestrator.task.context import TaskContext
     from orchestrator.task.reporter import HeartbeatReporter
-    from orchestrator.task.runtime import TaskContext
 
     context = TaskContext.from_env()
     reporter = HeartbeatReporter.from_context(context).start()

@@ -1,26 +1,56 @@
-"""The bench's sections that start no TensorFlow (:class:`LightSections`, a part of
-:class:`bench.run.Suite`): ``beats`` (how late heartbeats arrive on a loaded machine), ``detect``
+"""The bench's sections that start no TensorFlow (:class:`LightSections`, which
+:class:`bench.run.Suite` holds): ``beats`` (how late heartbeats arrive on a loaded machine), ``detect``
 (a SIGKILLed task on the local backend), ``client`` (the health client's cost per task), ``ingest``
-(heartbeats/s into the HealthServer) and ``scale`` (detection with many simulated tasks)."""
+(heartbeats/s into the HealthServer), ``scale`` (detection with many simulated tasks) and ``several``
+(two runs on one machine: leased cores, waiting)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any, Protocol
 
-from bench import client_cost, heartbeat_gaps, ingest
+from bench import client_cost, heartbeat_gaps, ingest, several_jobs
 from bench.report import log
 from bench.stats import summarize
 from bench.tfjobs import PY, REPO, base_env
 
+SECTIONS = ("beats", "detect", "client", "ingest", "scale")
+"""The sections :class:`LightSections` runs."""
+
+
+class Figures(Protocol):
+    """What the light sections use of the suite they run in (:class:`bench.run.Suite`)."""
+
+    quick: bool
+    notes: list[str]
+
+    def add(self, ident: str, name: str, measure: str, unit: str, values: Any, target: str | None = None,
+            details: dict[str, Any] | None = None) -> dict[str, Any]: ...
+
 
 class LightSections:
-    """Sections of :class:`bench.run.Suite` without TensorFlow (it holds ``quick``, ``add``, ``notes``)."""
+    """Sections of :class:`bench.run.Suite` without TensorFlow.
+
+    Args:
+        suite: where the figures go (``add``), and whether the run is ``--quick``.
+    """
+
+    def __init__(self, suite: Figures) -> None:
+        self.suite = suite
+
+    @property
+    def quick(self) -> bool:
+        return self.suite.quick
+
+    def add(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """One figure, into the suite (:meth:`Figures.add`)."""
+        return self.suite.add(*args, **kwargs)
 
     # -- 3b: heartbeat gaps under load --------------------------------------------------------
     def beats(self) -> None:
         """How late heartbeats arrive while the machine is loaded (:mod:`bench.heartbeat_gaps`)."""
-        heartbeat_gaps.section(self)
+        heartbeat_gaps.section(self.suite)
 
     # -- 3: exit detection on the local backend --------------------------------------------------
     def detect(self) -> None:
@@ -34,6 +64,11 @@ class LightSections:
             out = {"kill_detect_s": [], "errors": [proc.stderr[-2000:]]}
         self.add("3", "detect_sigkill_local", "detection of a SIGKILLed task, local backend, real processes without "
                  "TensorFlow (kill -> decision; exit events: pidfd)", "s", out["kill_detect_s"], "<= 0.01", out)
+
+    # -- 36: several jobs on one machine --------------------------------------------------------
+    def several(self) -> None:
+        """Two runs together against back to back, and the waiting run's gap (:mod:`bench.several_jobs`)."""
+        several_jobs.section(self)
 
     # -- 6: client cost -----------------------------------------------------------------------
     def client(self) -> None:

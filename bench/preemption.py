@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.stats import ratios, summarize
 from bench.tfjobs import ORCHESTRATOR, RunResult, TaskLog, run_orchestrated
 
-EXIT_PREEMPTED = 75  # orchestrator.supervisor.states.EXIT_PREEMPTED (the bench does not import the control plane)
+EXIT_PREEMPTED = 75  # orchestrator.supervisor.records.states.EXIT_PREEMPTED (the bench imports no control plane)
 SIGNAL_AT_EPOCH = 2
 _SAVED = re.compile(r"checkpoint saved after step (\d+)")
 _MARK = re.compile(r"bench: mark (\w+) \(unix ([\d.]+)\)")

@@ -15,8 +15,9 @@ cost of the health client), ``ingest`` (heartbeats/s into the HealthServer), ``s
 ``--checkpoint-every 10``), ``hogwild`` (examples/s of ``--strategy hogwild --threads`` 1, 2, 4
 next to ``mirrored``), ``preemption`` (SIGTERM to the orchestrator mid-training, ``launch
 --resume`` at once: preemption -> training resumed over the same job's cold start, steps lost;
-``bench/preemption.py``), ``security`` (launch -> first step with mutual TLS over ``--insecure``;
-throughput with ``--isolate-network`` over without).
+``bench/preemption.py``), ``dataservice`` (the tf.data service: the built-in job through it / without,
+an input-bound map with 0, 1, 2 data workers; ``bench/dataservice.py``; full runs only), ``security``
+(launch -> first step with mutual TLS over ``--insecure``; throughput with ``--isolate-network`` over without).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
 writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
 ``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
@@ -47,7 +48,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import preemption, timeline
+from bench import dataservice, light, preemption, timeline
 from bench.kills import (
     REJOINED,
     epoch_ends,
@@ -58,7 +59,6 @@ from bench.kills import (
     spares_warm,
     step_at,
 )
-from bench.light import LightSections
 from bench.report import _diff, _r, _tail, log, machine, write_report
 from bench.stats import meets, ratios, summarize
 from bench.tfjobs import PY, REPO, TaskLog, Topology, base_env, precompile, run_hand, run_orchestrated, warm_up
@@ -68,11 +68,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint", "client", "ingest", "scale",
-            "checkpoint", "hogwild", "preemption", "security")
-FULL_ONLY = ("preemption", "beats")  # left out of --quick unless named by --only: over a minute on these 2 shared cores
+            "several", "checkpoint", "hogwild", "preemption", "dataservice",
+            "security")
+# left out of --quick unless named by --only: over a minute on these 2 shared cores
+FULL_ONLY = ("preemption", "beats", "dataservice")
 
 
-class Suite(LightSections):
+class Suite:
     def __init__(self, quick: bool, workdir: Path, results: Path = RESULTS, pairs: int | None = None) -> None:
         self.quick = quick
         self.pairs = pairs  # the tf section's pairs (default: 1 with --quick, else 5)
@@ -84,6 +86,7 @@ class Suite(LightSections):
         self.n = 0
         self._runs: dict = {}
         self.section = ""  # the section running: each figure file records it (the docs' tables group by it)
+        self.light = light.LightSections(self)  # the sections without TensorFlow
 
     def run_section(self, section: str) -> bool:
         """Run one section; False (and the reason in ``errors``) when it raised or added a
@@ -92,7 +95,7 @@ class Suite(LightSections):
         started, rows_before = time.monotonic(), len(self.rows)
         self.section = section
         try:
-            getattr(self, section)()
+            getattr(self.light if section in light.SECTIONS else self, section)()
         except Exception:  # noqa: BLE001 - reported, and the suite's exit status says so
             self.errors.append(f"section {section} raised:\n{traceback.format_exc()}")
             log(f"section {section} FAILED after {time.monotonic() - started:.0f} s: {self.errors[-1]}")
@@ -562,6 +565,12 @@ class Suite(LightSections):
         """MWMS 2 workers: SIGTERM to the orchestrator in epoch 2, ``launch --resume`` at once
         (``bench/preemption.py``)."""
         preemption.section(self, log)
+
+    # -- 11: the tf.data service (issue 38) ----------------------------------------------------
+    def dataservice(self) -> None:
+        """Through the tf.data service / without; an input-bound map with 0, 1, 2 data workers
+        (``bench/dataservice.py``)."""
+        dataservice.section(self, log)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -202,7 +202,7 @@ def _web_status(url: str) -> None:
 
 
 def _runtime(sup: Supervisor, name: str):
-    return sup._by_name[name]  # a dict look-up: this thread's polls share the orchestrator's interpreter
+    return sup.table.named(name)  # a dict look-up: this thread's polls share the orchestrator's interpreter
 
 
 def _wait(cond, timeout_s: float) -> bool:

@@ -21,8 +21,9 @@ def main() -> None:
             time.sleep(0.5)
         return
     from orchestrator.proto import supervisor_pb2 as pb
+    from orchestrator.task.context import TaskContext
+    from orchestrator.task.lifetime import install
     from orchestrator.task.reporter import HeartbeatReporter
-    from orchestrator.task.runtime import TaskContext, install
 
     if "--idle" in sys.argv:
         while time.monotonic() < end:

@@ -15,10 +15,8 @@ import json
 import os
 import secrets
 import sys
-import threading
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from orchestrator import rundir, tls
 from orchestrator.backends import get_backend
@@ -31,76 +29,38 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
     check_runs_dir,
     check_spare_program,
 )
-from orchestrator.cpus import node_cpus_plan, plan_cpus
 from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
-from orchestrator.gpus import discover
+from orchestrator.handle import Job, JobHandle, Outcome  # noqa: F401 - part of the API: what launch() returns
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.placement import Placement, place
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.report.summary import build_summary, write_summary
+from orchestrator.resources import leases, runlock
+from orchestrator.resources.cores import allowed_cores
+from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
+from orchestrator.resources.gpus import discover
+from orchestrator.resources.placement import Placement, place
 from orchestrator.resume import carried_over, check_resumable
 from orchestrator.rundir import RunDir, write_json_atomic, write_private
 from orchestrator.spec.faults import Fault
-from orchestrator.spec.loader import (
-    SUPERVISION_KEYS,
-    TOP_KEYS,
-    TRAINING_KEYS,
-    build_spec,
-    check_spec_mapping,
-    read_spec_file,
-    suggest,
-)
+from orchestrator.spec.keywords import spec_from
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.job import View
 from orchestrator.supervisor.record import run_record
-from orchestrator.supervisor.snapshot import JobSnapshot
+from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 from orchestrator.web.bind import parse_bind
-
-if TYPE_CHECKING:
-    from orchestrator.web.server import WebServer
 
 ENDPOINT_FILE = rundir.ENDPOINT_FILE
 """``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
 web URL), for ``status``, ``stop`` and ``status --web``. Removed when the job has ended."""
 
 
-@dataclass
-class Job:
-    """A prepared job: plan written, ports held (the health server's too), nothing started yet.
-    :func:`run` starts the tasks, then the health server on its held port (the tasks' first
-    heartbeats wait for it; a launch's tasks start before ``grpc`` is imported), then writes
-    ``endpoint.json``.
-
-    Attributes:
-        server: the health endpoint (:class:`~orchestrator.health.endpoint.HealthEndpoint`):
-            its ``address`` from now, its server from :func:`run`.
-        recorder: the supervisor's view: keeps the latest snapshot, progress series and events
-            for status queries and the page; set ``recorder.view`` to show the job in a terminal.
-        web: the web page's server (``prepare(web=...)``), else None.
-        endpoint_path: ``runs/<run-id>/endpoint.json``.
-    """
-
-    plan: Plan
-    supervisor: Supervisor
-    server: HealthEndpoint
-    store: HeartbeatStore
-    recorder: Recorder = field(default_factory=Recorder)
-    web: WebServer | None = None
-    endpoint_path: Path | None = None
-
-    @property
-    def web_url(self) -> str | None:
-        """The page's URL with its token, when the job serves one."""
-        return self.web.url if self.web is not None else None
-
-
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,
               health_address: str, token: str, faults: Sequence[Fault], commands: Mapping[str, Sequence[str]] | None,
-              dry_run: bool, placement: Placement, tls_dir: str | None = None) -> Plan:
+              dry_run: bool, placement: Placement, cores: Sequence[int] | None = None,
+              tls_dir: str | None = None) -> Plan:
     """The one path from spec, backend and addresses to a plan, for a launch and for a dry run.
 
     Raises:
@@ -119,7 +79,7 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
         commands=commands,
         placement=placement,
         tls_dir=tls_dir,
-        cpus=(plan_cpus(spec) if engine.supports(Capability.HOST_CPUS)
+        cpus=(plan_cpus(spec, cores) if engine.supports(Capability.HOST_CPUS)
               else node_cpus_plan(spec, os.environ) if engine.supports(Capability.REMOTE) else None),
     )
     check_environment(plan)
@@ -127,7 +87,7 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
 
 
 def place_gpus(spec: JobSpec, engine: Backend[Any]) -> Placement:
-    """Every task's GPUs on the backend's node (:func:`orchestrator.placement.place`): checked
+    """Every task's GPUs on the backend's node (:func:`orchestrator.resources.placement.place`): checked
     before anything is opened or started.
 
     Raises:
@@ -176,6 +136,7 @@ def prepare(
     web: str | None = None,
     web_public: bool = False,
     resume: bool = False,
+    wait_for_resources_s: float | None = None,
     insecure: bool = False,
     **supervisor_options: Any,
 ) -> Job:
@@ -198,6 +159,8 @@ def prepare(
         resume: continue the run ``run_id`` in its own directory (:mod:`orchestrator.resume`):
             the next life, attempts counting on, the restart budget and failures carried over.
             The caller passes the run's own spec (:func:`orchestrator.resume.resumed_spec`).
+        wait_for_resources_s: most seconds to wait while other runs of this machine lease the
+            cores or GPUs it needs (:mod:`orchestrator.resources.leases`); None: until free; 0: not at all.
         insecure: plaintext on the health endpoint (the job token only); default: mutual TLS
             with the run's own certificates (:mod:`orchestrator.tls`).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
@@ -220,8 +183,7 @@ def prepare(
         check_resumable(rd, runs_dir)
         carried = carried_over(rd)
     elif run_dir.exists():
-        raise SpecError("run-id", run_id, f"{run_dir} already exists",
-                        f"pick another --run-id, continue it with --resume {run_id}, or remove it")
+        raise runlock.exists(rd)
     engine = get_backend(backend, backend_options)
     placement = place_gpus(spec, engine)  # before the engine opens anything
     token = secrets.token_urlsafe(24)
@@ -237,12 +199,18 @@ def prepare(
         holder[0].request_stop(reason)
         return True, state
 
-    server = web_server = None
+    server = web_server = lock = lease = None
     try:
+        lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
+        lease = leases.acquire(spec, run_id, discover() if engine.supports(Capability.HOST_GPUS) else None,
+                               allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
+                               wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent))  # waits while others hold it
+        placement = lease.placement or placement
         engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec)
         bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
+        lock = lock or runlock.create_and_hold(rd)  # a new run: its directory, made and locked at once
         if web_bind is not None:
             from orchestrator.web.server import WebServer
 
@@ -254,19 +222,21 @@ def prepare(
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir,
                          health_address=f"unix:{socket}" if socket else server.address,
                          token=token, faults=faults, commands=commands, dry_run=False, placement=placement,
-                         tls_dir=None if insecure else str(tls.tls_dir(run_dir)))
+                         cores=lease.cores, tls_dir=None if insecure else str(tls.tls_dir(run_dir)))
+        if not insecure:  # before any task starts: each reads its own certificate
+            server.tls = tls.make_run_pki(run_dir, run_id, tls.server_hosts(engine.health_host),
+                                          [t.task.name for t in plan.tasks])
     except BaseException:
         if server is not None:
             server.stop()
         if web_server is not None:
             web_server.stop()
         engine.close()
+        runlock.let_go(lock, created=not resume)
+        if lease is not None:
+            lease.release()
         raise
-    run_dir.mkdir(parents=True, exist_ok=resume)
     write_json_atomic(rd.plan, plan.to_dict())
-    if not insecure:  # before any task starts: each reads its own certificate
-        server.tls = tls.make_run_pki(run_dir, run_id, tls.server_hosts(engine.health_host),
-                                      [t.task.name for t in plan.tasks])
     if resume:
         rd.endpoint.unlink(missing_ok=True)  # left by a life whose orchestrator was killed (checked: not alive)
     endpoint = rd.endpoint
@@ -280,12 +250,26 @@ def prepare(
             "tls_dir": str(health.tls.folder) if health.tls is not None else None,
         }, indent=2) + "\n")
 
-    supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve,
-                            persist=lambda sup: write_json_atomic(rd.record, run_record(sup)), **supervisor_options)
+    def persist(sup: Supervisor) -> None:
+        write_json_atomic(rd.record, run_record(sup))
+
+    supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
+                            **supervisor_options)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
     bench_mark("prepared", sys.stderr)
-    return Job(plan, supervisor, server, store, recorder, web_server, endpoint)
+    return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease)
+
+
+def exit_code(result: JobSnapshot) -> int:
+    """The CLI's exit code of a job's final snapshot (0, 1, 3, 75, 130).
+
+    Raises:
+        RuntimeError: ``result`` is not final (a running job has no exit code yet).
+    """
+    if result.exit_code is None:
+        raise RuntimeError(f"run {result.plan.run_id} has not ended: it has no exit code yet")
+    return result.exit_code
 
 
 def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[JobSnapshot, dict[str, Any]]:
@@ -313,6 +297,10 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         if job.endpoint_path is not None:
             job.endpoint_path.unlink(missing_ok=True)
         tls.remove(job.plan.run_dir)  # the run's keys (none with --insecure)
+        if job.lease is not None:
+            job.lease.release()  # the cores and GPUs: a waiting run may start
+        if job.lock is not None:
+            job.lock.release()  # the next life may start
     if not keep_web:
         close_web(job, web_linger_s)
     return result, summary
@@ -330,155 +318,6 @@ def close_web(job: Job, linger_s: float = 0.0) -> None:
         job.web.stop()
 
 
-def spec_from(spec: str | Path | Mapping[str, Any] | JobSpec | None = None, **fields: Any) -> JobSpec:
-    """A validated :class:`JobSpec` from a spec file path, a mapping of spec-file fields, a
-    ``JobSpec``, or nothing, with keyword fields on top (they win, as flags do over a file).
-
-    Keyword fields use the spec file's names: top-level ones (``strategy``, ``workers``, ``ps``,
-    ``chief``, ``evaluator``, ``addresses``, ...), ``training`` ones (``epochs``,
-    ``batch_size_per_replica``, ``steps_per_epoch``, ...) and ``supervision`` ones
-    (``max_restarts``, ``restart_policy``, ``deadline_s``, ...), without their section.
-
-    Raises:
-        SpecError: naming the first bad field (an unknown keyword gets the nearest valid name).
-    """
-    if isinstance(spec, JobSpec):
-        if fields:
-            raise SpecError(next(iter(fields)), fields[next(iter(fields))], "cannot be combined with a JobSpec",
-                            "pass a spec file path or a dict with keyword fields, or build the JobSpec with them")
-        return spec
-    if spec is None:
-        raw: dict[str, Any] = {}
-    elif isinstance(spec, Mapping):
-        raw = check_spec_mapping(dict(spec), "spec")
-    else:
-        raw = read_spec_file(spec)
-    overrides: dict[str, Any] = {}
-    every = tuple(k for k in TOP_KEYS if k not in ("training", "supervision")) + TRAINING_KEYS + SUPERVISION_KEYS
-    for name, value in fields.items():
-        if name in TOP_KEYS and name not in ("training", "supervision"):
-            overrides[name] = value
-        elif name in TRAINING_KEYS:
-            overrides.setdefault("training", {})[name] = value
-        elif name in SUPERVISION_KEYS:
-            overrides.setdefault("supervision", {})[name] = value
-        elif name in ("training", "supervision") and isinstance(value, Mapping):
-            overrides.setdefault(name, {}).update(value)
-        else:
-            raise SpecError(name, value, "is not a spec field", suggest(name, every))
-    return build_spec(raw, overrides)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a job launched from Python ended.
-
-    Attributes:
-        status: ``Succeeded``, ``Failed`` or ``Interrupted``.
-        exit_code: what the CLI would exit with: 0, 1, 3 (succeeded, but an injected fault never
-            fired: the rehearsal tested nothing), 75 or 130.
-        summary: ``summary.json`` as a dict.
-        result: the job's final snapshot (root cause, failures, recoveries, lives, wall time).
-    """
-
-    status: str
-    exit_code: int
-    summary: dict[str, Any]
-    result: JobSnapshot
-
-    @property
-    def succeeded(self) -> bool:
-        return self.exit_code == 0
-
-
-class JobHandle:
-    """A job running in the background of this Python process (see :func:`launch`).
-
-    The supervisor runs on a thread of its own, which starts every task process (the tasks'
-    parent-death signal follows that thread, and it lives until the job has ended). Leaving a
-    ``with`` block stops a job that is still running and waits for its end.
-    """
-
-    def __init__(self, job: Job, web_linger_s: float = 0.0) -> None:
-        self.job = job
-        self._web_linger_s = web_linger_s
-        self._outcome: Outcome | None = None
-        self._error: BaseException | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"job-{job.plan.run_id}", daemon=False)
-        self._thread.start()
-
-    def _main(self) -> None:
-        try:
-            result, summary = run(self.job, web_linger_s=self._web_linger_s)
-            self._outcome = Outcome(summary["status"], result.exit_code, summary, result)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
-            self._error = exc
-        finally:
-            self._done.set()
-
-    @property
-    def run_id(self) -> str:
-        return self.job.plan.run_id
-
-    @property
-    def run_dir(self) -> Path:
-        return self.job.plan.run_dir
-
-    @property
-    def web_url(self) -> str | None:
-        """The page's URL with its token (``launch(web=...)``), else None."""
-        return self.job.web_url
-
-    @property
-    def done(self) -> bool:
-        """True once the job has ended and its summary is written."""
-        return self._done.is_set()
-
-    def snapshot(self) -> JobSnapshot | None:
-        """The latest immutable snapshot of the job (at most a quarter second old)."""
-        return self.job.recorder.snapshot()
-
-    def status(self) -> dict[str, Any]:
-        """The job now as a dict: what ``status --json`` prints (``summary.json``'s shape plus
-        ``live``, ``elapsed_s`` and per task ``attempt`` and ``heartbeat_age_s``)."""
-        return self.job.recorder.status()
-
-    def stop(self, reason: str = "stopped from Python", timeout_s: float | None = None) -> Outcome:
-        """Stop every task (SIGTERM, then SIGKILL after the stop timeout), as Ctrl-C does, and
-        wait for the end. Returns the outcome (``Interrupted``, exit code 130, unless the job had
-        already ended).
-
-        Raises:
-            TimeoutError: the job did not end within ``timeout_s`` seconds.
-        """
-        if not self.done:
-            self.job.supervisor.request_stop(reason)
-        return self.wait(timeout_s)
-
-    def wait(self, timeout_s: float | None = None) -> Outcome:
-        """Wait for the end of the job (at most ``timeout_s`` seconds; None: until it ends).
-
-        Raises:
-            TimeoutError: the job did not end within ``timeout_s`` seconds.
-            OrchestratorError: what made supervision fail (the tasks are stopped first).
-        """
-        if not self._done.wait(timeout_s):
-            raise TimeoutError(f"job {self.run_id} still running after {timeout_s:g} s")
-        self._thread.join(5.0)
-        if self._error is not None:
-            raise self._error
-        assert self._outcome is not None
-        return self._outcome
-
-    def __enter__(self) -> "JobHandle":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.done:
-            self.stop("stopped: the with block of api.launch() was left")
-
-
 def launch(
     spec: str | Path | Mapping[str, Any] | JobSpec | None = None,
     *,
@@ -493,6 +332,7 @@ def launch(
     backend_options: object | Mapping[str, Any] | None = None,
     view: View | None = None,
     stop_timeout_s: float = 10.0,
+    wait_for_resources_s: float | None = None,
     insecure: bool = False,
     **fields: Any,
 ) -> JobHandle:
@@ -513,6 +353,7 @@ def launch(
         backend_options: the backend's options (as for :func:`prepare`).
         view: live output in this process (a :mod:`orchestrator.report.live` view); default none.
         stop_timeout_s: seconds between SIGTERM and SIGKILL when stopping tasks.
+        wait_for_resources_s: most seconds to wait for cores and GPUs other runs lease (None: until free).
         insecure: plaintext on the health endpoint (see :func:`prepare`).
         **fields: spec fields on top of ``spec`` (see :func:`spec_from`): ``workers=2, epochs=3``.
 
@@ -528,5 +369,11 @@ def launch(
     commands = {t: list(program) for t in ("chief", "worker", "ps", "evaluator")} if program else None
     job = prepare(job_spec, runs_dir=runs_dir, run_id=run_id, faults=parsed, commands=commands, view=view,
                   backend=backend, backend_options=backend_options, web=web, web_public=web_public,
-                  stop_timeout_s=stop_timeout_s, insecure=insecure)
-    return JobHandle(job, web_linger_s=web_linger_s)
+                  stop_timeout_s=stop_timeout_s, wait_for_resources_s=wait_for_resources_s,
+                  insecure=insecure)
+
+    def run_to_end() -> Outcome:
+        result, summary = run(job, web_linger_s=web_linger_s)
+        return Outcome(summary["status"], exit_code(result), summary, result)
+
+    return JobHandle(job, run_to_end)

@@ -1,6 +1,6 @@
 """Every environment variable the orchestrator sets in a task, in one place.
 
-Task processes read these through :class:`orchestrator.task.runtime.TaskContext` or the
+Task processes read these through :class:`orchestrator.task.context.TaskContext` or the
 readers at the end of this module (:func:`read`, :func:`read_int`, :func:`read_flag`).
 
 =============================  ==============================================================
@@ -47,20 +47,35 @@ Variable                       Meaning
                                the built-in program checks TensorFlow sees them; Slurm asks
                                ``srun --gpus-per-task`` for them (docs/gpus.md)
 ``CUDA_VISIBLE_DEVICES``       CUDA's own: this task's devices by UUID, disjoint between tasks
-                               (:mod:`orchestrator.placement`); empty: none. Not set on a node
+                               (:mod:`orchestrator.resources.placement`); empty: none. Not set on a node
                                without GPUs, nor where the scheduler sets it (Slurm, Kubernetes)
 ``TF_FORCE_GPU_ALLOW_GROWTH``  ``true`` with ``--share-gpus``: TensorFlow allocates GPU memory as
                                needed instead of mapping the whole device at start
-``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.gpus`
+``ORCH_FAKE_GPUS``             read, never set: a JSON list of fake GPUs that :mod:`orchestrator.resources.gpus`
                                reads instead of NVML (tests, demos; docs/gpus.md); tasks inherit
                                it on the local backend, so their heartbeats sample the same devices
-``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.cpus`): it sets its
+``ORCH_LEASES_DIR``            read, never set: the directory of the machine-wide lease ledger
+                               (:mod:`orchestrator.resources.leases`; default ``<tmp>/tf-orchestrator-leases``):
+                               runs that share it lease disjoint cores and GPUs (docs/several-jobs.md)
+``ORCH_CPUS``                  the cores of this task (``0-3``; :mod:`orchestrator.resources.cpus`): it sets its
                                own affinity to them before TensorFlow starts its pools; unset: not pinned
 ``ORCH_NODE_CPUS``             Slurm: this task's share of its node's cores (JSON: the job's tasks on that
-                               node, which one it is; :func:`orchestrator.cores.node_share_cores`): it
+                               node, which one it is; :func:`orchestrator.resources.cores.node_share_cores`): it
                                divides the cores its step may use, as ``ORCH_CPUS`` would, before TF starts
 ``ORCH_SERVICE_CPUS``          cores kept off the training tasks' (the health client's thread and the
                                warm spares run there); unset: none are kept
+``ORCH_DATA_SERVICE_ADDRESS``  with ``--data-service``: ``host:port`` of the tf.data service's dispatcher
+                               (trainers, data workers and the dispatcher itself; docs/data-service.md);
+                               a user's program passes ``grpc://`` + it as ``service=`` to
+                               ``tf.data.experimental.service.distribute``
+``ORCH_DATA_SERVICE_JOB``      with ``--data-service``: the job name the trainers share (the run id), so a
+                               restarted trainer re-attaches to the same tf.data service job
+``ORCH_DATA_SERVICE_SHARDING`` with ``--data-service``: ``dynamic`` or ``off`` (``ShardingPolicy``)
+``ORCH_DATA_SERVICE_WORK_DIR`` the dispatcher only: its journal directory (``DispatcherConfig.work_dir``,
+                               ``fault_tolerant_mode=True``), kept across its restarts
+``ORCH_DATA_SERVICE_JOB_GC_S`` the dispatcher only: ``DispatcherConfig.job_gc_timeout_ms`` / 1000
+``ORCH_TASK_ADDRESS``          tf.data service roles only: the ``host:port`` the backend gave this task
+                               (its server binds the port; a data worker's ``worker_address``)
 ``ORCH_SPARE_READY_FILE``      warm spares only: the file it creates once its imports are done (the
                                backend hands a task only to a spare that has it)
 ``ORCH_SPARE_MODULE``          warm spares only: the built-in task program it becomes (``worker``)
@@ -104,7 +119,7 @@ File                           Meaning
                                ``execwrap`` SIGKILLs a user's program that ignores SIGTERM
                                after :data:`orchestrator.task.execwrap.STOP_GRACE_S`, and
                                a built-in task dies at once instead of taking the preemption
-                               path (:func:`orchestrator.task.runtime.route_sigterm`)
+                               path (:func:`orchestrator.task.sigterm.route_sigterm`)
 =============================  ==============================================================
 
 Exit code: :data:`PREEMPTED_EXIT_CODE` (143) says "preempted: my state is saved, restart me".
@@ -139,11 +154,18 @@ STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"
 CLIENT_PID = "ORCH_CLIENT_PID"
 GPUS = "ORCH_GPUS"
 FAKE_GPUS = "ORCH_FAKE_GPUS"
+LEASES_DIR = "ORCH_LEASES_DIR"
 SPARE_MODULE = "ORCH_SPARE_MODULE"
 SPARE_PRELOAD = "ORCH_SPARE_PRELOAD"
 SPARE_READY_FILE = "ORCH_SPARE_READY_FILE"
 CPUS = "ORCH_CPUS"
 SERVICE_CPUS = "ORCH_SERVICE_CPUS"
+DATA_SERVICE_ADDRESS = "ORCH_DATA_SERVICE_ADDRESS"
+DATA_SERVICE_JOB = "ORCH_DATA_SERVICE_JOB"
+DATA_SERVICE_SHARDING = "ORCH_DATA_SERVICE_SHARDING"
+DATA_SERVICE_WORK_DIR = "ORCH_DATA_SERVICE_WORK_DIR"
+DATA_SERVICE_JOB_GC_S = "ORCH_DATA_SERVICE_JOB_GC_S"
+TASK_ADDRESS = "ORCH_TASK_ADDRESS"
 NODE_CPUS = "ORCH_NODE_CPUS"
 
 JOBSET_NAME = "JOBSET_NAME"
@@ -192,7 +214,7 @@ saving a checkpoint at the next step (TF's ``PreemptionCheckpointHandler``), oth
 once. TensorFlow's own restartable exit code (``failure_handling_util._RESTARTABLE_EXIT_CODE``,
 the ``exit_fn`` of its GCE ``TerminationConfig``), within Kubeflow's retryable 128-255; the
 supervisor retries it under every restart policy except ``never``
-(:func:`orchestrator.supervisor.decisions.retry_verdict`). Popen tells it from a death by
+(:func:`orchestrator.supervisor.rules.decisions.retry_verdict`). Popen tells it from a death by
 SIGTERM (return code -15); the Docker backend cannot (a container's status 143 reads as SIGTERM)."""
 
 REJOINED_METRIC = "rejoined:"
@@ -212,7 +234,7 @@ BENCH_TIMING = "BENCH_TIMING"
 def read(name: str, default: str = "", environ: Mapping[str, str] | None = None) -> str:
     """The value of the task's variable ``name`` (from ``environ``, default ``os.environ``),
     ``default`` when it is unset. The task side reads its environment here or in
-    :meth:`orchestrator.task.runtime.TaskContext.from_env`, never directly
+    :meth:`orchestrator.task.context.TaskContext.from_env`, never directly
     (``tests/unit/test_env_reads.py`` enforces it)."""
     return (os.environ if environ is None else environ).get(name, default)
 

@@ -20,17 +20,17 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from orchestrator import env
-from orchestrator.cpus import CpuPlan
 from orchestrator.errors import SpecError
-from orchestrator.placement import NO_GPUS, Placement, TaskGpus
+from orchestrator.resources.cpus import CpuPlan
+from orchestrator.resources.placement import NO_GPUS, Placement, TaskGpus
 from orchestrator.rundir import ERROR_FILE, RunDir
-from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import Fault, untestable
 from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.program import python_program
 from orchestrator.spec.tfconfig import ClusterConfig
-from orchestrator.taskenv import common_env
+from orchestrator.taskenv import common_env, data_service_env
 from orchestrator.taskenv import task_env as build_task_env
 
 
@@ -81,7 +81,7 @@ class Plan:
         warnings: what looks wrong but is allowed (:func:`plan_warnings`), one line each;
             ``launch`` prints them on stderr, ``plan.json`` and the dry run list them.
         placement: every task's GPUs.
-        cpus: every task's cores and threads (:mod:`orchestrator.cpus`); not pinned on a
+        cpus: every task's cores and threads (:mod:`orchestrator.resources.cpus`); not pinned on a
             backend whose tasks run elsewhere.
     """
 
@@ -249,6 +249,14 @@ def plan_warnings(spec: JobSpec, commands: Mapping[str, Sequence[str]] | None = 
     ]
 
 
+def task_module(task_type: str) -> str:
+    """The built-in program of a task type: ``ps`` for ps, ``dataservice`` for the tf.data
+    service's dispatcher and data workers, ``worker`` for chief, worker and evaluator."""
+    if task_type in ("dispatcher", "data_worker"):
+        return "dataservice"
+    return "ps" if task_type == "ps" else "worker"
+
+
 def task_dir(run_dir: Path, attempt: int, task: TaskId) -> Path:
     """``runs/<run-id>/attempt-<n>/<task>``: logs, error file and scratch of one attempt."""
     return RunDir(run_dir).task(attempt, task)
@@ -289,9 +297,9 @@ def make_plan(
         commands: a user's program (argv) per task type replacing the built-in ones
             (``python -m worker`` for chief / worker / evaluator, ``python -m ps`` for ps);
             it runs through ``python -m orchestrator.task.execwrap --``.
-        placement: every task's GPUs (:func:`orchestrator.placement.place`); their
+        placement: every task's GPUs (:func:`orchestrator.resources.placement.place`); their
             ``CUDA_VISIBLE_DEVICES`` lands in each task's env.
-        cpus: every task's cores and threads (:func:`orchestrator.cpus.assign_cores`) on a
+        cpus: every task's cores and threads (:func:`orchestrator.resources.cpus.assign_cores`) on a
             backend whose tasks run on this machine; their ``ORCH_CPUS`` and thread limits land
             in each task's env. None: not pinned, ``threads`` for every task.
         tls_dir: the run's certificates as tasks see them (``ORCH_TLS_DIR``); None: plaintext.
@@ -315,7 +323,7 @@ def make_plan(
     tasks = []
     config = ClusterConfig(addresses)  # the cluster once, not once per task (O(tasks^2))
     for task in spec.tasks():
-        module = "ps" if task.task_type == "ps" else "worker"
+        module = task_module(task.task_type)
         user_program = (commands or {}).get(task.task_type)
         # a user's program runs through execwrap, which makes it die with the orchestrator
         if user_program:
@@ -325,7 +333,8 @@ def make_plan(
         mine = [f for f in faults if f.task == task]
         task_env = build_task_env(common, cluster=(config, task), task=task.name,
                                   gpus={**placement.env(task), **(cpus.env(task) if cpus else {})},
-                                  faults=encode_faults(mine) if mine else None)
+                                  faults=encode_faults(mine) if mine else None,
+                                  extra=data_service_env(spec, addresses, task, run_id=run_id, run_dir=str(run_dir)))
         tasks.append(
             TaskPlan(
                 task=task,
@@ -348,7 +357,9 @@ def make_plan(
         threads_per_task=threads,
         health_address=health_address,
         token=token,
-        warnings=tuple(plan_warnings(spec, commands)) + placement.warnings,
+        warnings=tuple(plan_warnings(spec, commands)) + placement.warnings + tuple(
+            w for f in faults if (w := untestable(f, spec.serves_forever(f.task),
+                                                  bool((commands or {}).get(f.task.task_type)))) is not None),
         placement=placement,
         **({"cpus": cpus} if cpus is not None else {}),
     )

@@ -5,11 +5,12 @@ a spot VM reclaimed, a Kubernetes eviction), a partition's time limit, the orche
 outright. ``--resume`` starts the next life of the same run: the same plan, the checkpoints in
 ``backup/`` reused (the built-in trainers restore from BackupAndRestore), attempt numbers counting
 on, the restart budget and the failure history carried over (``run.json``,
-:mod:`orchestrator.supervisor.lives`).
+:mod:`orchestrator.supervisor.records.lives`).
 
 The rules (bad input is one line, exit 2, nothing started, nothing in the run directory changed):
 
-* the run must exist, must not have succeeded, and its orchestrator must not be alive;
+* the run must exist, must not have succeeded, and its orchestrator must not be alive: no
+  other life may hold its lock (:mod:`orchestrator.resources.runlock`, taken for the life);
 * the spec is the run's own (``plan.json``); flags, a spec file or a program given with
   ``--resume`` must agree with it in everything but ``--deadline`` (a resumed run of another
   shape would restore a checkpoint it cannot use).
@@ -24,11 +25,12 @@ from typing import Any, Mapping, Sequence
 
 from orchestrator.errors import SpecError
 from orchestrator.report.runs import alive
+from orchestrator.resources import runlock
 from orchestrator.rundir import RunDir, read_json
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec
-from orchestrator.supervisor.lives import Carried
+from orchestrator.supervisor.records.lives import Carried
 
 CHANGEABLE = frozenset({"supervision.deadline_s"})
 """Spec fields a resumed run may change: the job deadline (each life's own)."""
@@ -58,7 +60,10 @@ def check_resumable(run_dir: RunDir, runs_dir: str | Path) -> dict[str, Any]:
         why = ("is not a run that can be resumed (no plan.json with its spec)" if run_dir.path.is_dir()
                else "no such run")
         raise SpecError("resume", run_dir.run_id, why, hint)
-    endpoint = read_json(run_dir.endpoint) or {}
+    holder = runlock.holder(run_dir)
+    if holder is not None and holder != os.getpid():
+        raise runlock.refusal(run_dir, holder, "resume")
+    endpoint = read_json(run_dir.endpoint) or {}  # a life of a version without the lock
     pid = int(endpoint.get("pid") or 0)
     if pid and pid != os.getpid() and alive(pid):
         raise SpecError("resume", run_dir.run_id, f"its orchestrator (pid {pid}) is still running",

@@ -6,6 +6,8 @@
     run.json             the run record of every orchestrator lifetime (lives, restart budget,
                          failures, attempt counter), rewritten atomically as the job goes
     endpoint.json        mode 0600, while an orchestrator runs: its address, token, web URL, pid
+    .lock                held (``flock``) by the orchestrator of the life that runs here, its pid
+                         inside (:mod:`orchestrator.resources.runlock`: one life at a time)
     summary.json         how the job ended (rewritten at the end of every life)
     history.json         the progress series and events the web page charts
     attempt-<n>/<task>/  one attempt of one task: stdout.log, stderr.log, error.json, stacks.txt,
@@ -27,11 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import jsontext
 from orchestrator.spec.model import TaskId
 
 PLAN_FILE = "plan.json"
 RECORD_FILE = "run.json"
 ENDPOINT_FILE = "endpoint.json"
+LOCK_FILE = ".lock"
 SUMMARY_FILE = "summary.json"
 HISTORY_FILE = "history.json"
 ERROR_FILE = "error.json"
@@ -68,6 +72,10 @@ class RunDir:
     @property
     def endpoint(self) -> Path:
         return self.path / ENDPOINT_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK_FILE
 
     @property
     def summary(self) -> Path:
@@ -114,7 +122,7 @@ def write_json_atomic(path: Path, data: Any) -> Path:
     """Write ``data`` as JSON to ``path`` atomically (a temporary file, then ``os.replace``):
     a reader sees the old file or the new one, never half of one. Returns ``path``."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(jsontext.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
 

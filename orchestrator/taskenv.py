@@ -106,9 +106,35 @@ class TaskEnv(Mapping[str, str]):
         return len(self._own) + 1
 
 
+def data_service_env(spec: JobSpec, addresses: Mapping[TaskId, str], task: TaskId, *, run_id: str,
+                     run_dir: str) -> dict[str, str]:
+    """The tf.data service's variables of ``task`` (docs/data-service.md); empty without one.
+
+    Every task gets the dispatcher's address, the job name (the run id: a restarted trainer
+    re-attaches to the same service job) and the sharding policy; the dispatcher its journal
+    directory (``<run dir>/data-service`` unless the spec names one) and job GC timeout; the
+    service roles their own address (the port their server binds).
+
+    Raises:
+        KeyError: when the dispatcher (or ``task``, a service role) has no address.
+    """
+    service = spec.data_service
+    if service is None:
+        return {}
+    out = {env.DATA_SERVICE_ADDRESS: addresses[TaskId("dispatcher", 0)], env.DATA_SERVICE_JOB: run_id,
+           env.DATA_SERVICE_SHARDING: service.sharding}
+    if task.task_type in ("dispatcher", "data_worker"):
+        out[env.TASK_ADDRESS] = addresses[task]
+    if task.task_type == "dispatcher":
+        out[env.DATA_SERVICE_WORK_DIR] = service.work_dir or str(Path(run_dir) / "data-service")
+        out[env.DATA_SERVICE_JOB_GC_S] = repr(float(service.job_gc_timeout_s))
+    return out
+
+
 def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: Mapping[str, str] | None = None,
              faults: str | None = None, task: str | None = None,
-             cluster: tuple[ClusterConfig, TaskId] | None = None) -> Mapping[str, str]:
+             cluster: tuple[ClusterConfig, TaskId] | None = None,
+             extra: Mapping[str, str] | None = None) -> Mapping[str, str]:
     """One task's variables: the job's ``common`` ones plus its own.
 
     Args:
@@ -116,10 +142,11 @@ def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: M
         tf_config: its TF_CONFIG (JSON); None where the task computes its own (JobSet pods).
         cluster: the job's cluster and the task, for a ``TF_CONFIG`` made when read
             (:class:`TaskEnv`) instead of ``tf_config``.
-        gpus: its device variables (:meth:`orchestrator.placement.Placement.env`:
+        gpus: its device variables (:meth:`orchestrator.resources.placement.Placement.env`:
             ``CUDA_VISIBLE_DEVICES``, ``TF_FORCE_GPU_ALLOW_GROWTH``).
         faults: its injected faults (``ORCH_FAULTS``, JSON), if any.
         task: its name (``worker-1``: ``ORCH_TASK``); None where the task computes it (JobSet pods).
+        extra: its other own variables (:func:`data_service_env`).
     """
     from orchestrator.spec.faults import ENV as FAULTS_ENV
 
@@ -129,6 +156,7 @@ def task_env(common: Mapping[str, str], *, tf_config: str | None = None, gpus: M
     if task is not None:
         out[env.TASK] = task
     out.update(gpus or {})
+    out.update(extra or {})
     if faults:
         out[FAULTS_ENV] = faults
     if cluster is not None:

@@ -4,7 +4,7 @@ from orchestrator.env import bench_mark
 
 bench_mark("task-main")  # bench/timeline.py: this task's interpreter is up
 
-from orchestrator.task.pinning import resolve_early  # noqa: E402
+from orchestrator.resources.pinning import resolve_early  # noqa: E402
 
 resolve_early()  # a Slurm node share -> this task's cores; pinned once TensorFlow is imported
 

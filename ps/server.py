@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.task.pinning import pin_self
-from orchestrator.task.runtime import route_sigterm
+from orchestrator.resources.pinning import pin_self
+from orchestrator.task.sigterm import route_sigterm
 
 
 def configure_threads(tf) -> None:
@@ -27,13 +27,13 @@ def serve(context, reporter) -> None:
     """Start this task's tf.distribute.Server from TF_CONFIG and block in ``join()``.
 
     Args:
-        context: the task's :class:`orchestrator.task.runtime.TaskContext`.
+        context: the task's :class:`orchestrator.task.context.TaskContext`.
         reporter: its :class:`orchestrator.task.reporter.HeartbeatReporter`.
     """
     import tensorflow as tf
 
     env.bench_mark("imported")
-    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.task.pinning
+    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.resources.pinning
     configure_threads(tf)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     reporter.release_port()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,6 +14,20 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The machine-wide lease ledger (orchestrator.resources.leases, ORCH_LEASES_DIR): each test process (an xdist lane, or
+# a run with -n 0) has its own, and each test its own below it (`own_lease_ledger`), so no launch of the suite ever
+# waits for another lane's, another test's, or another checkout's tests on this machine: CI is no slower than before
+# the leases. Launches of one test share its ledger (two runs side by side lease disjoint cores).
+LEDGER_ROOT = tempfile.mkdtemp(prefix=f"orch-leases-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-")
+os.environ["ORCH_LEASES_DIR"] = LEDGER_ROOT
+atexit.register(shutil.rmtree, LEDGER_ROOT, True)
+
+
+@pytest.fixture(autouse=True)
+def own_lease_ledger(request, monkeypatch):
+    """This test's own lease ledger (module fixtures started before it use the process's)."""
+    monkeypatch.setenv("ORCH_LEASES_DIR", tempfile.mkdtemp(prefix="t-", dir=LEDGER_ROOT))
 
 
 # Two lanes (pyproject.toml: -n 2). The tests that run real TensorFlow jobs, containers or Slurm jobs are each
@@ -53,9 +70,16 @@ def pytest_xdist_make_scheduler(config, log):
     return MachineLane(config, log)
 
 
+def pytest_configure(config) -> None:
+    """The run's controller names the run (``ORCH_TEST_RUN``: its pid and start time) before xdist starts its
+    workers, which inherit it: shared test services (the Slurm cluster) know which run uses them."""
+    if not hasattr(config, "workerinput"):
+        os.environ["ORCH_TEST_RUN"] = f"{os.getpid()} {psutil.Process().create_time():.2f}"
+
+
 def pytest_sessionfinish(session) -> None:
     """The run's controller (not an xdist worker) removes the Slurm test cluster once every test is done,
-    when a test of the run set it up (tests/slurm/conftest.py)."""
+    when tests set it up and this run is its last live user (tests/slurm/conftest.py)."""
     if hasattr(session.config, "workerinput"):
         return
     from tests.slurm.conftest import teardown_if_set_up_by_tests

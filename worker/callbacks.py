@@ -105,7 +105,7 @@ class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
         state.preemption_handler = handler
         state._enable_save_before_preemption = True  # backup_if_preempted() and batch-level resume
         self.model._preemption_handler = handler
-        from orchestrator.task.runtime import route_sigterm
+        from orchestrator.task.sigterm import route_sigterm
 
         route_sigterm()  # the orchestrator's own SIGTERM before TF's handler
 

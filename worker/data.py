@@ -176,6 +176,37 @@ def train_dataset(tf, data: Data, batch_size: int, seed: int | None, workers: in
     return ds.with_options(options).prefetch(2), policy
 
 
+def through_service(tf, ds, address: str, job_name: str, sharding: str):
+    """``ds`` read through the tf.data service (``python -m orchestrator launch --data-service N``).
+
+    Every trainer distributes the same dataset under the same ``job_name`` (the run id), so they
+    share one service job: with ``dynamic`` sharding (``ShardingPolicy.DYNAMIC``) the dispatcher
+    hands each data worker splits of the data and each element goes to one trainer once per pass;
+    with ``off`` (``ShardingPolicy.OFF``) every data worker produces the whole dataset and the
+    trainers take turns (TF's ``tf.data.experimental.service.distribute`` docs). The auto-shard
+    policy of ``tf.distribute`` is then OFF: the service splits the data, not the strategy.
+
+    Args:
+        tf: the tensorflow module.
+        ds: the dataset (the batches the trainers take).
+        address: the dispatcher's ``host:port`` (``ORCH_DATA_SERVICE_ADDRESS``).
+        job_name: the shared job's name (``ORCH_DATA_SERVICE_JOB``).
+        sharding: ``dynamic`` or ``off`` (``ORCH_DATA_SERVICE_SHARDING``).
+
+    Raises:
+        ValueError: an unknown ``sharding``.
+    """
+    service = tf.data.experimental.service
+    policies = {"dynamic": service.ShardingPolicy.DYNAMIC, "off": service.ShardingPolicy.OFF}
+    if sharding not in policies:
+        raise ValueError(f"ORCH_DATA_SERVICE_SHARDING={sharding!r}: use dynamic or off")
+    ds = ds.apply(service.distribute(processing_mode=policies[sharding], service=f"grpc://{address}",
+                                     job_name=job_name))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options).prefetch(2)
+
+
 def export(kind: str, out: str, seed: int = 0, shards: int = 4) -> None:
     """Write the digits split as ``.npz`` or as a TFRecord directory (``shards`` train files)."""
     x_train, y_train, x_test, y_test = load_digits_split(seed)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any, Mapping
 
 LEADER_WAIT_S = 30.0
 """Bound on a trainer's wait for the coordination service leader's port, seconds."""
 
 
-def wait_for_coordination_leader(tf_config: dict, timeout_s: float = LEADER_WAIT_S) -> bool:
+def wait_for_coordination_leader(tf_config: Mapping[str, Any], timeout_s: float = LEADER_WAIT_S) -> bool:
     """Under MWMS, wait (bounded) until the coordination service leader (chief 0, else worker 0:
     ``multi_worker_util.coordination_leader``) accepts TCP connections on its port; True once
     it does, or when this task is the leader.
@@ -33,7 +34,7 @@ def wait_for_coordination_leader(tf_config: dict, timeout_s: float = LEADER_WAIT
     return _wait_listening([str(cluster[leader_type][0])], timeout_s)
 
 
-def wait_for_servers(tf_config: dict, timeout_s: float = LEADER_WAIT_S) -> bool:
+def wait_for_servers(tf_config: Mapping[str, Any], timeout_s: float = LEADER_WAIT_S) -> bool:
     """Under ParameterServerStrategy, the coordinator waits (bounded) until every worker and ps
     accepts TCP connections, before it builds its strategy; True once they all do.
 

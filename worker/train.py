@@ -22,7 +22,7 @@ per-worker datasets under PSS; a ``tf.train.CheckpointManager`` per epoch). Both
 from the job's backup directory after a restart, at the global step of the checkpoint, and
 report the mean loss per epoch. ``checkpoint_every`` adds a checkpoint every N steps.
 
-Preemption (a SIGTERM from outside, :func:`orchestrator.task.runtime.route_sigterm`):
+Preemption (a SIGTERM from outside, :func:`orchestrator.task.sigterm.route_sigterm`):
 under MirroredStrategy and MWMS both loops save a checkpoint at the next step with TF's
 ``tf.distribute.experimental.PreemptionCheckpointHandler`` (the custom loop runs each step
 through ``PreemptionCheckpointHandler.run``; ``fit`` through
@@ -47,11 +47,15 @@ import os
 import shutil
 import sys
 import time
+from typing import Any, Callable
 
+from orchestrator import env
 from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.resources.pinning import pin_self
+from orchestrator.spec.model import Strategy, TrainingSpec
+from orchestrator.task.context import TaskContext
 from orchestrator.task.formed import strategy_facts
-from orchestrator.task.pinning import pin_self
-from orchestrator.task.runtime import exit_preempted, route_sigterm
+from orchestrator.task.sigterm import exit_preempted, route_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
 from worker.loops import CustomLoops
@@ -112,9 +116,14 @@ class SaveBarrier:
                   flush=True)
 
 
-def train(context, reporter) -> None:
-    """Run this task's part of the job. Raises whatever TensorFlow raises."""
-    if context.strategy == "parameter_server" and context.task_type in ("worker", "ps"):
+def train(context: TaskContext, reporter: Any) -> None:
+    """Run this task's part of the job. Raises whatever TensorFlow raises.
+
+    Args:
+        context: the task's context (strategy and training options from the spec).
+        reporter: its :class:`orchestrator.task.reporter.HeartbeatReporter`.
+    """
+    if context.strategy is Strategy.PARAMETER_SERVER and context.task_type in ("worker", "ps"):
         serve(context, reporter)
         return
     mark("train")
@@ -123,49 +132,53 @@ def train(context, reporter) -> None:
     import tf_keras as keras
 
     mark("imported")
-    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.task.pinning
+    pin_self(all_threads=True)  # the task's cores (ORCH_CPUS), from here on: see orchestrator.resources.pinning
     configure_threads(tf)
-    options = dict(context.training)
-    seed = int(options.get("seed", 0))
-    keras.utils.set_random_seed(seed)
+    options = context.training
+    keras.utils.set_random_seed(options.seed)
     if context.task_type == "evaluator":
-        _evaluate_sidecar(context, reporter, tf, keras, datasets.load(options.get("data"), seed), options)
+        _evaluate_sidecar(context, reporter, tf, keras, datasets.load(options.data, options.seed), options)
         return
-    Job(context, reporter, tf, keras, options).run()
+    Job(context, reporter, tf, keras).run()
 
 
-class Job(CustomLoops):
-    """One task's training run (chief or worker)."""
+class Job:
+    """One task's training run (chief or worker): the strategy, the data, ``Model.fit``, the end
+    (evaluation, export); the custom loops are :class:`worker.loops.CustomLoops` (``self.loops``),
+    which read this job through their declared :class:`worker.loops.Trainer`.
 
-    def __init__(self, context, reporter, tf, keras, options) -> None:
+    Args:
+        context: the task's context; ``context.training`` holds the options.
+        reporter: its heartbeat reporter.
+        tf, keras: the imported ``tensorflow`` and ``tf_keras`` modules.
+    """
+
+    def __init__(self, context: TaskContext, reporter: Any, tf: Any, keras: Any) -> None:
         self.context, self.reporter, self.tf, self.keras = context, reporter, tf, keras
-        self.seed = int(options.get("seed", 0))
-        self.epochs = int(options.get("epochs", 10))
-        self.per_replica = int(options.get("batch_size_per_replica", 16))
-        self.learning_rate = float(options.get("learning_rate", 0.005))
-        self.loop = options.get("loop", "fit")
-        self.checkpoint_every = int(options.get("checkpoint_every") or 0) or None
-        self.threads = int(options.get("threads") or 2)
+        self.options = options = context.training
+        self.threads = options.hogwild_threads
+        self.gpus: list[Any] = []
         # the strategy first: MWMS and logical devices must be set before TF's runtime starts,
         # and reading TFRecord files starts it
-        self.strategy = self._strategy(int(options.get("replicas", 2)))
+        self.strategy = self._strategy(options.replicas)
         mark("strategy")
-        self.data = data = datasets.load(options.get("data"), self.seed)
+        self.data = data = datasets.load(options.data, options.seed)
         mark("data")
-        self.replicas = self.strategy.num_replicas_in_sync
-        self.global_batch = self.per_replica * self.replicas
-        self.steps_per_epoch = int(options.get("steps_per_epoch") or math.ceil(data.num_train / self.global_batch))
-        self.is_chief = context.is_chief or context.strategy in ("mirrored", "hogwild")
+        self.replicas: int = self.strategy.num_replicas_in_sync
+        self.global_batch = options.batch_size_per_replica * self.replicas
+        self.steps_per_epoch = options.steps_per_epoch or math.ceil(data.num_train / self.global_batch)
+        self.is_chief = context.is_chief or context.strategy in (Strategy.MIRRORED, Strategy.HOGWILD)
         run_dir = context.run_dir or context.task_dir
         self.backup_dir = context.backup_dir or os.path.join(context.task_dir, "backup")
         self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
         self.tensorboard_dir = os.path.join(run_dir, "tensorboard")
         self.progress = Progress(reporter, self.global_batch, context.heartbeat_interval_s)
+        self.loops = CustomLoops(self)
 
-    def _gpus(self) -> list:
+    def _gpus(self) -> list[Any]:
         """The GPUs TensorFlow sees (those of ``CUDA_VISIBLE_DEVICES``: the orchestrator's
         placement); a warning when the orchestrator gave the task GPUs TensorFlow cannot see."""
-        gpus = self.tf.config.list_physical_devices("GPU")
+        gpus: list[Any] = self.tf.config.list_physical_devices("GPU")
         given = self.context.gpus
         if given and len(gpus) < given:
             print(f"warning: {self.context.name} holds {given} GPU(s) but TensorFlow sees {len(gpus)}; "
@@ -173,18 +186,18 @@ class Job(CustomLoops):
                   file=sys.stderr, flush=True)
         return gpus
 
-    def _strategy(self, replicas: int):
-        tf, strategy_name = self.tf, self.context.strategy
+    def _strategy(self, replicas: int) -> Any:
+        tf, strategy = self.tf, self.context.strategy
         self.gpus = self._gpus()
-        if strategy_name == "hogwild":
+        if strategy is Strategy.HOGWILD:
             route_sigterm()
             if self.gpus:  # one thread per GPU, each pinned to its device (the towers of the seed)
                 self.threads = len(self.gpus)
             return tf.distribute.get_strategy()  # the default strategy: the threads share one model
-        if strategy_name == "mirrored" and self.gpus:
+        if strategy is Strategy.MIRRORED and self.gpus:
             route_sigterm()
             return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(len(self.gpus))])  # every visible GPU
-        if strategy_name == "mirrored":
+        if strategy is Strategy.MIRRORED:
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
             route_sigterm()
@@ -192,27 +205,27 @@ class Job(CustomLoops):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.reporter.release_port()
         mark("port-released")
-        if strategy_name == "multi_worker_mirrored":
+        if strategy is Strategy.MULTI_WORKER_MIRRORED:
             wait_for_coordination_leader(self.context.tf_config)
             mark("leader-up")
-        if strategy_name == "parameter_server":
+        if strategy is Strategy.PARAMETER_SERVER:
             from worker import rotation
 
             rotation.watch(tf, self.reporter)  # the coordinator's word on when a restarted worker trains again
             wait_for_servers(self.context.tf_config)  # not gRPC's 1 s reconnect backoff for a late peer
             mark("servers-up")
-            strategy = tf.distribute.ParameterServerStrategy(resolver)
+            formed = tf.distribute.ParameterServerStrategy(resolver)
         else:
             # all-reduce over NCCL between GPUs, ring (gRPC) between CPUs (TF's CollectiveCommunication)
             implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL if self.gpus
                               else tf.distribute.experimental.CommunicationImplementation.RING)
             options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
-            strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
-                                                                 communication_options=options)
+            formed = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                                               communication_options=options)
         route_sigterm()  # TF's preemption notifier caught SIGTERM: ours stay prompt, preemptions exit 143
-        return strategy
+        return formed
 
-    def _scratch(self, name: str) -> str:
+    def scratch(self, name: str) -> str:
         """The chief's real directory, or this worker's own scratch one (TF multi-worker guide)."""
         real = {"backup": self.backup_dir, "checkpoints": self.checkpoint_dir,
                 "tensorboard": self.tensorboard_dir}[name]
@@ -221,36 +234,36 @@ class Job(CustomLoops):
         return os.path.join(self.context.task_dir or ".", f"scratch-{name}")
 
     def run(self) -> None:
-        ctx = self.context
+        ctx, options, strategy = self.context, self.options, self.context.strategy
         print(
             f"{ctx.name}: {type(self.strategy).__name__}, {self.replicas} replica(s) in sync, per-replica batch "
-            f"{self.per_replica}, global batch {self.global_batch}, {self.steps_per_epoch} steps/epoch, {self.epochs} "
-            f"epochs, {self._loop_name()}, checkpoint {self._checkpoint_name()}, data {self.data.source}: "
-            f"{self.data.num_train} train examples, "
+            f"{options.batch_size_per_replica}, global batch {self.global_batch}, {self.steps_per_epoch} steps/epoch, "
+            f"{options.epochs} epochs, {self._loop_name()}, checkpoint {self._checkpoint_name()}, data "
+            f"{self.data.source}: {self.data.num_train} train examples, "
             f"{self.data.num_features} features, {self.data.num_classes} classes",
             flush=True,
         )
         self.reporter.update(
             message="building model",
             global_batch_size=self.global_batch,
-            batch_size_per_replica=self.per_replica,
+            batch_size_per_replica=options.batch_size_per_replica,
             replicas=self.replicas,
-            **strategy_facts(self.strategy),  # what it formed, compared with the plan (orchestrator.supervisor.formed)
+            **strategy_facts(self.strategy),  # what it formed (supervisor.rules.formed)
             steps_per_epoch=self.steps_per_epoch,
-            epochs=self.epochs,
+            epochs=options.epochs,
         )
         with self.strategy.scope():
-            model = self._build(compile=self.loop == "fit" and ctx.strategy != "hogwild",
-                                local_logs=ctx.strategy == "multi_worker_mirrored")
+            model = self.build(compile=options.loop == "fit" and strategy is not Strategy.HOGWILD,
+                               local_logs=strategy is Strategy.MULTI_WORKER_MIRRORED)
         mark("model")
-        if ctx.strategy == "hogwild":
-            final_loss = self._hogwild(model)
-        elif self.loop == "fit":
-            final_loss = self._fit(model)
-        elif ctx.strategy == "parameter_server":
-            final_loss = self._custom_pss(model)
+        if strategy is Strategy.HOGWILD:
+            final_loss = self.loops.hogwild(model)
+        elif options.loop == "fit":
+            final_loss = self.fit(model)
+        elif strategy is Strategy.PARAMETER_SERVER:
+            final_loss = self.loops.custom_pss(model)
         else:
-            final_loss = self._custom_sync(model)
+            final_loss = self.loops.custom_sync(model)
         mark("trained")
         # training ended: what follows (evaluation, export) is never a training stall, and a
         # failure in it must not re-run the training
@@ -259,19 +272,20 @@ class Job(CustomLoops):
         self._finish(model, final_loss)
 
     def _loop_name(self) -> str:
-        return (f"hogwild loop with {self.threads} threads" if self.context.strategy == "hogwild"
-                else f"{self.loop} loop")
+        return (f"hogwild loop with {self.threads} threads" if self.context.strategy is Strategy.HOGWILD
+                else f"{self.options.loop} loop")
 
     def _checkpoint_name(self) -> str:
-        return f"every {self.checkpoint_every} steps and every epoch" if self.checkpoint_every else "every epoch"
+        every = self.options.checkpoint_every
+        return f"every {every} steps and every epoch" if every else "every epoch"
 
     @property
     def preemption_supported(self) -> bool:
         """Whether TF's ``PreemptionCheckpointHandler`` works here: MirroredStrategy and MWMS
         (it raises ``NotImplementedError`` with a ps in the cluster)."""
-        return self.context.strategy in ("mirrored", "multi_worker_mirrored")
+        return self.context.strategy in (Strategy.MIRRORED, Strategy.MULTI_WORKER_MIRRORED)
 
-    def _termination_config(self, cleanup=None):
+    def termination_config(self, cleanup: Callable[[], None] | None = None) -> Any:
         """TF's ``TerminationConfig`` for this platform: SIGTERM is the preemption notice (no
         ``termination_watcher_fn``), no grace period (save at the next step, then exit), and
         :meth:`_exit_preempted` as ``exit_fn``."""
@@ -300,65 +314,79 @@ class Job(CustomLoops):
         cluster = self.context.tf_config.get("cluster", {})
         return [f"{t}-{i}" for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
 
-    def _build(self, compile: bool = True, local_logs: bool = False):
+    def build(self, compile: bool = True, local_logs: bool = False) -> Any:
+        """The model (:func:`worker.model.build_model`) for this job's data and options."""
         from worker.model import build_model
 
-        return build_model(self.keras, self.learning_rate, self.seed, self.data.num_features, self.data.num_classes,
-                           compile=compile, local_logs=local_logs)
+        return build_model(self.keras, self.options.learning_rate, self.options.seed, self.data.num_features,
+                           self.data.num_classes, compile=compile, local_logs=local_logs)
 
-    def _dataset(self, shuffle_seed: int | None):
+    def dataset(self, shuffle_seed: int | None) -> tuple[Any, str]:
         """The training dataset (global batches) and its auto-shard policy across the
-        MWMS input pipelines (one per chief / worker task)."""
+        MWMS input pipelines (one per chief / worker task); with ``--data-service`` read through
+        the tf.data service (:func:`worker.data.through_service`: policy ``SERVICE-<sharding>``)."""
         cluster = self.context.tf_config.get("cluster", {})
         pipelines = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1
-        return datasets.train_dataset(self.tf, self.data, self.global_batch, shuffle_seed, pipelines)
+        ds, policy = datasets.train_dataset(self.tf, self.data, self.global_batch, shuffle_seed, pipelines)
+        address = env.read(env.DATA_SERVICE_ADDRESS)
+        if address:
+            sharding = env.read(env.DATA_SERVICE_SHARDING, "dynamic")
+            ds = datasets.through_service(self.tf, ds, address, env.read(env.DATA_SERVICE_JOB, "job"), sharding)
+            policy = f"the tf.data service at {address} ({sharding} sharding)"
+        return ds, policy
 
     # -- Model.fit ---------------------------------------------------------------------
-    def _fit(self, model) -> float | None:
+    def fit(self, model: Any) -> float | None:
+        """``Model.fit`` with the heartbeat, backup, checkpoint and TensorBoard callbacks."""
         keras = self.keras
         from worker.callbacks import HeartbeatCallback, PreemptionBackupAndRestore
 
-        if self.context.strategy == "parameter_server":
-            data = keras.utils.experimental.DatasetCreator(self._pss_dataset_fn)
-            self._log_policy(None)
+        if self.context.strategy is Strategy.PARAMETER_SERVER:
+            data = keras.utils.experimental.DatasetCreator(self.pss_dataset_fn)
+            self.log_policy(None)
         else:
-            data, policy = self._dataset(self.seed)
-            self._log_policy(policy)
-        save_freq = self.checkpoint_every or "epoch"
+            data, policy = self.dataset(self.options.seed)
+            self.log_policy(policy)
+        save_freq = self.options.checkpoint_every or "epoch"
         if self.preemption_supported:
-            backup = PreemptionBackupAndRestore(self.backup_dir, save_freq, self._termination_config)
+            backup = PreemptionBackupAndRestore(self.backup_dir, save_freq, self.termination_config)
         else:  # PSS: BackupAndRestore saves per epoch only; TF has no preemption handler
             backup = keras.callbacks.BackupAndRestore(backup_dir=self.backup_dir, save_freq=save_freq)
         callbacks = [
             # progress first: the step it counts is done when the backup callback saves after it
             HeartbeatCallback(self.progress, self.steps_per_epoch),
             backup,
-            keras.callbacks.ModelCheckpoint(os.path.join(self._scratch("checkpoints"), "ckpt-{epoch}"),
+            keras.callbacks.ModelCheckpoint(os.path.join(self.scratch("checkpoints"), "ckpt-{epoch}"),
                                             save_weights_only=True),
-            keras.callbacks.TensorBoard(log_dir=self._scratch("tensorboard"), update_freq="epoch"),
+            keras.callbacks.TensorBoard(log_dir=self.scratch("tensorboard"), update_freq="epoch"),
         ]
         mark("callbacks")
-        history = model.fit(data, epochs=self.epochs, steps_per_epoch=self.steps_per_epoch, callbacks=callbacks,
+        history = model.fit(data, epochs=self.options.epochs, steps_per_epoch=self.steps_per_epoch, callbacks=callbacks,
                             verbose=2)
         losses = history.history.get("loss") or []
         return float(losses[-1]) if losses else self.progress.loss
 
-    def _pss_dataset_fn(self, input_context=None):
+    def pss_dataset_fn(self, input_context: Any = None) -> Any:
         """A PSS worker's dataset. Under ParameterServerStrategy every worker reads the whole
         data set (its input context is always pipeline 0 of 1) with its own shuffle order
         (TF parameter-server tutorial), so the shuffle is not seeded here."""
-        ds, _ = self._dataset(shuffle_seed=None)
+        ds, _ = self.dataset(shuffle_seed=None)
         return ds
 
     def context_workers(self) -> int:
         return len(self.context.tf_config.get("cluster", {}).get("worker", [])) or 1
 
-    def _log_policy(self, policy: str | None) -> None:
+    def log_policy(self, policy: str | None) -> None:
         """Say in the log how the training data is split across workers."""
-        if self.context.strategy == "mirrored":
+        if self.context.strategy is Strategy.MIRRORED:
             return
-        if policy is None:
+        if policy is None and env.read(env.DATA_SERVICE_ADDRESS):
+            text = (f"through the tf.data service at {env.read(env.DATA_SERVICE_ADDRESS)} "
+                    f"({env.read(env.DATA_SERVICE_SHARDING, 'dynamic')} sharding)")
+        elif policy is None:
             text = "not sharded: every PSS worker reads the whole dataset in its own shuffle order"
+        elif policy.startswith("the tf.data service"):
+            text = f"read through {policy}"
         else:
             files = len(self.data.train_files)
             why = f"{files} train files for {self.context_workers()} worker(s)" if files else "in-memory data"
@@ -366,11 +394,11 @@ class Job(CustomLoops):
         print(f"{self.context.name}: dataset {text}", flush=True)
         self.reporter.update(message=f"dataset {text}")
 
-    def _finish(self, model, final_loss: float | None) -> None:
+    def _finish(self, model: Any, final_loss: float | None) -> None:
         ctx = self.context
         if self.is_chief:
             self.reporter.update(phase=pb.PHASE_EVALUATING, message="evaluating on the test split")
-            plain = self._build()
+            plain = self.build()
             plain.set_weights(model.get_weights())
             x_test, y_test = self.data.test_arrays
             test_loss, test_accuracy = plain.evaluate(x_test, y_test, batch_size=256, verbose=0)
@@ -380,7 +408,7 @@ class Job(CustomLoops):
             self.reporter.update(final_loss=final_loss)
         self.reporter.update(phase=pb.PHASE_SAVING, message="saving the model", loss=final_loss)
         started = time.monotonic()
-        if self.is_chief or ctx.strategy == "parameter_server":
+        if self.is_chief or ctx.strategy is Strategy.PARAMETER_SERVER:
             target = ctx.model_dir or os.path.join(ctx.task_dir, "model")
             model.save(target)
             print(f"{ctx.name}: SavedModel written to {target} in {time.monotonic() - started:.1f} s", flush=True)
@@ -391,17 +419,17 @@ class Job(CustomLoops):
             print(f"{ctx.name}: saved into its scratch directory (MWMS: every worker saves) in "
                   f"{time.monotonic() - started:.1f} s", flush=True)
             for name in ("checkpoints", "tensorboard"):
-                shutil.rmtree(self._scratch(name), ignore_errors=True)
+                shutil.rmtree(self.scratch(name), ignore_errors=True)
 
 
-def _evaluate_sidecar(context, reporter, tf, keras, data, options) -> None:
+def _evaluate_sidecar(context: TaskContext, reporter: Any, tf: Any, keras: Any, data: datasets.Data,
+                      options: TrainingSpec) -> None:
     """Follow the chief's per-epoch checkpoints and evaluate each on the test split
     (``tf_keras.utils.SidecarEvaluator``); ends after the last epoch's checkpoint."""
     from worker.callbacks import EvaluationCallback
     from worker.model import build_model
 
-    model = build_model(keras, float(options.get("learning_rate", 0.005)), int(options.get("seed", 0)),
-                        data.num_features, data.num_classes)
+    model = build_model(keras, options.learning_rate, options.seed, data.num_features, data.num_classes)
     x_test, y_test = data.test_arrays
     checkpoint_dir = os.path.join(context.run_dir or context.task_dir, "checkpoints")
     os.makedirs(checkpoint_dir, exist_ok=True)
@@ -411,7 +439,7 @@ def _evaluate_sidecar(context, reporter, tf, keras, data, options) -> None:
         model,
         data=tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(256),
         checkpoint_dir=checkpoint_dir,
-        max_evaluations=int(options.get("epochs", 10)),
+        max_evaluations=options.epochs,
         callbacks=[EvaluationCallback(reporter)],
     )
     evaluator.start()

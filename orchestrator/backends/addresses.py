@@ -22,15 +22,15 @@ time, address of every task), so the addresses actually used are on record.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from pathlib import Path
 
+from orchestrator import jsontext
 from orchestrator.backends.base import Registration
 from orchestrator.spec.address import Address
-from orchestrator.spec.model import JobSpec, TaskId
+from orchestrator.spec.model import TRAINING_TASK_TYPES, JobSpec, TaskId
 from orchestrator.spec.tfconfig import tf_config_json
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class AddressBook:
 
     def __init__(self, spec: JobSpec, run_dir: Path | None = None) -> None:
         self._tasks = tuple(spec.tasks())
-        self._training = tuple(t for t in self._tasks if t.task_type != "evaluator")
+        self._training = tuple(t for t in self._tasks if t.task_type in TRAINING_TASK_TYPES)
         self._run_dir = run_dir
         self._cond = threading.Condition()
         self._current: dict[TaskId, str] = {}
@@ -140,7 +140,7 @@ class AddressBook:
         try:
             self._run_dir.mkdir(parents=True, exist_ok=True)
             tmp = self._run_dir / "cluster.json.tmp"
-            tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            tmp.write_text(jsontext.dumps(record, indent=2) + "\n", encoding="utf-8")
             tmp.replace(self._run_dir / "cluster.json")
         except OSError as exc:
             log.warning("cannot write cluster.json: %s", exc)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from orchestrator.backends.options import NoOptions
-from orchestrator.gpus import GpuUsage
+from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import JobSpec, TaskId
 
 
@@ -206,11 +206,11 @@ class Capability(enum.Enum):
     """Tasks see this machine's files at the same paths (a program after ``--`` is checked here)."""
     HOST_GPUS = "host-gpus"
     """Tasks run on this machine's GPUs: the orchestrator places each on its own devices by UUID
-    (:func:`orchestrator.placement.place` over :func:`orchestrator.gpus.discover`). Without it the
+    (:func:`orchestrator.resources.placement.place` over :func:`orchestrator.resources.gpus.discover`). Without it the
     backend's scheduler assigns the devices from the counts asked (Slurm: ``srun --gpus-per-task``)."""
     HOST_CPUS = "host-cpus"
     """Tasks run on this machine's cores: the orchestrator pins each training task to its own
-    (:func:`orchestrator.cpus.assign_cores` over this process's affinity; ``--no-pin`` turns it off)."""
+    (:func:`orchestrator.resources.cpus.assign_cores` over this process's affinity; ``--no-pin`` turns it off)."""
 
 
 class LifecycleHooks:

@@ -124,6 +124,7 @@ class DockerBackend(Backend[Container]):
         self.ca_bundle = options.ca_bundle
         self.progress = options.progress
         self.orphan_timeout_s = options.orphan_timeout_s
+        self.shm_size_bytes, self.memory_bytes = options.shm_size_bytes, options.memory_bytes
         self.isolate_network = options.isolate_network
         self.health_socket: Path | None = None  # --isolate-network: the endpoint tasks reach
         self.client: Any = None
@@ -148,7 +149,7 @@ class DockerBackend(Backend[Container]):
 
         self.run_id, self.run_dir = run_id, Path(run_dir)
         self._owner = _owner()
-        self.remove_orphans()
+        remove_orphans(self.client)
         if self.image:
             try:
                 self.client.images.get(self.image)
@@ -171,24 +172,6 @@ class DockerBackend(Backend[Container]):
         except (docker.errors.DockerException, KeyError, IndexError) as exc:
             self.close()
             raise LaunchError(f"cannot create the job's network tfjob-{run_id}: {exc}") from None
-
-    def remove_orphans(self) -> None:
-        """Remove containers and networks of orchestrators that are gone (killed without cleanup)."""
-        import docker.errors
-
-        for container in list_containers(self.client, {"label": LABEL_OWNER}):
-            if not _owner_alive(container.labels.get(LABEL_OWNER, "")):
-                log.warning("removing container %s left by a dead orchestrator", container.name)
-                try:
-                    container.remove(force=True)
-                except docker.errors.DockerException:
-                    pass
-        for network in self.client.networks.list(filters={"label": LABEL_OWNER}):
-            if not _owner_alive(network.attrs.get("Labels", {}).get(LABEL_OWNER, "")):
-                try:
-                    network.remove()
-                except docker.errors.DockerException:
-                    pass
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         """Service-name addresses (:func:`addresses`); nothing to reserve. Fixed addresses
@@ -215,7 +198,7 @@ class DockerBackend(Backend[Container]):
         stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
         for path in (stdout_path, stderr_path):
             path.touch()
-        self._remove_task_containers(task)  # an earlier attempt must not answer to the alias
+        _remove_task_containers(self.client, self.run_id, task)  # an earlier attempt must not answer to the alias
         environment = {
             **env,
             envvars.TASK_HEALTH_PORT: str(TASK_HEALTH_PORT),
@@ -235,10 +218,11 @@ class DockerBackend(Backend[Container]):
                 labels={LABEL_RUN: self.run_id, LABEL_TASK: task.name, LABEL_OWNER: self._owner},
                 user=f"{os.getuid()}:{os.getgid()}",
                 init=True,
+                shm_size=self.shm_size_bytes, mem_limit=self.memory_bytes,  # /dev/shm; an OOM kill we can name
                 working_dir="/tmp",
                 volumes={str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
                 network=self.network.name,
-                device_requests=device_requests(env), cpuset_cpus=env.get(envvars.CPUS) or None,  # orchestrator.cpus
+                device_requests=device_requests(env), cpuset_cpus=env.get(envvars.CPUS) or None,  # resources.cpus
                 networking_config={
                     self.network.name: self.client.api.create_endpoint_config(aliases=[task.name])
                 },
@@ -251,55 +235,14 @@ class DockerBackend(Backend[Container]):
         handle = Container(task, attempt, int(container.attrs["State"]["Pid"]), stdout_path, stderr_path,
                            request.runtime, container=container, name=name)
         for stream, path in (("stdout", stdout_path), ("stderr", stderr_path)):
-            t = threading.Thread(target=self._copy_logs, args=(handle, stream, path), name=f"logs-{name}-{stream}",
+            t = threading.Thread(target=_copy_logs, args=(handle, stream, path), name=f"logs-{name}-{stream}",
                                  daemon=True)
             t.start()
             handle.threads.append(t)
-        threading.Thread(target=self._wait_exit, args=(handle,), name=f"wait-{name}", daemon=True).start()
+        threading.Thread(target=_wait_exit, args=(handle,), name=f"wait-{name}", daemon=True).start()
         with self._lock:
             self._containers.append(handle)
         return handle
-
-    def _copy_logs(self, handle: Container, stream: str, path: Path) -> None:
-        try:
-            chunks = handle.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True,
-                                           follow=True)
-            with open(path, "ab") as out:
-                for chunk in chunks:
-                    out.write(chunk)
-                    out.flush()
-        except Exception as exc:  # noqa: BLE001 - the container may be gone; logged, never raised
-            log.debug("log stream %s of %s ended: %s", stream, handle.name, exc)
-
-    def _wait_exit(self, handle: Container) -> None:
-        import docker.errors
-
-        status = -signals.SIGKILL
-        try:
-            while True:
-                try:
-                    status = int(handle.container.wait(timeout=3600)["StatusCode"])
-                    break
-                except docker.errors.NotFound:
-                    break
-                except Exception as exc:  # noqa: BLE001 - a read timeout: wait again
-                    if "timed out" not in str(exc).lower():
-                        log.warning("waiting for %s: %s", handle.name, exc)
-                        time.sleep(0.5)
-            try:
-                handle.container.reload()
-                handle.oom_killed = bool(handle.container.attrs["State"].get("OOMKilled"))
-            except docker.errors.DockerException:
-                pass
-            for t in handle.threads:  # the streams end with the container: the logs are complete
-                t.join(10.0)
-        finally:
-            handle.status = status
-            handle.exited.set()
-        try:
-            handle.container.remove(force=True)
-        except docker.errors.DockerException:
-            pass
 
     def poll(self, handle: Container) -> int | None:
         """Exit code (negative: killed by that signal), or None while running."""
@@ -357,16 +300,6 @@ class DockerBackend(Backend[Container]):
             if not h.exited.wait(max(0.0, deadline - time.monotonic())):
                 raise LaunchError(f"container {h.name} survived SIGKILL for 20 s")
 
-    def _remove_task_containers(self, task: TaskId) -> None:
-        import docker.errors
-
-        filters = {"label": [f"{LABEL_RUN}={self.run_id}", f"{LABEL_TASK}={task.name}"]}
-        for container in list_containers(self.client, filters):
-            try:
-                container.remove(force=True)
-            except docker.errors.DockerException:
-                pass
-
     def close(self) -> None:
         """Remove every container and the network of this run (the run directory stays).
 
@@ -378,7 +311,10 @@ class DockerBackend(Backend[Container]):
         if self.client is None:
             return
         try:
-            self._remove_everything()
+            with self._lock:
+                handles = list(self._containers)
+            _remove_everything(self.client, self.run_id, handles, self.network)
+            self.network = None
         except Exception as exc:  # noqa: BLE001 - see the docstring: logged, never raised
             log.warning("cleaning up the containers of run %s: %s", self.run_id, exc)
         finally:
@@ -387,40 +323,6 @@ class DockerBackend(Backend[Container]):
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the Docker client: %s", exc)
             self.client = None
-
-    def _remove_everything(self) -> None:
-        import docker.errors
-
-        with self._lock:
-            handles = list(self._containers)
-        deadline = time.monotonic() + 30.0
-        if self.run_id:
-            try:
-                listed = list_containers(self.client, {"label": f"{LABEL_RUN}={self.run_id}"})
-            except docker.errors.DockerException as exc:
-                log.warning("could not list the containers of run %s: %s", self.run_id, exc)
-                listed = []
-            known = {getattr(c, "id", None) for c in listed}
-            # every container this backend started, listed or not (a failed listing must not leave one)
-            listed += [h.container for h in handles if getattr(h.container, "id", None) not in known]
-            for container in listed:
-                _remove(container)
-        for h in handles:
-            h.exited.wait(max(0.0, deadline - time.monotonic()))
-        if self.network is not None:
-            # a removal under way still holds its endpoint: retry, bounded
-            while True:
-                try:
-                    self.network.remove()
-                    break
-                except docker.errors.NotFound:
-                    break
-                except docker.errors.DockerException as exc:
-                    if time.monotonic() > deadline:
-                        log.warning("could not remove network %s: %s", self.network.name, exc)
-                        break
-                    time.sleep(0.2)
-            self.network = None
 
 
 def _remove(container: Any) -> None:
@@ -437,3 +339,112 @@ def _remove(container: Any) -> None:
     except docker.errors.DockerException as exc:
         log.warning("could not remove container %s: %s", getattr(container, "name", container), exc)
 
+
+def remove_orphans(client: Any) -> None:
+    """Remove containers and networks of orchestrators that are gone (killed without cleanup)."""
+    import docker.errors
+
+    for container in list_containers(client, {"label": LABEL_OWNER}):
+        if not _owner_alive(container.labels.get(LABEL_OWNER, "")):
+            log.warning("removing container %s left by a dead orchestrator", container.name)
+            try:
+                container.remove(force=True)
+            except docker.errors.DockerException:
+                pass
+    for network in client.networks.list(filters={"label": LABEL_OWNER}):
+        if not _owner_alive(network.attrs.get("Labels", {}).get(LABEL_OWNER, "")):
+            try:
+                network.remove()
+            except docker.errors.DockerException:
+                pass
+
+
+def _copy_logs(handle: Container, stream: str, path: Path) -> None:
+    """Copy the container's ``stream`` (stdout, stderr) into ``path`` until it ends (a thread per stream)."""
+    try:
+        chunks = handle.container.logs(stdout=stream == "stdout", stderr=stream == "stderr", stream=True,
+                                       follow=True)
+        with open(path, "ab") as out:
+            for chunk in chunks:
+                out.write(chunk)
+                out.flush()
+    except Exception as exc:  # noqa: BLE001 - the container may be gone; logged, never raised
+        log.debug("log stream %s of %s ended: %s", stream, handle.name, exc)
+
+
+def _wait_exit(handle: Container) -> None:
+    """Wait for the container to exit (a thread): its status, whether it was OOM-killed, its logs
+    complete; then remove it."""
+    import docker.errors
+
+    status = -signals.SIGKILL
+    try:
+        while True:
+            try:
+                status = int(handle.container.wait(timeout=3600)["StatusCode"])
+                break
+            except docker.errors.NotFound:
+                break
+            except Exception as exc:  # noqa: BLE001 - a read timeout: wait again
+                if "timed out" not in str(exc).lower():
+                    log.warning("waiting for %s: %s", handle.name, exc)
+                    time.sleep(0.5)
+        try:
+            handle.container.reload()
+            handle.oom_killed = bool(handle.container.attrs["State"].get("OOMKilled"))
+        except docker.errors.DockerException:
+            pass
+        for t in handle.threads:  # the streams end with the container: the logs are complete
+            t.join(10.0)
+    finally:
+        handle.status = status
+        handle.exited.set()
+    try:
+        handle.container.remove(force=True)
+    except docker.errors.DockerException:
+        pass
+
+
+def _remove_task_containers(client: Any, run_id: str, task: TaskId) -> None:
+    """Remove the containers of ``task``'s earlier attempts in run ``run_id``."""
+    import docker.errors
+
+    filters = {"label": [f"{LABEL_RUN}={run_id}", f"{LABEL_TASK}={task.name}"]}
+    for container in list_containers(client, filters):
+        try:
+            container.remove(force=True)
+        except docker.errors.DockerException:
+            pass
+
+
+def _remove_everything(client: Any, run_id: str, handles: list[Container], network: Any) -> None:
+    """Remove every container of run ``run_id`` (those listed and ``handles``) and its ``network``."""
+    import docker.errors
+
+    deadline = time.monotonic() + 30.0
+    if run_id:
+        try:
+            listed = list_containers(client, {"label": f"{LABEL_RUN}={run_id}"})
+        except docker.errors.DockerException as exc:
+            log.warning("could not list the containers of run %s: %s", run_id, exc)
+            listed = []
+        known = {getattr(c, "id", None) for c in listed}
+        # every container this backend started, listed or not (a failed listing must not leave one)
+        listed += [h.container for h in handles if getattr(h.container, "id", None) not in known]
+        for container in listed:
+            _remove(container)
+    for h in handles:
+        h.exited.wait(max(0.0, deadline - time.monotonic()))
+    if network is not None:
+        # a removal under way still holds its endpoint: retry, bounded
+        while True:
+            try:
+                network.remove()
+                break
+            except docker.errors.NotFound:
+                break
+            except docker.errors.DockerException as exc:
+                if time.monotonic() > deadline:
+                    log.warning("could not remove network %s: %s", network.name, exc)
+                    break
+                time.sleep(0.2)

@@ -36,7 +36,7 @@ DOCKERFILE = "docker/Dockerfile"
 CERTS_DIR = "docker/certs"
 BUILD_TIMEOUT_S = 1800
 _TOP_FILES = ("pyproject.toml", "README.md", DOCKERFILE)
-_PACKAGES = ("orchestrator", "worker", "ps")
+_PACKAGES = ("orchestrator", "worker", "ps", "dataservice")
 
 
 def source_root() -> Path:

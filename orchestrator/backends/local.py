@@ -22,7 +22,6 @@ from typing import Iterable
 import psutil
 
 from orchestrator import env
-from orchestrator import env as envvars
 from orchestrator.backends.base import (
     Backend,
     Capability,
@@ -34,13 +33,14 @@ from orchestrator.backends.base import (
     faulthandler_dump,
 )
 from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_memory, pidfd, py_spy_dump  # noqa: F401
+from orchestrator.backends.local_spares import MAX_SPARE_DEATHS, SparePool  # noqa: F401 - the spares
 from orchestrator.backends.netns import NetworkNamespace, socket_path
 from orchestrator.backends.options import LocalOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
-from orchestrator.gpus import VISIBLE_ENV, uuids_in
-from orchestrator.gpus import sample as sample_gpus
 from orchestrator.net import can_listen
+from orchestrator.resources.gpus import VISIBLE_ENV, uuids_in
+from orchestrator.resources.gpus import sample as sample_gpus
 from orchestrator.spec.address import LOOPBACK_IPV4, Address, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -53,11 +53,6 @@ LOOPBACK = LOOPBACK_IPV4
 MAX_LOCAL_TASKS = 512
 """Most tasks the local backend runs on one machine (user programs included; the built-in
 program is bounded far lower by memory, :func:`check_memory`)."""
-
-MAX_SPARE_DEATHS = 3
-"""Warm spares that may end before they are used (an import that fails, a program that cannot
-start) before the backend stops starting new ones for the job."""
-
 
 @dataclass(eq=False)
 class LocalProcess(TaskHandle):
@@ -81,22 +76,6 @@ class LocalProcess(TaskHandle):
     def process(self) -> subprocess.Popen[bytes]:
         assert self.popen is not None
         return self.popen
-
-
-@dataclass(eq=False)
-class _Spare:
-    """A warm spare process and what became of it (see :class:`SpareInfo`)."""
-
-    popen: subprocess.Popen[bytes]
-    argv: tuple[str, ...]
-    ready_file: Path
-    state: str = "ready"
-    task: str = ""
-
-    @property
-    def imported(self) -> bool:
-        """Its imports are done (:mod:`orchestrator.task.spare` created its ready file)."""
-        return self.ready_file.exists()
 
 
 def _field(task: TaskId) -> str:
@@ -124,8 +103,7 @@ class LocalBackend(Backend[LocalProcess]):
         self._netns: NetworkNamespace | None = None
         self.health_socket: Path | None = None
         self.ports = PortReservations()
-        self._spares: list[_Spare] = []  # every spare started, used or not
-        self._spares_given_up = False
+        self._spares = SparePool(wrap=lambda argv: _in_netns(self._netns, argv))  # a spare lives where its task will
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         """Reserve one port per task and return ``127.0.0.1:<port>`` addresses.
@@ -139,7 +117,7 @@ class LocalBackend(Backend[LocalProcess]):
                 else listens on it (naming the process: :func:`port_holder`); nothing is held.
             LaunchError: when no free port can be drawn for a task without a fixed address.
         """
-        fixed = self._check_addresses(spec)
+        fixed = _check_addresses(spec)
         if not fixed:
             return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
         for task, address in fixed.items():
@@ -167,42 +145,10 @@ class LocalBackend(Backend[LocalProcess]):
         Raises:
             SpecError: as :meth:`allocate`, but for a busy fixed port.
         """
-        fixed = self._check_addresses(spec)
+        fixed = _check_addresses(spec)
         if not fixed:
             return {task: f"{LOOPBACK}:0" for task in spec.tasks()}
         return {task: localhost_as_ipv4(address) for task, address in fixed.items()}
-
-    def _check_addresses(self, spec: JobSpec) -> dict[TaskId, Address]:
-        """The spec's fixed addresses, checked (loopback, no port that needs root), or {} when it
-        has none (then the tasks must fit on this machine).
-
-        Raises:
-            SpecError: too many tasks for this machine, a fixed address not loopback or whose
-                port needs root.
-        """
-        if not spec.addresses:
-            low, high = port_range()
-            tasks = spec.tasks()
-            if len(tasks) > MAX_LOCAL_TASKS or len(tasks) > (high - low) // 2:
-                most = min(MAX_LOCAL_TASKS, (high - low) // 2)
-                raise SpecError("workers", spec.workers, f"{len(tasks)} tasks on this one machine is more than it can "
-                                f"run (at most {most}: ports and processes)",
-                                "use fewer --workers, or run the job on Slurm or Kubernetes (docs/slurm.md)")
-            return {}
-        fixed = {task: parse_address(spec.addresses[task], _field(task)) for task in spec.tasks()}
-        for task, address in fixed.items():  # check everything before holding anything
-            if not address.is_loopback:
-                raise SpecError(
-                    _field(task),
-                    str(address),
-                    "the local backend runs every task on this machine, so it needs loopback addresses",
-                    "use 127.0.0.1:<port>, or `python -m orchestrator render --spec FILE` for TF_CONFIGs on other "
-                    "hosts",
-                )
-            if address.port < 1024 and os.geteuid() != 0:
-                raise SpecError(_field(task), str(address), "ports below 1024 need root",
-                                "use a port from 1024 to 65535, e.g. 2222")
-        return fixed
 
     def open(self, run_id: str, run_dir: Path) -> None:
         """With ``isolate_network``: the run's network namespace, and the health socket's path.
@@ -213,9 +159,6 @@ class LocalBackend(Backend[LocalProcess]):
         if self.options.isolate_network:
             self._netns = NetworkNamespace()
             self.health_socket = socket_path(run_dir)
-
-    def _in_netns(self, argv: Iterable[str]) -> list[str]:
-        return self._netns.wrap(list(argv)) if self._netns is not None else list(argv)
 
     def release_port(self, task: TaskId, attempt: int) -> int:
         """Called (from the health server thread) when a task is about to bind its port."""
@@ -231,7 +174,7 @@ class LocalBackend(Backend[LocalProcess]):
         argv, env, log_dir = request.argv, request.env, request.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
-        spare = self._take_spare(request.argv)
+        spare = self._spares.take(request.argv)
         if spare is not None:  # a warm spare becomes this task: no new process, no imports
             stdout_path.touch()
             stderr_path.touch()
@@ -252,7 +195,7 @@ class LocalBackend(Backend[LocalProcess]):
         with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
             try:
                 popen = subprocess.Popen(
-                    self._in_netns(argv),
+                    _in_netns(self._netns, argv),
                     env=full_env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
@@ -354,7 +297,7 @@ class LocalBackend(Backend[LocalProcess]):
 
     def sample(self, process: LocalProcess) -> ProcessSample | None:
         """CPU (percent of a core) and RSS (bytes) of the task's process and every process it
-        started, summed, and its GPUs (NVML, :func:`orchestrator.gpus.sample`); None once it is
+        started, summed, and its GPUs (NVML, :func:`orchestrator.resources.gpus.sample`); None once it is
         gone. CPU counts from the second sample of a process."""
         try:
             root = process.sampled.get(process.pid) or psutil.Process(process.pid)
@@ -403,89 +346,58 @@ class LocalBackend(Backend[LocalProcess]):
 
     # -- warm spares ------------------------------------------------------------------------
     def keep_spares(self, request: SpareRequest) -> None:
-        """Keep ``request.count`` spares ready (:mod:`orchestrator.task.spare`; for a user's
-        program ``request.command``, the spare mode of :mod:`orchestrator.task.execwrap`), fewer
-        when this machine's available memory cannot hold them (~700 MiB each, :data:`TASK_RSS_BYTES`,
-        one task's worth kept free). Each spare is in its own session, its stdin a pipe: the
-        assignment, or its end; it imports at the lowest CPU priority (``SCHED_IDLE``) and
-        creates its ready file ``spare-N.ready`` in ``request.log_dir`` once it can take a task."""
-        for spare in self._spares:
-            if spare.state == "ready" and spare.popen.poll() is not None:
-                spare.state = "died"
-                log.warning("spare pid %d ended before it was used (exit %s)", spare.popen.pid, spare.popen.returncode)
-        died = sum(1 for s in self._spares if s.state == "died")
-        if died >= MAX_SPARE_DEATHS:  # a spare that cannot start (an import error): stop trying
-            if not self._spares_given_up:
-                self._spares_given_up = True
-                log.warning("%d warm spares ended before they were used; no more spares for this job (see %s)",
-                            died, request.log_dir)
-            return
-        ready = [s for s in self._spares if s.state == "ready" and s.argv == request.argv]
-        missing = request.count - len(ready)
-        if missing <= 0:
-            return
-        fits = int(psutil.virtual_memory().available // TASK_RSS_BYTES) - 1  # keep one task's worth free
-        if fits <= 0:
-            return
-        env = {**os.environ, **request.env, envvars.SPARE_PRELOAD: ",".join(request.preload)}
-        command = list(request.command)
-        if not command:  # a built-in program, python -m MODULE: the spare imports it and runs it
-            command = [request.argv[0], "-m", "orchestrator.task.spare"]
-            env[envvars.SPARE_MODULE] = request.argv[2]
-        request.log_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(min(missing, fits)):
-            number = len(self._spares)
-            ready_file = request.log_dir / f"spare-{number}.ready"
-            with open(request.log_dir / f"spare-{number}.log", "ab") as out:
-                try:
-                    popen = subprocess.Popen(self._in_netns(command),
-                                             env={**env, envvars.SPARE_READY_FILE: str(ready_file)},
-                                             stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True,
-                                             close_fds=True)
-                except OSError as exc:
-                    log.warning("cannot start a spare: %s", exc)
-                    return
-            self._spares.append(_Spare(popen, tuple(request.argv), ready_file))
-
-    def _take_spare(self, argv: tuple[str, ...]) -> _Spare | None:
-        """A spare for ``argv`` whose imports are done; None when there is none: a cold start
-        then, since a spare still importing does so at the lowest CPU priority
-        (``SCHED_IDLE``) and would be starved by the very restart it stands in for."""
-        for spare in self._spares:
-            if spare.state == "ready" and spare.argv == tuple(argv):
-                if spare.popen.poll() is not None:
-                    spare.state = "died"
-                elif spare.imported:
-                    return spare
-        return None
+        """Keep ``request.count`` spares ready (:meth:`~orchestrator.backends.local_spares.SparePool.keep`)."""
+        self._spares.keep(request)
 
     def spares(self) -> list[SpareInfo]:
         """Every spare started for this job and what became of it."""
-        return [SpareInfo(s.popen.pid, s.state, s.task) for s in self._spares]
+        return self._spares.infos()
 
     def close(self) -> None:
         """Stop the spares that were not used (end of stdin first, then SIGKILL to their
         group) and release every port reservation still held."""
-        for spare in self._spares:
-            if spare.state != "ready":
-                continue
-            spare.state = "stopped"
-            try:
-                os.killpg(spare.popen.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                spare.popen.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                log.warning("spare pid %d survived SIGKILL", spare.popen.pid)
-            if spare.popen.stdin is not None:
-                try:
-                    spare.popen.stdin.close()
-                except OSError:
-                    pass
+        self._spares.close()
         self.ports.close()
         if self._netns is not None:
             self._netns.close()
+
+
+def _in_netns(netns: NetworkNamespace | None, argv: Iterable[str]) -> list[str]:
+    """``argv`` run in ``netns`` (``--isolate-network``), or as it is when None."""
+    return netns.wrap(list(argv)) if netns is not None else list(argv)
+
+
+def _check_addresses(spec: JobSpec) -> dict[TaskId, Address]:
+    """The spec's fixed addresses, checked (loopback, no port that needs root), or {} when it
+    has none (then the tasks must fit on this machine).
+
+    Raises:
+        SpecError: too many tasks for this machine, a fixed address not loopback or whose
+            port needs root.
+    """
+    if not spec.addresses:
+        low, high = port_range()
+        tasks = spec.tasks()
+        if len(tasks) > MAX_LOCAL_TASKS or len(tasks) > (high - low) // 2:
+            most = min(MAX_LOCAL_TASKS, (high - low) // 2)
+            raise SpecError("workers", spec.workers, f"{len(tasks)} tasks on this one machine is more than it can "
+                            f"run (at most {most}: ports and processes)",
+                            "use fewer --workers, or run the job on Slurm or Kubernetes (docs/slurm.md)")
+        return {}
+    fixed = {task: parse_address(spec.addresses[task], _field(task)) for task in spec.tasks()}
+    for task, address in fixed.items():  # check everything before holding anything
+        if not address.is_loopback:
+            raise SpecError(
+                _field(task),
+                str(address),
+                "the local backend runs every task on this machine, so it needs loopback addresses",
+                "use 127.0.0.1:<port>, or `python -m orchestrator render --spec FILE` for TF_CONFIGs on other "
+                "hosts",
+            )
+        if address.port < 1024 and os.geteuid() != 0:
+            raise SpecError(_field(task), str(address), "ports below 1024 need root",
+                            "use a port from 1024 to 65535, e.g. 2222")
+    return fixed
 
 
 def _descendants(process: LocalProcess) -> list[psutil.Process]:

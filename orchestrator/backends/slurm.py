@@ -45,10 +45,8 @@ import concurrent.futures
 import logging
 import math
 import os
-import secrets
 import shutil
 import signal as signals
-import socket
 import subprocess
 import threading
 import time
@@ -59,20 +57,26 @@ from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, faulthandler_dump
 from orchestrator.backends.host import pidfd
-from orchestrator.backends.placement import move_off, parse_node_list, place
+from orchestrator.backends.slurm_commands import (
+    check_shared,
+    command,
+    node_answers,
+    route_source,
+    signal_steps,
+    step_ids,
+)
 from orchestrator.backends.slurm_job import JobProbe
 from orchestrator.backends.slurm_step import (
-    COMMAND_TIMEOUT_S,
     DEFAULT_SLURMD_PORT,
     LOST_GRACE_S,
-    PROBE_TIMEOUT_S,
     SlurmOptions,
     SlurmStep,
     exit_code_of,
 )
-from orchestrator.cpus import node_cpus_plan, node_share_env
 from orchestrator.errors import LaunchError, SpecError
-from orchestrator.placement import srun_gpu_options
+from orchestrator.resources.cpus import node_cpus_plan, node_share_env
+from orchestrator.resources.nodes import move_off, parse_node_list, place
+from orchestrator.resources.placement import srun_gpu_options
 from orchestrator.spec.model import JobSpec, TaskId
 
 log = logging.getLogger(__name__)
@@ -114,15 +118,6 @@ class SlurmBackend(Backend[SlurmStep]):
         self._steps: list[SlurmStep] = []
         self._probe: JobProbe | None = None
 
-    # -- Slurm commands --------------------------------------------------------------------
-    def _command(self, *argv: str, timeout_s: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-        try:
-            return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, env=self.environ)
-        except FileNotFoundError:
-            raise LaunchError(f"{argv[0]} not found: install the Slurm client commands (slurm-client)") from None
-        except subprocess.TimeoutExpired:
-            raise LaunchError(f"{' '.join(argv[:3])} did not answer within {timeout_s:g} s") from None
-
     # -- setting up ------------------------------------------------------------------------
     def open(self, run_id: str, run_dir: Path) -> None:
         """Read the allocation (job id, nodes, their addresses), pick the health endpoint's
@@ -141,68 +136,26 @@ class SlurmBackend(Backend[SlurmStep]):
                             "`python -m orchestrator sbatch`")
         if shutil.which("srun", path=self.environ.get("PATH")) is None:
             raise LaunchError("srun not found on PATH: install the Slurm client commands")
-        shown = self._command("scontrol", "show", "hostnames", nodelist)
+        shown = command(self.environ, "scontrol", "show", "hostnames", nodelist)
         if shown.returncode != 0:
             raise LaunchError(f"scontrol show hostnames {nodelist} failed: {shown.stderr.strip()}")
         self.nodes = parse_node_list(shown.stdout)
-        info = self._command("scontrol", "show", "node", "-o", ",".join(self.nodes))
+        info = command(self.environ, "scontrol", "show", "node", "-o", ",".join(self.nodes))
         for line in info.stdout.splitlines():
             fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
             if fields.get("NodeName") in self.nodes:
                 self.node_addr[fields["NodeName"]] = fields.get("NodeAddr", fields["NodeName"])
-        config = self._command("scontrol", "show", "config")
+        config = command(self.environ, "scontrol", "show", "config")
         for line in config.stdout.splitlines():
             key, _, value = line.partition("=")
             if key.strip() == "SlurmdPort" and value.strip().isdigit():
                 self.slurmd_port = int(value.strip())
         if not self.health_host:
-            self.health_host = self._route_source(self.node_addr.get(self.nodes[0], self.nodes[0]))
+            self.health_host = route_source(self.node_addr.get(self.nodes[0], self.nodes[0]), self.slurmd_port)
         if self.health_host in ("0.0.0.0", "::", ""):
             raise SpecError("health-host", self.health_host, "a wildcard address would expose the health endpoint "
                             "on every interface", "give this machine's address on the cluster network")
-        self.check_shared(run_dir.parent)
-
-    def _route_source(self, node_host: str) -> str:
-        """This machine's address on the route to ``node_host`` (UDP connect: nothing is sent)."""
-        try:
-            target = socket.gethostbyname(node_host)
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                probe.connect((target, self.slurmd_port))
-                return str(probe.getsockname()[0])
-        except OSError as exc:
-            raise LaunchError(f"no route to node {node_host} for the health endpoint: {exc}; "
-                              "give --health-host ADDRESS") from None
-
-    def check_shared(self, runs_dir: Path) -> None:
-        """Write a file into ``runs_dir`` here and read it on every node (one job step).
-
-        Raises:
-            SpecError: a node cannot read it (the directory is not on a shared file system).
-            LaunchError: the step could not run.
-        """
-        runs_dir.mkdir(parents=True, exist_ok=True)
-        token = secrets.token_hex(8)
-        probe = runs_dir / f".shared-check-{self.run_id}-{token}"
-        probe.write_text(token, encoding="utf-8")
-        try:
-            result = self._command(
-                "srun", "--overlap", f"--nodes={len(self.nodes)}", f"--ntasks={len(self.nodes)}", "--ntasks-per-node=1",
-                "-w", ",".join(self.nodes), "--job-name", f"{self.run_id}:shared-check", "--quiet", "--label",
-                "sh", "-c", f'cat "{probe}" 2>/dev/null || echo missing', timeout_s=60.0)
-        finally:
-            probe.unlink(missing_ok=True)
-        seen = {}
-        for line in result.stdout.splitlines():
-            rank, _, text = line.partition(":")
-            if rank.strip().isdigit():
-                seen[int(rank.strip())] = text.strip()
-        bad = [self.nodes[r] for r in range(len(self.nodes)) if seen.get(r) != token]
-        if result.returncode != 0 and len(seen) < len(self.nodes):
-            raise LaunchError(f"could not run a step on every node to check the runs directory: "
-                              f"{result.stderr.strip()[-300:]}")
-        if bad:
-            raise SpecError("runs-dir", str(runs_dir), f"is not shared: node(s) {', '.join(bad)} cannot read a file "
-                            "written here", "put --runs-dir on a file system every node mounts (NFS, Lustre, ...)")
+        check_shared(self.environ, self.nodes, self.run_id, run_dir.parent)
 
     def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
         """Place every task on a node (:func:`place`); addresses read ``NODE_ADDRESS:0`` until the
@@ -274,28 +227,6 @@ class SlurmBackend(Backend[SlurmStep]):
             self._steps.append(step)
         return step
 
-    def _step_ids(self) -> dict[str, str]:
-        """Step name -> ``JOB.STEP`` of this job's steps now (``squeue -s``)."""
-        result = self._command("squeue", "-h", "-s", "-j", self.job_id, "-o", "%i %j")
-        ids = {}
-        for line in result.stdout.splitlines():
-            parts = line.split(None, 1)
-            if len(parts) == 2:
-                ids[parts[1].strip()] = parts[0]
-        return ids
-
-    def _resolve(self, steps: Sequence[SlurmStep]) -> None:
-        """Fill in the step ids still unknown (one ``squeue`` for all)."""
-        if all(s.step_id for s in steps):
-            return
-        try:
-            ids = self._step_ids()
-        except LaunchError as exc:
-            log.warning("%s", exc)
-            return
-        for s in steps:
-            s.step_id = s.step_id or ids.get(s.step_name, "")
-
     def poll(self, step: SlurmStep) -> int | None:
         """The task's exit code (negative: signal), or None while it runs. A step SIGKILLed
         more than :data:`LOST_GRACE_S` ago whose ``srun`` still waits is on a lost node: its
@@ -342,39 +273,9 @@ class SlurmBackend(Backend[SlurmStep]):
             except subprocess.TimeoutExpired:
                 pass
 
-    def _signal_steps(self, steps: Sequence[SlurmStep], signum: int) -> None:
-        """``scancel --signal`` to the steps that still run (one command); steps not yet known to
-        Slurm get the signal through their ``srun`` (which forwards it, or dies of it)."""
-        live = [s for s in steps if s.popen is not None and s.popen.poll() is None]
-        if not live:
-            return
-        self._resolve(live)
-        if signum == signals.SIGKILL:
-            now = time.monotonic()
-            for s in live:
-                s.killed_at = s.killed_at or now
-        known = [s.step_id for s in live if s.step_id]
-        name = signals.Signals(signum).name.removeprefix("SIG")
-        if known:  # on a thread: slurmctld answers only once it reached the node (MessageTimeout when it is lost)
-            threading.Thread(target=self._scancel, args=(name, known), name="scancel", daemon=True).start()
-        for s in live:
-            if not s.step_id:
-                try:
-                    os.killpg(s.pid, signum)
-                except (ProcessLookupError, PermissionError):
-                    pass
-
-    def _scancel(self, name: str, step_ids: list[str]) -> None:
-        try:
-            result = self._command("scancel", f"--signal={name}", *step_ids)
-            if result.returncode != 0:
-                log.debug("scancel --signal=%s %s: %s", name, " ".join(step_ids), result.stderr.strip())
-        except LaunchError as exc:
-            log.warning("%s", exc)
-
     def signal(self, step: SlurmStep, signum: int) -> None:
         """Send ``signum`` to the task's step (``scancel --signal``, not waited for); no-op once it ended."""
-        self._signal_steps([step], signum)
+        signal_steps(self.environ, self.job_id, [step], signum)
 
     def stop(self, steps: Iterable[SlurmStep], timeout_s: float = 10.0, abort: threading.Event | None = None) -> None:
         """Stop steps in two phases on one deadline: SIGTERM (``scancel --signal=TERM``), then
@@ -387,7 +288,7 @@ class SlurmBackend(Backend[SlurmStep]):
                 (s.stdout_path.parent / envvars.STOP_REQUESTED_FILE).touch()
             except OSError:
                 pass
-        self._signal_steps(pending, signals.SIGTERM)
+        signal_steps(self.environ, self.job_id, pending, signals.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline and not (abort is not None and abort.is_set()):
             pending = [s for s in pending if self.poll(s) is None]
@@ -395,7 +296,7 @@ class SlurmBackend(Backend[SlurmStep]):
                 time.sleep(0.05)
         if pending:
             log.warning("%d step(s) did not stop within %.1f s of SIGTERM; sending SIGKILL", len(pending), timeout_s)
-            self._signal_steps(pending, signals.SIGKILL)
+            signal_steps(self.environ, self.job_id, pending, signals.SIGKILL)
         for s in pending:
             if self.wait(s, LOST_GRACE_S + 10.0) is None:
                 raise LaunchError(f"step {s.step_id or s.step_name} survived SIGKILL")
@@ -404,19 +305,11 @@ class SlurmBackend(Backend[SlurmStep]):
         """The task's Python stacks through its runtime's ``faulthandler`` (SIGUSR1 to the step);
         "" for a user's program (SIGUSR1 would kill it; py-spy cannot reach another node), and at
         once for a task on a node whose slurmd does not answer (nothing would come back)."""
-        if step.runtime and not self.node_answers(step.node):
+        if step.runtime and not node_answers(self.node_addr.get(step.node, step.node), self.slurmd_port):
             return ""
         return faulthandler_dump(self, step, timeout_s)
 
     # -- lost nodes ------------------------------------------------------------------------
-    def node_answers(self, node: str) -> bool:
-        """True when the node's slurmd accepts a TCP connection within :data:`PROBE_TIMEOUT_S`."""
-        try:
-            with socket.create_connection((self.node_addr.get(node, node), self.slurmd_port), PROBE_TIMEOUT_S):
-                return True
-        except OSError:
-            return False
-
     def job_preempted(self) -> bool | None:
         """Whether Slurm is preempting this job now, from ``scontrol show job`` (bounded by
         :data:`~orchestrator.backends.slurm_job.SCONTROL_TIMEOUT_S`, cached for a second); None
@@ -434,8 +327,9 @@ class SlurmBackend(Backend[SlurmStep]):
             ``(True, note)`` with the moves made ("" for none), or ``(False, why)`` when the
             nodes left cannot hold them.
         """
+        addresses = [self.node_addr.get(n, n) for n in self.nodes]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
-            answers = dict(zip(self.nodes, pool.map(self.node_answers, self.nodes)))
+            answers = dict(zip(self.nodes, pool.map(node_answers, addresses, [self.slurmd_port] * len(addresses))))
         newly = {n for n, ok in answers.items() if not ok} - self.lost
         if newly:
             log.warning("node(s) %s do not answer (slurmd at port %d): lost", ", ".join(sorted(newly)),
@@ -460,7 +354,7 @@ class SlurmBackend(Backend[SlurmStep]):
         try:
             live = [s for s in steps if s.popen is not None and s.popen.poll() is None]
             if live:
-                self._signal_steps(live, signals.SIGKILL)
+                signal_steps(self.environ, self.job_id, live, signals.SIGKILL)
                 for s in live:
                     self.wait(s, LOST_GRACE_S + 5.0)
             if not self.job_id:
@@ -468,11 +362,11 @@ class SlurmBackend(Backend[SlurmStep]):
             names = {s.step_name for s in steps}
             deadline = time.monotonic() + 10.0
             while True:
-                left = {n: i for n, i in self._step_ids().items() if n in names}
+                left = {n: i for n, i in step_ids(self.environ, self.job_id).items() if n in names}
                 on_lost = {n for n in left if any(s.step_name == n and s.node in self.lost for s in steps)}
                 if len(left) == len(on_lost) or time.monotonic() > deadline:
                     break
-                self._command("scancel", *[i for n, i in left.items() if n not in on_lost])
+                command(self.environ, "scancel", *[i for n, i in left.items() if n not in on_lost])
                 time.sleep(0.2)
             if left:
                 log.warning("job step(s) %s still listed by Slurm%s", ", ".join(sorted(left.values())),

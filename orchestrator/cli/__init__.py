@@ -10,19 +10,20 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from orchestrator.env import bench_mark
 from orchestrator.errors import OrchestratorError, SpecError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse's own convention too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's own convention too)
         self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
 
 
 SUBCOMMANDS = {"launch": "launch", "validate": "validate", "render": "render", "doctor": "doctor",
-               "compose": "compose", "sbatch": "sbatch", "status": "status", "stop": "stop", "logs": "logs",
-               "list": "list_runs"}
+               "compose": "compose", "sbatch": "sbatch", "sweep": "sweep", "status": "status", "stop": "stop",
+               "logs": "logs", "list": "list_runs"}
 """Subcommand -> its module under ``orchestrator.cli``, in ``--help`` order."""
 
 
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(_subcommand(argv))
     args = parser.parse_args(argv)
     bench_mark("cli-imported", sys.stderr)  # bench/timeline.py: the subcommand's modules are imported
-    if command and args.command not in ("launch", "sbatch"):
-        parser.error(f"a program after -- is only for launch and sbatch, not {args.command}")
+    if command and args.command not in ("launch", "sbatch", "sweep"):
+        parser.error(f"a program after -- is only for launch, sbatch and sweep, not {args.command}")
     args.command_argv = command
     args.raw_argv = argv
     args.program_separator = separator

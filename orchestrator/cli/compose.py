@@ -8,9 +8,8 @@ from pathlib import Path
 
 from orchestrator.backends.image import default_base_image
 from orchestrator.cli.backend import add_backend_arguments
-from orchestrator.cli.specflags import add_gpu_flags, spec_from_flags
+from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags, spec_from_flags
 from orchestrator.errors import SpecError
-from orchestrator.gpus import discover
 from orchestrator.render.compose import (
     DEFAULT_HEALTH_ADDRESS,
     dump_compose,
@@ -18,7 +17,9 @@ from orchestrator.render.compose import (
     render_compose,
     up_command,
 )
+from orchestrator.resources.gpus import discover
 from orchestrator.spec.model import JobSpec
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, parse_size
 
 
 def add_parser(subparsers) -> None:
@@ -36,6 +37,7 @@ def add_parser(subparsers) -> None:
     topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None, help="add a chief task")
+    add_data_service_flags(topo)
     train = p.add_argument_group("training (built-in program)")
     train.add_argument("--epochs", type=int, default=None, help="epochs (default 10)")
     train.add_argument("--batch-size", type=int, default=None, dest="batch_size", help="per replica")
@@ -81,6 +83,10 @@ def run_compose(args: argparse.Namespace) -> int:
     inventory = discover()
     document = render_compose(spec, image=args.image, base_image=args.base_image or default_base_image(),
                               build_context=context, health_address=args.health_address, stop_grace_s=args.stop_timeout,
+                              shm_size_bytes=DEFAULT_SHM_SIZE_BYTES if args.shm_size is None  # the docker option's flag
+                              else parse_size("shm-size", args.shm_size, "e.g. --shm-size 1G"),
+                              memory_bytes=None if args.memory is None else parse_size("memory", args.memory,
+                                                                                         "e.g. --memory 8G"),
                               inventory=inventory)
     if any(count for count in spec.gpus_per_task.values()) and not inventory.gpus:
         print(f"note: {inventory.describe()} here, so each service reserves a count of GPUs: the engine gives "

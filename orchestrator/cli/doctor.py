@@ -4,7 +4,7 @@ TensorFlow and tf-keras are checked without importing them in the orchestrator p
 versions through ``importlib.metadata``, and one real import in a subprocess configured
 like a task (``TF_USE_LEGACY_KERAS=1``), which also confirms ``tf.keras`` is tf-keras.
 Memory and cores come from psutil and the process's CPU affinity; GPUs and the driver from NVML
-(:mod:`orchestrator.gpus`), and whether a task's TensorFlow sees them from
+(:mod:`orchestrator.resources.gpus`), and whether a task's TensorFlow sees them from
 ``tf.config.list_physical_devices("GPU")`` in a subprocess given one device as a task is.
 """
 
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.backends.local import TASK_RSS_BYTES  # one estimate for doctor and launch
+from orchestrator import jsontext
+from orchestrator.backends.host import TASK_RSS_BYTES  # one estimate for doctor and launch
 from orchestrator.backends.ports import port_range
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.plan import available_cores
@@ -163,13 +164,13 @@ cuDNN libraries as wheels, so no system CUDA is needed, only the NVIDIA driver."
 
 
 def check_gpus(spec: JobSpec, quick: bool = False, python: str = sys.executable) -> list[Check]:
-    """The node's GPUs and driver (NVML, :mod:`orchestrator.gpus`), whether the job's
-    ``--gpus-per-task`` fits them (:func:`orchestrator.placement.place`), and (not ``quick``)
+    """The node's GPUs and driver (NVML, :mod:`orchestrator.resources.gpus`), whether the job's
+    ``--gpus-per-task`` fits them (:func:`orchestrator.resources.placement.place`), and (not ``quick``)
     whether TensorFlow in a task-like subprocess sees a device given to it the way a task gets
     one (``CUDA_VISIBLE_DEVICES=<uuid>``); it names ``tensorflow[and-cuda]`` when it does not."""
     from orchestrator.errors import SpecError
-    from orchestrator.gpus import discover
-    from orchestrator.placement import place
+    from orchestrator.resources.gpus import discover
+    from orchestrator.resources.placement import place
 
     inventory = discover()
     asked = any(spec.gpus_per_task.values())
@@ -243,7 +244,7 @@ def check_network(spec: JobSpec) -> list[Check]:
     """localhost resolution and the job's ports (fixed ones must be free and loopback to launch here)."""
     checks = []
     try:
-        resolved = {info[4][0] for info in socket.getaddrinfo("localhost", None, proto=socket.IPPROTO_TCP)}
+        resolved = {str(info[4][0]) for info in socket.getaddrinfo("localhost", None, proto=socket.IPPROTO_TCP)}
     except socket.gaierror:
         resolved = set()
     if "127.0.0.1" in resolved:
@@ -320,7 +321,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     checks = run_checks(spec, Path(args.runs_dir), quick=args.quick)
     failed = any(c.status == "FAIL" for c in checks)
     if args.json:
-        print(json.dumps({"ready": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
+        print(jsontext.dumps({"ready": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
         return 1 if failed else 0
     counts = ", ".join(f"{t} {spec.count(t)}" for t in TASK_TYPES if spec.count(t))
     print(f"doctor: {spec.strategy.value}, {counts} ({spec.tf_process_count()} TF processes)")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
+from typing import Any
 
-from orchestrator import api
+from orchestrator import api, jsontext
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.cli.requeue import SlurmContinuation
 from orchestrator.cli.requeue import check as check_continue
-from orchestrator.cli.specflags import add_gpu_flags
+from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags
 from orchestrator.errors import SpecError
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
@@ -23,6 +23,7 @@ from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
 from orchestrator.supervisor import EXIT_PREEMPTED
+from orchestrator.supervisor.records.snapshot import View
 from orchestrator.web.bind import parse_bind
 
 
@@ -58,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="replicas (logical CPU devices) of the one task under --strategy mirrored (default 2)")
     topo.add_argument("--threads", type=int, default=None,
                       help="threads of the one task under --strategy hogwild (default 2)")
+    add_data_service_flags(topo)
     add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
     train = p.add_argument_group("training (built-in program)")
     train.add_argument("--loop", choices=("fit", "custom"), default=None,
@@ -84,6 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="continue the run RUN_ID (under --runs-dir) in its own directory after a preemption, a time "
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
                      "restart budget and failure history (flags given must agree with the run's, but --deadline)")
+    run.add_argument("--wait-for-resources", type=float, default=None, metavar="S",
+                     help="when other runs on this machine lease the cores or GPUs this run needs, wait for them at "
+                     "most S seconds, then exit 2 naming the run that holds them (default: until free; 0: at once; "
+                     "docs/several-jobs.md)")
     run.add_argument("--threads-per-task", type=int, default=None,
                      help="TF intra-op threads per task (default: a training task's cores, docs/local.md)")
     run.add_argument("--no-pin", action="store_true", default=None,
@@ -148,6 +154,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sup.add_argument("--exit-grace", type=float, default=None, metavar="S",
                      help="a task that said it finished (done, or exiting after training ended) and is still alive S "
                      "seconds later is stuck in its exit: killed, counted as succeeded, with a warning (default 30)")
+    sup.add_argument("--on-nan", default=None, choices=("warn", "fail"),
+                     help="a non-finite loss (or --nan-metrics metric) in a task's report: warn (default: a warning "
+                     "naming the task and the first step; training goes on) or fail (the job fails at once, "
+                     "without a restart, which would meet it again)")
+    sup.add_argument("--nan-metrics", default=None, metavar="NAMES",
+                     help="reported metrics checked for NaN / infinity like the loss, comma-separated "
+                     "(e.g. grad_norm,val_loss; default none)")
+    sup.add_argument("--max-log-size", default=None, metavar="SIZE",
+                     help="cap of each task's stdout.log and stderr.log (K, M, G; default 256M): past it the "
+                     "middle is cut, its first quarter and its end kept, and the summary says how much")
     add_backend_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--plain", action="store_true", help="plain progress lines instead of the live table")
@@ -219,6 +235,9 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.resume is not None:
         commands = resumed_program(_resumable(args), commands)
         args.run_id = args.resume
+    if args.wait_for_resources is not None and not 0 <= args.wait_for_resources < float("inf"):
+        raise SpecError("wait-for-resources", args.wait_for_resources, "must be a number of seconds >= 0",
+                        "e.g. --wait-for-resources 600, or 0 to refuse at once; leave it out to wait until free")
     if not 0 < args.preemption_grace <= 3600:
         raise SpecError("preemption-grace", args.preemption_grace, "must be a number of seconds in (0, 3600]",
                         "e.g. --preemption-grace 30")
@@ -228,9 +247,10 @@ def run_launch(args: argparse.Namespace) -> int:
         plan = api.dry_run(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, commands=commands,
                            backend=args.backend, backend_options=backend_options(args))
         print_warnings(plan.warnings)
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(jsontext.dumps(plan.to_dict(), indent=2))
         return 0
 
+    view: View | None
     if args.quiet or args.json:
         view = QuietView()
     elif args.plain or not sys.stdout.isatty():
@@ -240,7 +260,8 @@ def run_launch(args: argparse.Namespace) -> int:
     job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
                       stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
                       web=args.web, web_public=args.web_public, resume=args.resume is not None,
-                      preemption_grace_s=args.preemption_grace, insecure=args.insecure)
+                      preemption_grace_s=args.preemption_grace, wait_for_resources_s=args.wait_for_resources,
+                      insecure=args.insecure)
     if args.insecure:
         print("warning: --insecure: the orchestrator's endpoint takes plaintext gRPC; anyone on its network path "
               "can read the job token", file=sys.stderr, flush=True)
@@ -252,8 +273,11 @@ def run_launch(args: argparse.Namespace) -> int:
     if job.web_url is not None:
         print(f"web page and /metrics: {job.web_url}", file=sys.stderr if args.json else sys.stdout, flush=True)
     if view is None:
-        view = job.recorder.view = TableView()
-    elif isinstance(view, LinesView):
+        shown: View = TableView()
+        job.recorder.view = shown
+    else:
+        shown = view
+    if isinstance(view, LinesView):
         what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
                 else f", program {' '.join(job.plan.user_program)}")
         print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
@@ -275,7 +299,8 @@ def run_launch(args: argparse.Namespace) -> int:
             job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
 
     # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    previous: dict[int, Any] = {s: signal.signal(s, on_signal)
+                                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     def phases() -> list[str]:
         snapshot = job.recorder.snapshot()
         return [t.heartbeat.phase for t in (snapshot.tasks if snapshot is not None else ())
@@ -286,11 +311,11 @@ def run_launch(args: argparse.Namespace) -> int:
     try:
         result, summary = api.run(job, keep_web=True)
     finally:
-        view.close()
+        shown.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(jsontext.dumps(summary, indent=2))
     else:
         print(format_final(summary), flush=True)
     try:
@@ -298,4 +323,4 @@ def run_launch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         api.close_web(job)
     slurm.after(result.exit_code == EXIT_PREEMPTED, job.plan.run_id)  # Slurm: requeue the job to continue the run
-    return result.exit_code
+    return api.exit_code(result)

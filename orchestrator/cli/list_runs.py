@@ -1,15 +1,17 @@
 """``python -m orchestrator list [--runs-dir DIR]``: every run with its status, strategy, tasks,
 start, wall time and test accuracy (running jobs are asked over gRPC, others read from their
-``summary.json``). Exit codes: 0, 2 bad input."""
+``summary.json``; runs waiting for cores or GPUs other runs lease come from the lease ledger).
+Exit codes: 0, 2 bad input."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from orchestrator import jsontext
 from orchestrator.errors import SpecError
 from orchestrator.report.runs import run_dirs, run_status
+from orchestrator.resources.leases import Ledger
 
 COLUMNS = ("run", "status", "strategy", "tasks", "started", "wall", "accuracy")
 
@@ -49,11 +51,24 @@ def run_entry(status: dict) -> dict:
     }
 
 
+def waiting_entries(root: Path) -> list[dict]:
+    """The runs of ``root`` waiting for cores or GPUs that other runs lease (the lease ledger,
+    :mod:`orchestrator.resources.leases`): status ``Waiting``, and ``waiting`` says for what."""
+    out = []
+    for h in Ledger().waiting():
+        if h.runs_dir and Path(h.runs_dir).resolve() != root.resolve():
+            continue
+        out.append({"run_id": h.run_id, "run_dir": str(Path(h.runs_dir) / h.run_id), "status": "Waiting", "live": True,
+                    "strategy": None, "tasks": {}, "started_at": None, "wall_time_s": None, "test_accuracy": None,
+                    "exit_code": None, "waiting": h.waiting, "pid": h.pid})
+    return out
+
+
 def _cells(e: dict) -> dict[str, str]:
     started = str(e["started_at"] or "-").replace("T", " ")[:19]
     return {
         "run": str(e["run_id"]),
-        "status": str(e["status"]),
+        "status": f"{e['status']} for {e['waiting']}" if e.get("waiting") else str(e["status"]),
         "strategy": str(e["strategy"] or "-"),
         "tasks": " ".join(f"{k}:{v}" for k, v in e["tasks"].items()) or "-",
         "started": started,
@@ -72,8 +87,9 @@ def run_list(args: argparse.Namespace) -> int:
         status = run_status(run_dir, timeout_s=1.0)
         status.setdefault("run_dir", str(run_dir))
         entries.append(run_entry(status))
+    entries += waiting_entries(root)
     if args.json:
-        print(json.dumps(entries, indent=2))
+        print(jsontext.dumps(entries, indent=2))
         return 0
     if not entries:
         print(f"no runs under {root}")

@@ -12,13 +12,13 @@ not a run is taken as TASK of the latest run. Exit codes: 0, 2 bad input, 130 Ct
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import jsontext
 from orchestrator.errors import SpecError
 from orchestrator.report.runs import PLAN_FILE, SUMMARY_FILE, read_json, resolve_run
 from orchestrator.rundir import RunDir
@@ -100,7 +100,7 @@ class _Printer:
 
     def line(self, src: _Source, text: str) -> None:
         if self.as_json:
-            print(json.dumps({"task": src.task, "attempt": src.attempt, "stream": src.stream, "line": text}))
+            print(jsontext.dumps({"task": src.task, "attempt": src.attempt, "stream": src.stream, "line": text}))
         else:
             print(f"[{src.task}] {text}")
 

@@ -17,10 +17,11 @@ import yaml
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.errors import SpecError
 from orchestrator.render.jobset import jobset_manifest
-from orchestrator.render.kubernetes import tfjob_manifest
+from orchestrator.render.kubernetes import tfjob_manifest, with_queue
 from orchestrator.render.networkpolicy import network_policy
 from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, parse_size
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
 FORMATS = ("json", "env", "tf-config", "tfjob", "jobset")
@@ -57,6 +58,12 @@ def add_parser(subparsers) -> None:
                      help="CPU of every pod, requests = limits (a Kubernetes quantity: 2, 500m)")
     k8s.add_argument("--memory", default=None, metavar="QUANTITY",
                      help="memory of every pod, requests = limits (a Kubernetes quantity: 4Gi, 512Mi)")
+    k8s.add_argument("--shm-size", default=None, metavar="SIZE",
+                     help="each pod's /dev/shm: a memory-backed emptyDir with this sizeLimit (default 1Gi; it counts "
+                     "against the pod's memory)")
+    k8s.add_argument("--queue", default=None, metavar="NAME",
+                     help="label the manifest for Kueue's LocalQueue NAME (kueue.x-k8s.io/queue-name): Kueue admits "
+                     "the whole job when its quota allows (docs/several-jobs.md)")
     k8s.add_argument("--isolate-network", action="store_true", default=None,
                      help="also a NetworkPolicy admitting to the job's pods only the job's own pods (TensorFlow's "
                      "ports answer anyone otherwise; docs/security.md)")
@@ -155,12 +162,15 @@ def run_render(args: argparse.Namespace) -> int:
                             "drop --task/--host/--base-port")
         build = tfjob_manifest if args.format == "tfjob" else jobset_manifest
         manifest = build(spec, name=args.name, image=args.image or "", volume_claim=args.volume_claim,
-                         cpu=args.cpu, memory=args.memory)
+                         cpu=args.cpu, memory=args.memory, shm_size_bytes=DEFAULT_SHM_SIZE_BYTES
+                         if args.shm_size is None else parse_size("shm-size", args.shm_size, "e.g. --shm-size 1Gi"))
+        if args.queue is not None:
+            manifest = with_queue(manifest, args.queue)
         print(manifest_yaml(manifest), end="")
         if args.isolate_network:
             print("---\n" + manifest_yaml(network_policy(args.name, args.format)), end="")
         return 0
-    for flag in ("image", "volume_claim", "cpu", "memory", "isolate_network"):
+    for flag in ("image", "volume_claim", "cpu", "memory", "shm_size", "queue", "isolate_network"):
         if getattr(args, flag) is not None:
             raise SpecError(flag.replace("_", "-"), getattr(args, flag), "only for --format tfjob or jobset",
                             "drop it, or add --format jobset")

@@ -31,9 +31,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from orchestrator.checks import check_data_service
 from orchestrator.cli import launch
 from orchestrator.errors import SpecError
-from orchestrator.placement import place
+from orchestrator.resources.placement import place
 from orchestrator.spec.model import JobSpec
 
 _OWN_OPTIONS = {"-o": True, "--output": True, "--nodes": True, "--partition": True, "--time-limit": True,
@@ -95,7 +96,7 @@ def nodes_needed(spec: JobSpec, tasks_per_node: int | None) -> int:
 def gpus_per_node(spec: JobSpec, tasks_per_node: int | None) -> int:
     """GPUs each node of the allocation needs: the most any node's tasks ask for together, tasks
     placed in order, ``tasks_per_node`` (default 1) per node (``gpus_per_task``; ps and evaluator
-    none unless named: :func:`orchestrator.placement.place` without an inventory)."""
+    none unless named: :func:`orchestrator.resources.placement.place` without an inventory)."""
     counts = [place(spec, None).of(t).count for t in spec.tasks()]
     per = tasks_per_node or 1
     return max((sum(counts[i:i + per]) for i in range(0, len(counts), per)), default=0)
@@ -200,6 +201,7 @@ def run_sbatch(args: argparse.Namespace) -> int:
     if args.dry_run:
         raise SpecError("dry-run", True, "sbatch writes a script and starts nothing anyway", "leave out --dry-run")
     spec = launch.spec_from_args(args)
+    check_data_service(spec, "slurm")
     program = list(getattr(args, "command_argv", None) or [])
     if getattr(args, "program_separator", False) and not program:
         raise SpecError("--", "", "no program after --", "write the program to run, e.g. -- python train.py")

@@ -18,7 +18,19 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None, help="add a chief task")
     topo.add_argument("--evaluator", action="store_const", const=1, default=None, help="add an evaluator task")
+    add_data_service_flags(topo)
     add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
+
+
+def add_data_service_flags(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
+    """``--data-service N`` and ``--data-service-sharding`` (docs/data-service.md)."""
+    group.add_argument("--data-service", type=int, default=None, metavar="N", dest="data_service",
+                       help="read the input through a tf.data service: one dispatcher and N data workers, started "
+                            "before the trainers, restarted alone, stopped at the end (multi_worker_mirrored and "
+                            "parameter_server only; docs/data-service.md)")
+    group.add_argument("--data-service-sharding", choices=("off", "dynamic"), default=None,
+                       dest="data_service_sharding",
+                       help="the service's sharding policy: dynamic (default: the dispatcher hands out splits) or off")
 
 
 def add_gpu_flags(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:

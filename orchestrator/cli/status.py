@@ -10,12 +10,12 @@ ends; ``--web [HOST:]PORT`` serves the job's page for this run (live, or a finis
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import sys
 import threading
 import time
 
+from orchestrator import jsontext
 from orchestrator.errors import SpecError
 from orchestrator.report.live import render_status
 from orchestrator.report.runs import read_endpoint, resolve_run, run_status
@@ -58,7 +58,7 @@ def exit_code_of(status: dict) -> int:
 
 def _show(status: dict, as_json: bool, compact: bool = False) -> None:
     if as_json:
-        print(json.dumps({k: v for k, v in status.items() if k != "history"}, indent=None if compact else 2),
+        print(jsontext.dumps({k: v for k, v in status.items() if k != "history"}, indent=None if compact else 2),
               flush=True)
     elif sys.stdout.isatty():
         from rich.console import Console

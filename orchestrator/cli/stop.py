@@ -9,10 +9,11 @@ running (already ended, or its orchestrator does not answer) or not ended in tim
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
 
+from orchestrator import jsontext
 from orchestrator.cli.status import add_run_arguments
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.health.client import EndpointError
@@ -55,14 +56,15 @@ def run_stop(args: argparse.Namespace) -> int:
         print(f"stop requested: run {run_dir.name} (was {state})", flush=True)
         return 0
     deadline = time.monotonic() + args.timeout
-    print(f"stopping run {run_dir.name} (was {state}) ...", flush=True)
+    print(f"stopping run {run_dir.name} (was {state}) ...", flush=True,
+          file=sys.stderr if args.json else sys.stdout)  # --json: stdout is the summary alone
     while (summary := read_json(run_dir / SUMMARY_FILE)) is None:
         if time.monotonic() > deadline:
             raise OrchestratorError(f"run {run_dir.name} did not end within {args.timeout:g} s of the stop request; "
                                     f"see python -m orchestrator status {run_dir}")
         time.sleep(0.1)  # polling the file the launcher writes at its end (bounded above)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(jsontext.dumps(summary, indent=2))
     else:
         print(f"run {run_dir.name}: {summary['status']} after {summary['wall_time_s']:.1f} s: {summary['reason']}\n"
               f"  summary {run_dir / SUMMARY_FILE}", flush=True)

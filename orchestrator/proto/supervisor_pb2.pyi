@@ -37,7 +37,7 @@ class TaskKey(_message.Message):
     def __init__(self, task_type: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message", "exiting", "gpus")
+    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message", "exiting", "gpus", "formed")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class Heartbeat(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EXITING_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    FORMED_FIELD_NUMBER: _ClassVar[int]
     task: TaskKey
     sequence: int
     pid: int
@@ -73,7 +74,16 @@ class Heartbeat(_message.Message):
     message: str
     exiting: bool
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
-    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., exiting: _Optional[bool] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ...) -> None: ...
+    formed: Formed
+    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., exiting: _Optional[bool] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., formed: _Optional[_Union[Formed, _Mapping]] = ...) -> None: ...
+
+class Formed(_message.Message):
+    __slots__ = ("replicas_in_sync", "cluster_workers")
+    REPLICAS_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    replicas_in_sync: int
+    cluster_workers: int
+    def __init__(self, replicas_in_sync: _Optional[int] = ..., cluster_workers: _Optional[int] = ...) -> None: ...
 
 class GpuSample(_message.Message):
     __slots__ = ("uuid", "index", "utilization_percent", "memory_used_bytes", "memory_total_bytes")

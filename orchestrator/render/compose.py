@@ -15,7 +15,10 @@ The file works with ``docker compose`` (v2) and the older ``docker-compose`` (1.
   error files;
 * a healthcheck per service using the standard gRPC health protocol: each task serves
   ``grpc.health.v1`` on port 2223, probed by ``python -m orchestrator.task.probe``;
-* ``init: true``, so SIGTERM from ``docker compose stop`` reaches the task.
+* ``init: true``, so SIGTERM from ``docker compose stop`` reaches the task;
+* with ``--data-service N`` (docs/data-service.md), the dispatcher and the data workers as
+  services too, outside TF_CONFIG's cluster, and ``depends_on`` (``service_healthy``) in the
+  orchestrator's start order: data workers after the dispatcher, every other task after them.
 
 ``docker compose up --abort-on-container-exit --exit-code-from <coordinator>`` ends when
 the coordinator (the chief, or worker 0) exits and returns its exit code: the other
@@ -35,10 +38,12 @@ import yaml
 from orchestrator import env
 from orchestrator.backends.docker_container import LABEL, TASK_HEALTH_PORT, addresses
 from orchestrator.backends.image import DOCKERFILE, image_tag, source_root
-from orchestrator.gpus import Inventory
-from orchestrator.placement import TaskGpus, place
 from orchestrator.plan import attempt_env, make_plan, new_run_id
+from orchestrator.resources.gpus import Inventory
+from orchestrator.resources.placement import TaskGpus, place
+from orchestrator.spec.dataservice import start_wave
 from orchestrator.spec.model import JobSpec
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
 
 JOB_DIR = "/job"
 """Where the job's volume is mounted in every container (the run directory)."""
@@ -71,6 +76,8 @@ def render_compose(
     stop_grace_s: float = 10.0,
     cores: int | None = None,
     inventory: Inventory | None = None,
+    shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES,
+    memory_bytes: int | None = None,
 ) -> dict:
     """The Compose file of ``spec`` as a dict (dump it with :func:`dump_compose`).
 
@@ -88,9 +95,13 @@ def render_compose(
         cores: cores to divide among the tasks (default: this machine's).
         inventory: the GPUs of the machine the file will run on (``compose`` passes this
             machine's). With GPUs, each service reserves exactly its devices by UUID
-            (``device_ids``, disjoint: :func:`orchestrator.placement.place`); without, a
+            (``device_ids``, disjoint: :func:`orchestrator.resources.placement.place`); without, a
             ``count`` per service (``gpus_per_task``), which the engine fills with the first
             devices it finds (the same ones for every service: the file says so).
+        shm_size_bytes: each service's ``shm_size`` (its ``/dev/shm``), bytes; default 1 GiB
+            (:data:`orchestrator.spec.sizes.DEFAULT_SHM_SIZE_BYTES`: Docker's 64 MB is outgrown by
+            multi-process data loading and NCCL).
+        memory_bytes: each service's ``mem_limit``, bytes; None (default): none.
 
     Raises:
         SpecError: more GPUs asked than ``inventory`` has.
@@ -121,6 +132,7 @@ def render_compose(
                 "command": list(tp.argv),
                 "hostname": tp.task.name,
                 "init": True,
+                "shm_size": shm_size_bytes,
                 "environment": dict(sorted(environment.items())),
                 "extra_hosts": ["host.docker.internal:host-gateway"],
                 "networks": [NETWORK],
@@ -136,6 +148,11 @@ def render_compose(
                 "labels": {f"{LABEL}.run-id": run_id, f"{LABEL}.task": tp.task.name},
             }
         )
+        earlier = [t.name for t in spec.tasks() if start_wave(t.task_type) < start_wave(tp.task.task_type)]
+        if earlier:  # the tf.data service first: the dispatcher, then its data workers, then the trainers
+            service["depends_on"] = {name: {"condition": "service_healthy"} for name in earlier}
+        if memory_bytes is not None:
+            service["mem_limit"] = memory_bytes
         devices = gpu_reservation(tp.gpus)
         if devices:
             service["deploy"] = {"resources": {"reservations": {"devices": devices}}}

@@ -74,6 +74,7 @@ v0.12.0 CRD).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from orchestrator import env
 from orchestrator.errors import SpecError
@@ -87,7 +88,9 @@ from orchestrator.render.kubernetes import (
     resources,
     role_gpus,
 )
+from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, dns_name
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -104,7 +107,8 @@ def coordinator_job(spec: JobSpec) -> str:
 
 def _job_spec(spec: JobSpec, task_type: str, count: int, pod: dict) -> dict:
     policy = spec.supervision.policy(task_type)
-    alone = task_type == "evaluator" or (spec.strategy is Strategy.PARAMETER_SERVER and task_type == "worker")
+    alone = (task_type in ("evaluator", *SERVICE_TASK_TYPES)  # restarted alone (supervisor/rules/service.py)
+             or (spec.strategy is Strategy.PARAMETER_SERVER and task_type == "worker"))
     job: dict = {
         "completionMode": "Indexed",
         "completions": count,
@@ -153,10 +157,10 @@ def _failure_rules(spec: JobSpec, types: list[str]) -> list[dict]:
     rules = []
     if spec.supervision.deadline_s is not None:
         rules.append({"name": "deadline", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]})
-    never = [t for t in types if spec.supervision.policy(t) is RestartPolicy.NEVER]
+    never = [dns_name(t) for t in types if spec.supervision.policy(t) is RestartPolicy.NEVER]
     if never:
         rules.append({"name": "restartPolicyNever", "action": "FailJobSet", "targetReplicatedJobs": never})
-    exit_code = [t for t in types if spec.supervision.policy(t) is RestartPolicy.EXIT_CODE]
+    exit_code = [dns_name(t) for t in types if spec.supervision.policy(t) is RestartPolicy.EXIT_CODE]
     if exit_code:
         rules.append({"name": "permanentExitCode", "action": "FailJobSet",
                       "onJobFailureReasons": ["PodFailurePolicy"], "targetReplicatedJobs": exit_code})
@@ -164,7 +168,8 @@ def _failure_rules(spec: JobSpec, types: list[str]) -> list[dict]:
 
 
 def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
-                    cpu: str | None = None, memory: str | None = None) -> dict:
+                    cpu: str | None = None, memory: str | None = None,
+                    shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
     """The ``JobSet`` of a spec (pure).
 
     Args:
@@ -189,14 +194,15 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
         raise SpecError("name", name, "the JobSet name is also its Service's, which must start with a letter",
                         f"e.g. --name tf-{name}")
     types = [t for t in TASK_TYPES if spec.count(t)]
-    longest = max((f"{name}-{t}-0-{spec.count(t) - 1}" for t in types), key=len)
+    longest = max((f"{name}-{dns_name(t)}-0-{spec.count(t) - 1}" for t in types), key=len)
     if len(longest) > MAX_HOSTNAME:
         raise SpecError("name", name, f"the pod hostname {longest!r} would be {len(longest)} characters, over "
                         f"{MAX_HOSTNAME}", f"shorten the name by {len(longest) - MAX_HOSTNAME} characters or more")
     container_resources = resources(cpu, memory)
-    environment = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
+    environment: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
     environment += [
-        {"name": env.JOBSET_CLUSTER, "value": json.dumps({t: spec.count(t) for t in types}, separators=(",", ":"))},
+        {"name": env.JOBSET_CLUSTER,
+         "value": json.dumps({dns_name(t): spec.count(t) for t in types}, separators=(",", ":"))},
         {"name": env.JOBSET_SUBDOMAIN, "value": name},
         {"name": env.JOBSET_PORT, "value": str(TFJOB_PORT)},
         {"name": env.JOBSET_PEER_WAIT_S, "value": f"{env.JOBSET_PEER_WAIT_DEFAULT_S:g}"},
@@ -206,9 +212,9 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
     replicated_jobs = []
     for task_type in types:
         pod = pod_spec(task_type, image, environment, volume_claim,
-                       gpu_resources(container_resources, role_gpus(spec, task_type)))
+                       gpu_resources(container_resources, role_gpus(spec, task_type)), shm_size_bytes)
         replicated_jobs.append({
-            "name": task_type,
+            "name": dns_name(task_type),
             "replicas": 1,
             "template": {"spec": _job_spec(spec, task_type, spec.count(task_type), pod)},
         })
@@ -216,6 +222,9 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
     rules = _failure_rules(spec, types)
     if rules:
         failure_policy["rules"] = rules
+    # with a tf.data service: its replicated jobs first (dispatcher, data-worker), each started once the one
+    # before is ready (JobSet's startupPolicy InOrder), as the orchestrator's start waves
+    order = {"startupPolicy": {"startupPolicyOrder": "InOrder"}} if spec.data_service is not None else {}
     return {
         "apiVersion": API_VERSION,
         "kind": "JobSet",
@@ -224,6 +233,7 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [coordinator_job(spec)]},
             "failurePolicy": failure_policy,
+            **order,
             "replicatedJobs": replicated_jobs,
         },
     }

@@ -27,9 +27,12 @@ import dataclasses
 import json
 import re
 
+from orchestrator import env
 from orchestrator.errors import SpecError
-from orchestrator.placement import GROWTH_ENV
+from orchestrator.plan import task_module
+from orchestrator.resources.placement import GROWTH_ENV
 from orchestrator.spec.model import JobSpec
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, quantity
 from orchestrator.spec.supervision import RestartPolicy
 from orchestrator.taskenv import common_env
 
@@ -113,6 +116,13 @@ def pod_env(spec: JobSpec, name: str) -> dict[str, str]:
                      training_json=json.dumps(dataclasses.asdict(spec.training), sort_keys=True))
     if spec.share_gpus:
         out[GROWTH_ENV] = "true"
+    service = spec.data_service
+    if service is not None:  # the dispatcher's stable JobSet hostname (orchestrator.task.jobset.pod_hostname)
+        out[env.DATA_SERVICE_ADDRESS] = f"{name}-dispatcher-0-0.{name}:{TFJOB_PORT}"
+        out[env.DATA_SERVICE_JOB] = name
+        out[env.DATA_SERVICE_SHARDING] = service.sharding
+        out[env.DATA_SERVICE_WORK_DIR] = service.work_dir or f"{RUNS_MOUNT}/{name}/data-service"
+        out[env.DATA_SERVICE_JOB_GC_S] = repr(float(service.job_gc_timeout_s))
     return out
 
 
@@ -139,8 +149,11 @@ def role_gpus(spec: JobSpec, task_type: str) -> int:
 
 
 def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: str | None,
-             container_resources: dict) -> dict:
-    """The pod spec of one task type: one container named ``tensorflow`` running the project image.
+             container_resources: dict, shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
+    """The pod spec of one task type: one container named ``tensorflow`` running the project image,
+    with a memory-backed ``emptyDir`` of ``shm_size_bytes`` mounted at ``/dev/shm`` (a container
+    runtime's default ``/dev/shm`` is 64 MB, outgrown by multi-process data loading and NCCL; the
+    volume's memory counts against the pod's memory limit).
 
     Every list and dict is the pod's own (copied), so YAML output has no aliases."""
     environment = copy.deepcopy(environment)
@@ -148,7 +161,7 @@ def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: 
     container: dict = {
         "name": "tensorflow",  # the TFJob operator looks for this container name
         "image": image,
-        "command": ["python", "-m", "ps" if task_type == "ps" else "worker"],
+        "command": ["python", "-m", task_module(task_type)],
         "env": environment,
         "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
     }
@@ -158,6 +171,9 @@ def pod_spec(task_type: str, image: str, environment: list[dict], volume_claim: 
     if volume_claim:
         container["volumeMounts"] = [{"name": "runs", "mountPath": RUNS_MOUNT}]
         pod["volumes"] = [{"name": "runs", "persistentVolumeClaim": {"claimName": volume_claim}}]
+    container.setdefault("volumeMounts", []).append({"name": "dshm", "mountPath": "/dev/shm"})
+    pod.setdefault("volumes", []).append({"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                                       "sizeLimit": quantity(shm_size_bytes)}})
     return pod
 
 
@@ -178,7 +194,8 @@ def check_common(spec: JobSpec, name: str, image: str, volume_claim: str | None)
 
 
 def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
-                   cpu: str | None = None, memory: str | None = None) -> dict:
+                   cpu: str | None = None, memory: str | None = None,
+                   shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
     """The ``TFJob`` of a spec (pure).
 
     Args:
@@ -189,6 +206,7 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
             None keeps them in each pod (lost with it; no resume after a restart).
         cpu: CPU of every pod (requests = limits), a Kubernetes quantity (``2``, ``500m``); None: unset.
         memory: memory of every pod (requests = limits), a quantity in bytes (``4Gi``); None: unset.
+        shm_size_bytes: each pod's ``/dev/shm`` (:func:`pod_spec`), bytes; default 1 GiB.
 
     Returns:
         The manifest as a dict (dump it as YAML or JSON).
@@ -197,6 +215,10 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         SpecError: for a bad name, image, claim or quantity, or fixed addresses (the operator assigns them).
     """
     check_common(spec, name, image, volume_claim)
+    if spec.data_service is not None:  # a TFJob has replica types Chief, Worker, PS, Evaluator only
+        raise SpecError("data_service", spec.data_service.workers,
+                        "a TFJob has no replica type for the tf.data service's dispatcher and data workers",
+                        "render --format jobset, or drop --data-service; docs/data-service.md")
     container_resources = resources(cpu, memory)
     environment = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
     replicas = {}
@@ -208,7 +230,8 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
             "replicas": count,
             "restartPolicy": RESTART_POLICIES[spec.supervision.policy(task_type)],
             "template": {"spec": pod_spec(task_type, image, environment, volume_claim,
-                                          gpu_resources(container_resources, role_gpus(spec, task_type)))},
+                                          gpu_resources(container_resources, role_gpus(spec, task_type)),
+                                          shm_size_bytes)},
         }
     run_policy: dict = {"backoffLimit": spec.supervision.max_restarts, "cleanPodPolicy": "Running"}
     if spec.supervision.deadline_s is not None:
@@ -219,3 +242,29 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
         "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replicas},
     }
+
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""The label that hands a Job, JobSet or Kubeflow TFJob to Kueue's ``LocalQueue`` of that name
+(Kueue's "Run a JobSet" / "Run a Kubeflow Job" tasks): Kueue's webhook suspends it, and admits
+it (every pod of the gang at once) when the queue's quota allows."""
+
+_DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def with_queue(manifest: dict, queue: str) -> dict:
+    """``manifest`` (a TFJob or JobSet) labelled for Kueue's local queue ``queue``.
+
+    Raises:
+        SpecError: naming ``queue``: not a label value (<= 63 characters of [A-Za-z0-9_.-],
+            alphanumeric at both ends: apimachinery's ``IsValidLabelValue``) or not a DNS-1123
+            label (what a LocalQueue's name is).
+    """
+    if not _DNS_LABEL.match(queue):
+        raise SpecError("queue", queue, "is not a Kueue LocalQueue name (a DNS-1123 label: lower-case letters, "
+                        "digits and '-', at most 63, alphanumeric at both ends)", "e.g. --queue team-a")
+    out = dict(manifest)
+    metadata = dict(out["metadata"])
+    metadata["labels"] = {**metadata.get("labels", {}), KUEUE_QUEUE_LABEL: queue}
+    out["metadata"] = metadata
+    return out

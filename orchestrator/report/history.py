@@ -1,7 +1,7 @@
 """What status queries and the web page read while a job runs: the latest snapshot, each task's
 progress over time (the page's charts) and the job's events (its timeline).
 
-:class:`Recorder` is a view (:class:`~orchestrator.supervisor.job.View`): the supervisor hands
+:class:`Recorder` is a view (:class:`~orchestrator.supervisor.records.snapshot.View`): the supervisor hands
 it every snapshot and event from its loop thread, it keeps them, and passes them on to the
 terminal's view. Other threads (the gRPC server, the web server) read it under a lock; none of
 them ever touches the supervisor's live records.
@@ -9,21 +9,15 @@ them ever touches the supervisor's live records.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from orchestrator import jsontext
 from orchestrator.report.status import status_dict
 from orchestrator.rundir import RunDir
-from orchestrator.supervisor.snapshot import JobSnapshot
-
-
-class _View(Protocol):
-    def update(self, snapshot: JobSnapshot) -> None: ...
-
-    def event(self, elapsed_s: float, text: str) -> None: ...
+from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 
 
 def event_kind(text: str) -> str:
@@ -51,7 +45,10 @@ class Recorder:
         max_events: events kept (oldest dropped first).
     """
 
-    def __init__(self, view: _View | None = None, sample_interval_s: float = 0.5, max_samples: int = 30_000,
+    interval_s: float | None = 0.0
+    """Every snapshot the supervisor takes (its ``view_interval_s``): the page and ``status`` read them."""
+
+    def __init__(self, view: View | None = None, sample_interval_s: float = 0.5, max_samples: int = 30_000,
                  max_events: int = 2_000) -> None:
         self.view = view
         self._interval_s = sample_interval_s
@@ -98,9 +95,8 @@ class Recorder:
             self.view.event(elapsed_s, text)
 
     def close(self) -> None:
-        close = getattr(self.view, "close", None)
-        if close is not None:
-            close()
+        if self.view is not None:
+            self.view.close()
 
     # -- readers (any thread) ------------------------------------------------------------
     def snapshot(self) -> JobSnapshot | None:
@@ -138,12 +134,12 @@ class Recorder:
         """:meth:`status` as JSON text (what the gRPC ``GetStatus`` answers); without ``history``
         encoded once per snapshot (10,000 tasks are ~7 MB of JSON)."""
         if history:
-            return json.dumps(self.status(history, since))
+            return jsontext.dumps(self.status(history, since))
         with self._lock:
             snapshot, cached = self._snapshot, self._status_text
         if cached is not None and cached[0] is snapshot:
             return cached[1]
-        text = json.dumps(self.status())
+        text = jsontext.dumps(self.status())
         with self._lock:
             self._status_text = (snapshot, text)
         return text
@@ -153,6 +149,6 @@ class Recorder:
         ``status --web`` of a finished run charts it."""
         path = RunDir(run_dir).history
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.history(0)) + "\n", encoding="utf-8")
+        tmp.write_text(jsontext.dumps(self.history(0)) + "\n", encoding="utf-8")
         tmp.replace(path)
         return path

@@ -14,8 +14,8 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from orchestrator.report.status import COLUMNS, columns, row, task_dict, title
-from orchestrator.supervisor import formed
-from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.records.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.rules import formed
 
 
 def task_row(t: TaskSnapshot) -> dict[str, str]:
@@ -120,7 +120,8 @@ class TableView:
             "tasks": [task_dict(t) for t in snapshot.tasks],
             "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
             "warnings": [formed.warning(text, plan.spec) for text in formed.mismatches(
-                plan.spec, ((t.task, t.heartbeat.metrics if t.heartbeat else {}) for t in snapshot.tasks))],
+                plan.spec, ((t.task, t.heartbeat.formed if t.heartbeat else {}) for t in snapshot.tasks))]
+            + [f"WARNING: {text}" for text in snapshot.warnings],
         }
         return render_status(status, self._events)
 

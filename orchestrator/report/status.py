@@ -14,8 +14,8 @@ from typing import Any, Mapping
 
 from orchestrator.report.summary import build_summary
 from orchestrator.report.summary import task_dict as summary_task_dict
-from orchestrator.supervisor.snapshot import JobSnapshot, TaskSnapshot
-from orchestrator.supervisor.states import TaskState
+from orchestrator.supervisor.records.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.records.states import TaskState
 
 COLUMNS = ("task", "state", "phase", "pid", "step", "epoch", "loss", "ex/s", "cpu%", "rss MB", "restarts", "beat")
 """The columns of the task table: the terminal's live view, ``status`` and the web page."""
@@ -79,7 +79,7 @@ def row(task: Mapping[str, Any]) -> dict[str, str]:
     return {
         "task": str(task.get("name") or str(task["task"]).replace(":", "-")),
         "state": state,
-        "phase": str(beat.get("phase", "")) if beat else "",
+        "phase": phase_cell(beat),
         "pid": str(task.get("pid") or "-"),
         "step": _num(beat, "step", "d"),
         "epoch": _num(beat, "epoch", "d"),
@@ -91,6 +91,15 @@ def row(task: Mapping[str, Any]) -> dict[str, str]:
         "beat": f"{age:.1f}s" if age is not None and beat and not terminal else "-",
         **gpu_cells(task.get("gpus")),
     }
+
+
+def phase_cell(beat: Mapping[str, Any] | None) -> str:
+    """The phase column: ``training``, or ``training (first step 12s)`` while a task is in its
+    first step (judged by the startup timeout: hang_rules.first_step_due_at)."""
+    if not beat:
+        return ""
+    first = beat.get("first_step_s")
+    return f"{beat.get('phase', '')} (first step {first:.0f}s)" if first is not None else str(beat.get("phase", ""))
 
 
 def gpu_cells(gpus: Mapping[str, Any] | None) -> dict[str, str]:

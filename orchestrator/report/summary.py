@@ -7,109 +7,30 @@ import resource
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
-from orchestrator.plan import Plan
+from orchestrator.report.dataservice import data_service_section
+from orchestrator.report.schema import HeartbeatEntry, RunSummary, TaskEntry, field_docs
 from orchestrator.rundir import RunDir, write_json_atomic
-from orchestrator.supervisor import formed, rehearsal
+from orchestrator.spec.model import Strategy
 from orchestrator.supervisor.forensics import left_behind_text
-from orchestrator.supervisor.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
-from orchestrator.supervisor.states import describe_exit, exit_fields
+from orchestrator.supervisor.records.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
+from orchestrator.supervisor.records.states import describe_exit, exit_fields
+from orchestrator.supervisor.rules import formed
 
 _INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs",
                     "resumed_from_step", "evaluated_step")
 _COORDINATOR_METRICS = ("test_accuracy", "test_loss", "final_loss", "global_batch_size", "batch_size_per_replica",
                         "replicas", "steps_per_epoch", "epochs", "resumed_from_step")
 
-SUMMARY_FIELDS: dict[str, str] = {
-    "run_id": "the run id, also the name of the run directory",
-    "run_dir": "absolute path of the run directory",
-    "status": "`Succeeded`, `Failed`, `Preempted` (saved and left; `launch --resume` continues it) or `Interrupted`",
-    "exit_code": "the orchestrator's exit code: 0 succeeded, 1 failed, 3 succeeded but an injected fault never "
-                 "fired, 75 preempted, 130 interrupted",
-    "reason": "one line: why the job ended (`chief-0 exited 0`, the failure that ended it)",
-    "wall_time_s": "seconds from the start to the end of the job",
-    "started_at": "local start time, ISO 8601 with the UTC offset",
-    "strategy": "`multi_worker_mirrored`, `parameter_server`, `mirrored` or `hogwild`",
-    "topology": "task type -> task count (`chief`, `worker`, `ps`, `evaluator`)",
-    "cluster": "the training cluster of TF_CONFIG: task type -> list of `host:port`",
-    "threads_per_task": "TF intra-op threads each task was given",
-    "program": "`built-in`, or your program's argv (the command after `--`)",
-    "training": "the built-in program's options (loop, threads, checkpoint_every, data, epochs, batch sizes, "
-                "replicas, steps_per_epoch); `null` for your own program",
-    "metrics": "the coordinator's last report: `steps`, `final_loss`, `test_accuracy`, `test_loss`, batch sizes, "
-               "`resumed_from_step`; every metric your program reported",
-    "evaluation": "the evaluator's last `eval_*` metrics and `evaluated_step`, or `null`",
-    "model_dir": "the SavedModel the chief exported, or `null`",
-    "tensorboard_dir": "the chief's TensorBoard logs, or `null`",
-    "root_cause": "the failure that ended a failed job (task, attempt, exit code or signal, message, log path, "
-                  "stderr tail, likely culprit, peak RSS, likely OOM; `gpu_oom` for a GPU out-of-memory: "
-                  "error, device, memory used / total, hint), or `null`",
-    "restarts": "restarts used (each group or task restart counts one)",
-    "max_restarts": "restarts allowed (`--max-restarts`)",
-    "restart_policy": "role -> restart policy in force",
-    "recoveries": "each recovery: cause, scope, tasks, `detected_at_s`, `restarted_at_s`, `resumed_at_s`, "
-                  "`detection_to_resumed_training_s`, `resumed_from_step` (seconds since the start)",
-    "failures": "every failure seen, recovered or not, in order (the fields of `root_cause`)",
-    "lives": "each orchestrator lifetime of the run (`launch --resume` adds one): `life`, `started_at`, `ended_at`, "
-             "`started_at_unix`, `ended_at_unix`, "
-             "`ended` (its final state), `cause`, `resumed_from_step`, `last_step`, `steps_lost`, `pid`, "
-             "`global_batch_size` (as the coordinator reported it)",
-    "late_failures": "failures after the job had succeeded (a warning, not a failure of the job)",
-    "faults": "each injected fault (`--inject-fault`) and whether it fired (one that never fired in a job that "
-              "succeeded: exit code 3, the rehearsal tested nothing)",
-    "cluster_check": "what the training tasks formed vs the plan: `checked` (MWMS and PSS), `planned_workers` "
-                     "(chief + workers), `formed` (task -> `replicas_in_sync`, `cluster_workers` it reported), "
-                     "`mismatches` (one line each), `allowed` (`--allow-cluster-mismatch`)",
-    "warnings": "what the job lost or cut off without failing, one line each: an evaluator stopped before its "
-                "last evaluation (`final evaluation lost`), a finished task stuck in its exit (the thread it was "
-                "stuck in), an evaluator that never evaluated (a crash loop: `the same error N times`)",
-    "spares": "each warm spare: pid, state (`used`, `stopped`, `died`, ...), the task it became",
-    "tasks": "one entry per task (below)",
-    "peak_gpu_memory_bytes": "the most GPU memory any task's devices held together during the job, or `null` "
-                             "without GPU samples (docs/gpus.md)",
-    "orchestrator": "the orchestrator process: `pid`, `peak_rss_bytes`",
-}
-"""Every top-level field of ``summary.json`` (what :func:`build_summary` returns) -> what it holds.
-The docs site's summary reference is made from it; ``tests/unit/test_docs_reference.py`` checks
-that it names exactly the keys :func:`build_summary` writes."""
+SUMMARY_FIELDS: dict[str, str] = field_docs(RunSummary)
+"""Every top-level field of ``summary.json`` -> what it holds (the fields of :class:`RunSummary`)."""
 
-TASK_FIELDS: dict[str, str] = {
-    "task": "`worker:1`",
-    "state": "the task's final state: `Succeeded`, `Failed`, `Stopped` (by the orchestrator), or `Pending` / "
-             "`Starting` / `Running`",
-    "address": "`host:port` of its `tf.distribute` server",
-    "attempts": "attempts started (1 + restarts)",
-    "restarts": "restarts of this task",
-    "pid": "pid of its last attempt (a container's host pid, a Slurm task's local `srun`)",
-    "exit_code": "exit code of its last attempt, or `null` when it died of a signal",
-    "signal": "the signal it died of (`SIGKILL`), or `null`",
-    "exit": "the exit in words (`exit code 0`, `signal SIGTERM`)",
-    "reason": "why it ended (`stopped after chief-0 succeeded (it serves until stopped)`)",
-    "stdout": "path of its last attempt's stdout log",
-    "stderr": "path of its last attempt's stderr log",
-    "last_heartbeat": "its last heartbeat (below), or `null` for a program that never reported",
-    "process_sample": "the last CPU / RSS sample of a task that does not report (`cpu_percent`, `rss_bytes`)",
-    "earlier_attempts": "each earlier attempt: `attempt`, `pid`, `state`, `exit`, `reason`",
-    "gpus": "its GPUs, or `null` for none: `count`, `devices` (UUIDs), the last sample's `utilization_percent` "
-            "(mean), `memory_used_bytes` and `memory_total_bytes` (its devices together), `peak_memory_bytes` "
-            "over the job, `samples` per device",
-    "left_behind": "processes its attempts left running that were ended for it (a daemon in its own session): "
-                   "`pid`, `cmdline`, `by` (`wrapper` or `backend`), `attempt`; empty when none",
-}
-"""Every field of an entry of ``summary.json``'s ``tasks`` (what :func:`task_dict` returns)."""
+TASK_FIELDS: dict[str, str] = field_docs(TaskEntry)
+"""Every field of an entry of ``summary.json``'s ``tasks`` (the fields of :class:`TaskEntry`)."""
 
-HEARTBEAT_FIELDS: dict[str, str] = {
-    "phase": "`initializing`, `serving`, `training`, `finishing`, `evaluating`, `saving` or `done`",
-    "cpu_percent": "CPU of the task's process, % of one core",
-    "rss_bytes": "resident memory of the task's process",
-    "heartbeats": "heartbeats received from the task",
-    "step": "global step (absent when never reported)",
-    "epoch": "epoch (absent when never reported)",
-    "loss": "last loss (absent when never reported)",
-    "examples_per_second": "throughput (absent when never reported)",
-    "metrics": "every other metric the task reported (`accuracy`, `eval_accuracy`, ...)",
-}
-"""Every field of a task's ``last_heartbeat`` in ``summary.json`` (what :func:`heartbeat_dict` returns)."""
+HEARTBEAT_FIELDS: dict[str, str] = field_docs(HeartbeatEntry)
+"""Every field of a task's ``last_heartbeat`` (the fields of :class:`HeartbeatEntry`)."""
 
 
 def peak_rss_bytes() -> int:
@@ -117,47 +38,59 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def heartbeat_dict(beat: LastHeartbeat | None) -> dict | None:
-    """The latest heartbeat of a task as plain JSON, or None."""
+def heartbeat_dict(beat: LastHeartbeat | None) -> dict[str, Any] | None:
+    """The latest heartbeat of a task as plain JSON (a :class:`HeartbeatEntry`), or None."""
     if beat is None:
         return None
-    out: dict = {
-        "phase": beat.phase,
-        "cpu_percent": round(beat.cpu_percent, 1),
-        "rss_bytes": beat.rss_bytes,
-        "heartbeats": beat.count,
-    }
-    for name in ("step", "epoch", "loss", "examples_per_second"):
-        value = getattr(beat, name)
-        if value is not None:
-            out[name] = value
-    if beat.metrics:
-        out["metrics"] = dict(beat.metrics)
-    return out
+    return heartbeat_entry(beat).to_dict()
 
 
-def task_dict(t: TaskSnapshot) -> dict:
-    """One task's entry of ``summary.json``."""
+def heartbeat_entry(beat: LastHeartbeat) -> HeartbeatEntry:
+    """The record of a task's latest heartbeat."""
+    return HeartbeatEntry(
+        phase=beat.phase,
+        cpu_percent=round(beat.cpu_percent, 1),
+        rss_bytes=beat.rss_bytes,
+        heartbeats=beat.count,
+        step=beat.step,
+        epoch=beat.epoch,
+        loss=beat.loss,
+        examples_per_second=beat.examples_per_second,
+        metrics=dict(beat.metrics) or None,
+        formed=dict(beat.formed) or None,
+        first_step_s=round(beat.first_step_s, 1) if beat.first_step_s is not None else None,
+    )
+
+
+def task_dict(t: TaskSnapshot) -> dict[str, Any]:
+    """One task's entry of ``summary.json`` (a :class:`TaskEntry`) as plain JSON."""
+    return task_entry(t).to_dict()
+
+
+def task_entry(t: TaskSnapshot) -> TaskEntry:
+    """One task's record."""
     code = t.exit_code
     sample = None if t.cpu_percent is None else {"cpu_percent": t.cpu_percent, "rss_bytes": t.rss_bytes}
-    return {
-        "task": str(t.task),
-        "state": t.state.value,
-        "address": t.address,
-        "attempts": t.attempt + 1,
-        "restarts": t.restarts,
-        "pid": t.pid,
-        **exit_fields(code),
-        "exit": describe_exit(code) if code is not None else None,
-        "reason": t.reason,
-        "stdout": str(t.stdout_path) if t.stdout_path else None,
-        "stderr": str(t.stderr_path) if t.stderr_path else None,
-        "last_heartbeat": heartbeat_dict(t.heartbeat),
-        "process_sample": sample,
-        "earlier_attempts": [dict(h) for h in t.history],
-        "gpus": gpus_dict(t) if t.gpu_count or t.gpus else None,
-        "left_behind": [dict(e) for e in t.left_behind],
-    }
+    exited = exit_fields(code)
+    return TaskEntry(
+        task=str(t.task),
+        state=t.state.value,
+        address=t.address,
+        attempts=t.attempt + 1,
+        restarts=t.restarts,
+        pid=t.pid,
+        exit_code=exited["exit_code"],  # type: ignore[arg-type]
+        signal=exited["signal"],  # type: ignore[arg-type]
+        exit=describe_exit(code) if code is not None else None,
+        reason=t.reason,
+        stdout=str(t.stdout_path) if t.stdout_path else None,
+        stderr=str(t.stderr_path) if t.stderr_path else None,
+        last_heartbeat=heartbeat_entry(t.heartbeat) if t.heartbeat is not None else None,
+        process_sample=sample,
+        earlier_attempts=[dict(h) for h in t.history],
+        gpus=gpus_dict(t) if t.gpu_count or t.gpus else None,
+        left_behind=[dict(e) for e in t.left_behind],
+    )
 
 
 def gpus_dict(t: TaskSnapshot) -> dict:
@@ -176,8 +109,14 @@ def gpus_dict(t: TaskSnapshot) -> dict:
     }
 
 
-def build_summary(snapshot: JobSnapshot) -> dict:
-    """Everything the user needs after the job, as JSON-ready data, from the job's final snapshot."""
+def build_summary(snapshot: JobSnapshot) -> dict[str, Any]:
+    """Everything the user needs after the job, as JSON-ready data (a :class:`RunSummary`), from
+    the job's final snapshot."""
+    return run_summary(snapshot).to_dict()
+
+
+def run_summary(snapshot: JobSnapshot) -> RunSummary:
+    """The run record of ``snapshot`` (what ``summary.json`` holds)."""
     plan = snapshot.plan
     spec = plan.spec
     layout = RunDir(plan.run_dir)
@@ -200,22 +139,22 @@ def build_summary(snapshot: JobSnapshot) -> dict:
                       if k.startswith("eval_") or k == "evaluated_step"} or None
     user_program = next((tp.argv for tp in plan.tasks if not tp.reports_heartbeats), None)
     root_cause = snapshot.root_cause
-    return {
-        "run_id": plan.run_id,
-        "run_dir": str(plan.run_dir),
-        "status": snapshot.state.value,
-        "exit_code": snapshot.exit_code,
-        "reason": snapshot.reason,
-        "wall_time_s": round(snapshot.elapsed_s, 3),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(snapshot.started_wall)),
-        "strategy": spec.strategy.value,
-        "topology": {"chief": spec.chief, "worker": spec.workers, "ps": spec.ps, "evaluator": spec.evaluator},
-        "cluster": dict(plan.cluster),
-        "threads_per_task": plan.threads_per_task,
-        "program": list(user_program) if user_program else "built-in",
-        "training": None if user_program else {
-            "loop": "hogwild" if spec.strategy.value == "hogwild" else spec.training.loop,
-            "threads": spec.training.threads or 2 if spec.strategy.value == "hogwild" else None,
+    return RunSummary(
+        run_id=plan.run_id,
+        run_dir=str(plan.run_dir),
+        status=snapshot.state.value,
+        exit_code=snapshot.exit_code,
+        reason=snapshot.reason,
+        wall_time_s=round(snapshot.elapsed_s, 3),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(snapshot.started_wall)),
+        strategy=spec.strategy.value,
+        topology={"chief": spec.chief, "worker": spec.workers, "ps": spec.ps, "evaluator": spec.evaluator},
+        cluster=dict(plan.cluster),
+        threads_per_task=plan.threads_per_task,
+        program=list(user_program) if user_program else "built-in",
+        training=None if user_program else {
+            "loop": "hogwild" if spec.strategy is Strategy.HOGWILD else spec.training.loop,
+            "threads": spec.training.hogwild_threads if spec.strategy is Strategy.HOGWILD else None,
             "checkpoint_every": spec.training.checkpoint_every,
             "data": spec.training.data or "digits",
             "epochs": spec.training.epochs,
@@ -224,34 +163,29 @@ def build_summary(snapshot: JobSnapshot) -> dict:
             "global_batch_size": spec.global_batch_size,
             "steps_per_epoch": metrics.get("steps_per_epoch", spec.training.steps_per_epoch),
         },
-        "metrics": metrics,
-        "evaluation": evaluation,
-        "model_dir": str(layout.model) if layout.model.is_dir() else None,
-        "tensorboard_dir": str(layout.tensorboard) if layout.tensorboard.is_dir() else None,
-        "root_cause": root_cause.to_dict() if root_cause and snapshot.exit_code != 0 else None,
-        "restarts": snapshot.restarts_used,
-        "max_restarts": spec.supervision.max_restarts,
-        "restart_policy": {role: p.value for role, p in spec.supervision.restart_policy.items()},
-        "recoveries": [r.to_dict() for r in snapshot.recoveries],
-        "failures": [dict(f) for f in snapshot.earlier_failures] + [f.to_dict() for f in snapshot.failures],
-        "lives": [life.to_dict() for life in snapshot.lives],
-        "late_failures": [f.to_dict() for f in snapshot.late_failures],
-        "warnings": list(snapshot.warnings),
-        "faults": fault_report(plan),
-        "cluster_check": formed.summary_field(spec, ((t.task, t.heartbeat.metrics if t.heartbeat else {})
+        metrics=metrics,
+        evaluation=evaluation,
+        model_dir=str(layout.model) if layout.model.is_dir() else None,
+        tensorboard_dir=str(layout.tensorboard) if layout.tensorboard.is_dir() else None,
+        root_cause=root_cause.to_dict() if root_cause and snapshot.exit_code != 0 else None,
+        restarts=snapshot.restarts_used,
+        max_restarts=spec.supervision.max_restarts,
+        restart_policy={role: p.value for role, p in spec.supervision.restart_policy.items()},
+        recoveries=[r.to_dict() for r in snapshot.recoveries],
+        failures=[dict(f) for f in snapshot.earlier_failures] + [f.to_dict() for f in snapshot.failures],
+        lives=[life.to_dict() for life in snapshot.lives],
+        late_failures=[f.to_dict() for f in snapshot.late_failures],
+        warnings=list(snapshot.warnings),
+        faults=[f.to_dict() for f in snapshot.faults],
+        cluster_check=formed.summary_field(spec, ((t.task, t.heartbeat.formed if t.heartbeat else {})
                                                      for t in snapshot.tasks)),
-        "spares": [{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
-        "tasks": [task_dict(t) for t in snapshot.tasks],
-        "peak_gpu_memory_bytes": max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)
+        spares=[{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
+        tasks=[task_entry(t) for t in snapshot.tasks],
+        peak_gpu_memory_bytes=max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)
         if any(t.peak_gpu_memory_bytes is not None for t in snapshot.tasks) else None,
-        "orchestrator": {"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
-    }
-
-
-def fault_report(plan: Plan) -> list[dict]:
-    """Each injected fault (``--inject-fault``) and whether it fired: the task prints
-    ``injecting fault: KIND at TRIGGER=N`` to its logs when it does (``orchestrator.task.faults``)."""
-    return rehearsal.fault_report(plan)
+        orchestrator={"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
+        data_service=data_service_section(snapshot),
+    )
 
 
 def write_summary(run_dir: Path, summary: dict) -> Path:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
+from typing import Any, Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.model import TaskId
@@ -86,10 +87,21 @@ class Fault:
             raise SpecError("inject-fault", text, "raise needs a step trigger", "use raise@step=N")
         return cls(task, kind, m.group("trigger"), float(m.group("at")), code, int(m.group("attempt") or 0))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["task"] = str(self.task)
         return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Fault":
+        """The fault of one :meth:`to_json` dict (an ``ORCH_FAULTS`` entry)."""
+        return cls(TaskId.parse(str(d["task"]), "inject-fault"), str(d["kind"]), str(d["trigger"]), float(d["at"]),
+                   int(d.get("exit_code", 0)), int(d.get("attempt", 0)))
+
+    @property
+    def when(self) -> str:
+        """``step=20``, ``time=2.5``: the trigger as the fault's lines say it."""
+        return f"{self.trigger}={self.at:g}"
 
 
 def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
@@ -105,3 +117,41 @@ def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
 def encode(faults: list[Fault]) -> str:
     """The ``ORCH_FAULTS`` value for a task: JSON list of its faults."""
     return json.dumps([f.to_json() for f in faults])
+
+
+def decode(raw: str) -> list[Fault]:
+    """The faults of an ``ORCH_FAULTS`` value (``""``: none); the inverse of :func:`encode`."""
+    return [Fault.from_json(d) for d in json.loads(raw)] if raw else []
+
+
+def untestable(fault: Fault, serves_forever: bool, user_program: bool) -> str | None:
+    """Why ``fault`` as asked cannot test anything, said at launch (a plan warning); None when it can.
+
+    * A ``step=N`` trigger fires from the steps the task itself reports: a ps, a
+      ParameterServerStrategy worker (both serve, ``serves_forever``) and the evaluator report
+      none, so it never fires and the rehearsal ends untested (exit 3).
+    * A ``hang`` with a ``time=S`` trigger blocks the timer thread that fires it: on a task whose
+      work is not that thread's (every task: the timer is a thread of its own), the task goes on
+      serving or evaluating and nothing is tested; ``stop`` (SIGSTOP: the whole process) is what
+      freezes it.
+    * A user's program's ``time=`` faults are fired by its wrapper, from outside the program:
+      ``hang`` cannot be (``kill``, ``exit=N``, ``stop``, ``term`` can).
+
+    Args:
+        fault: the parsed fault.
+        serves_forever: its task only serves (a ps, a PSS worker).
+        user_program: its task runs a user's program.
+    """
+    kind = f"exit={fault.exit_code}" if fault.kind == "exit" else fault.kind
+    name = f"{fault.task}:{kind}@{fault.trigger}={fault.at:g}"
+    stepless = serves_forever or fault.task.task_type == "evaluator"
+    if fault.trigger == "step" and stepless:
+        role = "an evaluator" if fault.task.task_type == "evaluator" else f"a serving {fault.task.task_type}"
+        return (f"{name} never fires: {role} reports no training step, so the rehearsal would test nothing (exit "
+                f"3); trigger it by time instead (@time=S)")
+    if fault.kind == "hang" and fault.trigger == "time":
+        what = "its wrapper cannot hang the program" if user_program else \
+            "it blocks only the timer thread that fires it, and the task goes on"
+        return (f"{name} tests nothing: {what}; use stop@time={fault.at:g} (SIGSTOP freezes the whole process) "
+                f"or a step trigger on a training task")
+    return None

@@ -13,6 +13,7 @@ The format (docs/reference/spec.md) mirrors :class:`JobSpec` field by field::
     gpus_per_task: {worker: 1, evaluator: 0}     # or one count for chief and worker: gpus_per_task: 1
     share_gpus: false
     pin_cpus: true
+    data_service: {workers: 2, sharding: dynamic}   # tf.data service roles (docs/data-service.md)
     training: {epochs: 5, batch_size_per_replica: 16, steps_per_epoch: null, learning_rate: 0.005, seed: 0}
     supervision: {restart_policy: {worker: on-failure}, max_restarts: 3, ...}
     addresses: {worker: ["127.0.0.1:62221", "127.0.0.1:62222"]}
@@ -35,13 +36,14 @@ from typing import Any, Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import tf1_hosts_error
+from orchestrator.spec.dataservice import DataServiceSpec
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy, TaskId, TrainingSpec
 from orchestrator.spec.supervision import SupervisionSpec
 
 TOP_KEYS = (
     "description", "strategy", "chief", "workers", "ps", "evaluator",
     "heartbeat_interval_s", "threads_per_task", "training", "supervision", "addresses",
-    "gpus_per_task", "share_gpus", "pin_cpus",
+    "gpus_per_task", "share_gpus", "pin_cpus", "data_service",
 )
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingSpec))
 SUPERVISION_KEYS = tuple(f.name for f in dataclasses.fields(SupervisionSpec))
@@ -86,8 +88,13 @@ FLAG_FIELDS = {
     "evaluator_grace": "supervision.evaluator_grace_s",
     "crash_loop_limit": "supervision.crash_loop_limit",
     "exit_grace": "supervision.exit_grace_s",
+    "on_nan": "supervision.on_nan",
+    "nan_metrics": "supervision.nan_metrics",
+    "max_log_size": "supervision.max_log_size_bytes",
     "checkpoint_every": "training.checkpoint_every",
     "threads": "training.threads",
+    "data_service": "data_service.workers",
+    "data_service_sharding": "data_service.sharding",
 }
 
 
@@ -254,7 +261,7 @@ def parse_addresses(raw: object, field: str = "addresses") -> dict[TaskId, str]:
         if not isinstance(value, list):
             raise SpecError(where, value, "must be a list of host:port", f"e.g. {task_type}: ['10.0.0.1:2222']")
         for index, address in enumerate(value):
-            out[TaskId(task_type, index)] = address  # type: ignore[assignment] - checked by JobSpec
+            out[TaskId(task_type, index)] = address  # type: ignore[assignment]  # checked by JobSpec
     return out
 
 
@@ -308,7 +315,7 @@ def overrides_from_flags(args: object) -> dict:
 
 def gpu_counts(raw: object, strategy: Strategy) -> object:
     """``gpus_per_task`` as a mapping role -> count: one count is that of every task that
-    computes (:func:`orchestrator.placement.training_roles`: chief and worker; workers alone
+    computes (:func:`orchestrator.resources.cores.training_roles`: chief and worker; workers alone
     under ParameterServerStrategy, whose chief only dispatches); a mapping is kept (checked by
     :class:`JobSpec`)."""
     if raw is None:
@@ -329,9 +336,10 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
     Raises:
         SpecError: naming the first bad field.
     """
-    fields = merge(raw, overrides or {})
+    overrides = overrides or {}
+    fields = merge(raw, overrides)
     if ("restart_policy" in (raw.get("supervision") or {})
-            and "restart_policy" in (overrides or {}).get("supervision", {})):
+            and "restart_policy" in overrides.get("supervision", {})):
         file_policy = raw["supervision"]["restart_policy"]
         if isinstance(file_policy, str):  # a plain policy in the file means every role
             file_policy = {"all": file_policy}
@@ -339,7 +347,7 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
             fields["supervision"]["restart_policy"] = merge(file_policy, overrides["supervision"]["restart_policy"])
     strategy = Strategy.parse(fields.get("strategy", Strategy.MULTI_WORKER_MIRRORED.value))
     pss = strategy is Strategy.PARAMETER_SERVER
-    single = strategy.value in ("mirrored", "hogwild")  # one task: replicas are its devices, or threads
+    single = strategy in (Strategy.MIRRORED, Strategy.HOGWILD)  # one task: replicas are its devices, or threads
     addresses = parse_addresses(fields["addresses"]) if fields.get("addresses") is not None else None
     defaults = {"chief": 1 if pss else 0, "workers": 2 if pss else 1 if single else 4, "ps": 1 if pss else 0,
                 "evaluator": 0}
@@ -376,6 +384,12 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         flag = gpu_counts((overrides or {}).get("gpus_per_task"), strategy)
         extra["gpus_per_task"] = merge(gpus, flag) if isinstance(gpus, Mapping) and isinstance(flag, Mapping) \
             else flag or gpus
+    service_raw = fields.get("data_service")
+    if isinstance(service_raw, Mapping) and "workers" not in service_raw and service_raw:
+        service_raw = {"workers": 1, **service_raw}  # --data-service-sharding alone: one data worker
+    data_service = DataServiceSpec.from_raw(service_raw)
+    if data_service is not None:
+        extra["data_service"] = data_service
     return JobSpec.create(strategy=strategy, training=training, supervision=supervision, addresses=addresses,
                           **counts, **extra)
 

@@ -12,7 +12,9 @@ and the distributed-training guide:
 * ParameterServerStrategy: a chief (the coordinator running ``ClusterCoordinator``),
   at least one worker and at least one ps;
 * the evaluator is never part of the training cluster (tensorflow#46169);
-* ``hogwild`` (the built-in program's asynchronous threads) runs in exactly one task.
+* ``hogwild`` (the built-in program's asynchronous threads) runs in exactly one task;
+* the tf.data service roles (``dispatcher``, ``data_worker``: :mod:`orchestrator.spec.dataservice`)
+  are outside the training cluster, only under MWMS and PSS.
 """
 
 from __future__ import annotations
@@ -25,13 +27,18 @@ from typing import Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import check_addresses
+from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, DataServiceSpec, check_data_service
 from orchestrator.spec.supervision import SuccessPolicy, SupervisionSpec
 
-TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-"""Task types in the order TF_CONFIG and every listing use."""
+TASK_TYPES = (*SERVICE_TASK_TYPES, "chief", "worker", "ps", "evaluator")
+"""Task types in the order TF_CONFIG, every listing and the start use: the tf.data service's
+(dispatcher, then data workers) first, so that they serve before the trainers read."""
 
 LOOPS = ("fit", "custom")
 """Training loops of the built-in program."""
+
+HOGWILD_THREADS = 2
+"""Threads of the ``hogwild`` strategy when ``training.threads`` is not given."""
 
 TRAINING_TASK_TYPES = ("chief", "worker", "ps")
 """Task types that belong to the training cluster (the evaluator does not)."""
@@ -70,7 +77,7 @@ class Strategy(str, enum.Enum):
         )
 
 
-_TASK_RE = re.compile(r"^(chief|worker|ps|evaluator)[:\-](\d+)$")
+_TASK_RE = re.compile(r"^(dispatcher|data_worker|chief|worker|ps|evaluator)[:\-](\d+)$")
 
 
 @dataclass(frozen=True, order=True)
@@ -127,7 +134,8 @@ class TrainingSpec:
             ``BackupAndRestore(save_freq=N)``; a ``tf.train.CheckpointManager`` save every N
             steps in the custom loops), so a task killed without warning (SIGKILL, OOM) loses
             at most N steps; ``None``: at the end of each epoch only.
-        threads: Python threads of the ``hogwild`` strategy (``None``: 2); only with hogwild.
+        threads: Python threads of the ``hogwild`` strategy (``None``: :data:`HOGWILD_THREADS`);
+            only with hogwild.
     """
 
     epochs: int = 10
@@ -140,6 +148,11 @@ class TrainingSpec:
     replicas: int = 2
     checkpoint_every: int | None = None
     threads: int | None = None
+
+    @property
+    def hogwild_threads(self) -> int:
+        """The threads a ``hogwild`` task runs: ``threads``, else :data:`HOGWILD_THREADS`."""
+        return self.threads or HOGWILD_THREADS
 
     def validate(self) -> None:
         """Raises SpecError naming the first bad field."""
@@ -188,11 +201,13 @@ class JobSpec:
             only and reserves exactly those ports; ``render`` takes any.
         gpus_per_task: GPUs per task of a role, for the roles given (``--gpus-per-task N``
             gives chief and worker N; a spec file may give any role). A training role left
-            out gets the node's GPUs split evenly (:mod:`orchestrator.placement`); ps and
+            out gets the node's GPUs split evenly (:mod:`orchestrator.resources.placement`); ps and
             evaluator left out get none.
         share_gpus: tasks may share a device (``--share-gpus``), then with memory growth on.
         pin_cpus: pin each training task to its own cores on a backend whose tasks run on
-            this machine (:mod:`orchestrator.cpus`); False: ``--no-pin``.
+            this machine (:mod:`orchestrator.resources.cpus`); False: ``--no-pin``.
+        data_service: the tf.data service (one dispatcher, N data workers) the trainers read
+            through (``--data-service N``), or None.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -208,6 +223,7 @@ class JobSpec:
     gpus_per_task: Mapping[str, int] = field(default_factory=dict)
     share_gpus: bool = False
     pin_cpus: bool = True
+    data_service: DataServiceSpec | None = None
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -315,13 +331,14 @@ class JobSpec:
         if self.addresses is not None:
             self._validate_addresses()
         self._validate_gpus()
+        check_data_service(self.data_service, self.strategy.value)
 
     def _validate_gpus(self) -> None:
         if not isinstance(self.gpus_per_task, Mapping):
             raise SpecError("gpus_per_task", self.gpus_per_task, "must be a count or a mapping role -> count",
                             "e.g. --gpus-per-task 1, or gpus_per_task: {worker: 1, evaluator: 1}")
         for role, count in self.gpus_per_task.items():
-            if role not in TASK_TYPES:
+            if role not in TASK_TYPES or role in SERVICE_TASK_TYPES:
                 raise SpecError("gpus_per_task", role, "not a task type", "use one of: " + ", ".join(TASK_TYPES))
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
                 raise SpecError("gpus-per-task", count, "must be a whole number >= 0",
@@ -363,7 +380,8 @@ class JobSpec:
             listed = sorted(t.task_index for t in self.addresses if t.task_type == task_type)
             wanted = self.count(task_type)
             if listed != list(range(wanted)):
-                counts = {"chief": "chief", "worker": "workers", "ps": "ps", "evaluator": "evaluator"}
+                counts = {"chief": "chief", "worker": "workers", "ps": "ps", "evaluator": "evaluator",
+                          "dispatcher": "data_service (1 dispatcher)", "data_worker": "data_service.workers"}
                 raise SpecError(
                     f"addresses.{task_type}",
                     len(listed),
@@ -374,17 +392,22 @@ class JobSpec:
 
     def count(self, task_type: str) -> int:
         """Number of tasks of ``task_type``."""
+        if task_type in SERVICE_TASK_TYPES:
+            service = self.data_service
+            return 0 if service is None else 1 if task_type == "dispatcher" else service.workers
         return {"chief": self.chief, "worker": self.workers, "ps": self.ps, "evaluator": self.evaluator}[task_type]
 
     def tasks(self) -> list[TaskId]:
-        """Every task, chief first, then workers, ps, evaluator."""
+        """Every task: the tf.data service's (dispatcher, data workers) first, then chief, workers,
+        ps, evaluator."""
         return [TaskId(t, i) for t in TASK_TYPES for i in range(self.count(t))]
 
     def serves_forever(self, task: TaskId) -> bool:
         """True for tasks that only run ``tf.distribute.Server.join()`` and never exit on
         their own: ps tasks, and workers under ParameterServerStrategy (TF PSS tutorial;
-        tensorflow#25858)."""
-        return task.task_type == "ps" or (
+        tensorflow#25858); the tf.data service's dispatcher and data workers (their ``join()``
+        "currently blocks forever": TF's ``WorkerServer`` docs)."""
+        return task.task_type in ("ps", *SERVICE_TASK_TYPES) or (
             self.strategy is Strategy.PARAMETER_SERVER and task.task_type == "worker"
         )
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.sizes import parse_size
 
-ROLES = ("chief", "worker", "ps", "evaluator")
+ROLES = ("chief", "worker", "ps", "evaluator", "dispatcher", "data_worker")
 
 
 class RestartPolicy(str, enum.Enum):
@@ -81,12 +82,16 @@ class SuccessPolicy(str, enum.Enum):
 
 def default_restart_policies() -> dict[str, RestartPolicy]:
     """The preset: ``exit-code`` for chief / worker / ps (a crash in user code is not
-    retried, a kill or a hang is), ``on-failure`` for the evaluator (it never fails the job)."""
+    retried, a kill or a hang is), ``on-failure`` for the evaluator (it never fails the job) and for
+    the tf.data service's dispatcher and data workers (they serve until stopped: any exit is a
+    failure, and each restarts alone)."""
     return {
         "chief": RestartPolicy.EXIT_CODE,
         "worker": RestartPolicy.EXIT_CODE,
         "ps": RestartPolicy.EXIT_CODE,
         "evaluator": RestartPolicy.ON_FAILURE,
+        "dispatcher": RestartPolicy.ON_FAILURE,
+        "data_worker": RestartPolicy.ON_FAILURE,
     }
 
 
@@ -108,7 +113,7 @@ class SupervisionSpec:
             ``startup_timeout_s`` alone: loading TensorFlow holds the GIL, which the heartbeat
             thread needs, for seconds; so may a trainer whose training ended (finishing,
             evaluating, saving: TF's teardown and export hold it too) go silent that long
-            (:func:`orchestrator.supervisor.hang_rules.silence_limit_s`).
+            (:func:`orchestrator.supervisor.rules.hang_rules.silence_limit_s`).
         stall_timeout_s: a task reporting ``training`` whose step does not advance for this
             long is hung.
         startup_timeout_s: a task that has not reached training or serving this long after
@@ -133,7 +138,7 @@ class SupervisionSpec:
         allow_cluster_mismatch: a training task whose strategy formed another cluster than the
             planned one (``replicas_in_sync 1`` with 2 workers planned: a program that built its
             own cluster) is a warning, not a failed job; default False: under MWMS it fails the
-            job (:mod:`orchestrator.supervisor.formed`).
+            job (:mod:`orchestrator.supervisor.rules.formed`).
         evaluator_grace_s: how long the evaluator may go on after the job succeeded, to evaluate
             the last checkpoint (``tf_keras.utils.SidecarEvaluator`` ends after it); then it is
             stopped, and the report says its final evaluation was lost. 0: stop it at once.
@@ -145,6 +150,15 @@ class SupervisionSpec:
             after ``finishing``: training ended, outputs saved) and is still alive this long
             after is stuck in its exit: its stacks are kept, it is killed, and it counts as
             succeeded, with a warning naming the thread it was stuck in.
+        on_nan: what a non-finite loss (or a metric of ``nan_metrics``) in a heartbeat does:
+            ``warn`` (default: a warning naming the task and the first step, training goes on) or
+            ``fail`` (the job fails at once, without a restart: a restart resumes the same weights
+            and data and meets it again) (:mod:`orchestrator.supervisor.rules.training_rules`).
+        nan_metrics: names of reported metrics checked like the loss (``--nan-metrics
+            grad_norm,val_loss``); default none.
+        max_log_size_bytes: the cap of each task attempt's ``stdout.log`` and ``stderr.log``,
+            bytes (``--max-log-size 256M``); past it the middle is cut, the head and the tail kept
+            (:mod:`orchestrator.supervisor.logcap`). Default 256 MiB; at least 64 KiB.
     """
 
     restart_policy: Mapping[str, RestartPolicy] = field(default_factory=default_restart_policies)
@@ -163,6 +177,9 @@ class SupervisionSpec:
     evaluator_grace_s: float = 120.0
     crash_loop_limit: int = 3
     exit_grace_s: float = 30.0
+    on_nan: str = "warn"
+    nan_metrics: tuple[str, ...] = ()
+    max_log_size_bytes: int = 256 * 1024 * 1024
 
     @classmethod
     def create(cls, restart_policy: Mapping[str, str] | None = None, **fields) -> "SupervisionSpec":
@@ -179,7 +196,7 @@ class SupervisionSpec:
             elif role in ROLES:
                 policies[role] = RestartPolicy.parse(value, name)
             else:
-                raise SpecError(name, role, "unknown role", "use chief, worker, ps, evaluator or all")
+                raise SpecError(name, role, "unknown role", "use " + ", ".join(ROLES) + " or all")
         if fields.get("success_policy") is not None:
             fields["success_policy"] = SuccessPolicy.parse(fields["success_policy"])
         if fields.get("preemption_exit_codes") is not None:
@@ -187,6 +204,13 @@ class SupervisionSpec:
         allow = fields.get("allow_cluster_mismatch")
         if isinstance(allow, int) and not isinstance(allow, bool) and allow in (0, 1):  # a store_true flag: 1
             fields["allow_cluster_mismatch"] = bool(allow)
+        if fields.get("on_nan") is not None:
+            fields["on_nan"] = str(fields["on_nan"]).strip().lower()
+        if fields.get("max_log_size_bytes") is not None:
+            fields["max_log_size_bytes"] = parse_size("max_log_size_bytes", fields["max_log_size_bytes"],
+                                                      FIX_EXAMPLES["max_log_size_bytes"])
+        if fields.get("nan_metrics") is not None:
+            fields["nan_metrics"] = _names("nan_metrics", fields["nan_metrics"])
         spec = cls(restart_policy=policies, **fields)
         spec.validate()
         return spec
@@ -215,6 +239,12 @@ class SupervisionSpec:
         for name in ("deadline_s", "finish_timeout_s"):
             if getattr(self, name) is not None:
                 _seconds(name, getattr(self, name))
+        size = self.max_log_size_bytes
+        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_LOG_SIZE_BYTES:
+            raise SpecError("max_log_size_bytes", size, "must be a size of at least 64K",
+                            FIX_EXAMPLES["max_log_size_bytes"])
+        if self.on_nan not in ("warn", "fail"):
+            raise SpecError("on_nan", self.on_nan, "must be warn or fail", FIX_EXAMPLES["on_nan"])
 
     def backoff_for(self, restart_number: int) -> float:
         """Seconds to wait before restart number ``restart_number`` (1 for the first):
@@ -264,14 +294,29 @@ FIX_EXAMPLES = {
     "evaluator_grace_s": "e.g. --evaluator-grace 120",
     "crash_loop_limit": "e.g. --crash-loop-limit 3, or 0 for never",
     "exit_grace_s": "e.g. --exit-grace 30",
+    "on_nan": "e.g. --on-nan fail, or --on-nan warn",
+    "nan_metrics": "e.g. --nan-metrics grad_norm,val_loss",
+    "max_log_size_bytes": "e.g. --max-log-size 256M (K, M, G: KiB, MiB, GiB)",
 }
 """Field -> the example of a good value each error names: ``launch``'s flag for the field, or
 the spec-file field where there is no flag (flag names are not derived from field names:
 ``backoff_s`` is ``--restart-backoff``)."""
 
 
+MIN_LOG_SIZE_BYTES = 64 * 1024
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    """``"a,b"`` or ``["a", "b"]`` as a tuple of metric names (no empty ones)."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else None
+    names = tuple(str(item).strip() for item in items) if items is not None else ()
+    if items is None or not all(names) or not all(isinstance(item, str) for item in items):
+        raise SpecError(name, value, "must be metric names", FIX_EXAMPLES[name])
+    return names
+
+
 def _seconds(name: str, value: object, allow_zero: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
-    if not ok or float(value) < 0 or (float(value) == 0 and not allow_zero):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise SpecError(name, value, f"must be a number of seconds {bound}", FIX_EXAMPLES[name])

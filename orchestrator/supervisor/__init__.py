@@ -1,7 +1,7 @@
 """Supervision: decisions (pure), the loop that acts on them, task states, failures, snapshots."""
 
-from orchestrator.supervisor.job import Supervisor
-from orchestrator.supervisor.states import (
+from orchestrator.supervisor.loop import Supervisor
+from orchestrator.supervisor.records.states import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_PREEMPTED,

@@ -1,210 +1,239 @@
 """What the supervisor does about failures: decide, then restart or end the job.
 
-The decisions are the pure functions of :mod:`~orchestrator.supervisor.decisions`
-(:func:`~orchestrator.supervisor.decisions.failure_action`: restart scope, training ended, a
-whole-job preemption; :func:`~orchestrator.supervisor.decisions.restart_plan`: policy, budget,
-backoff); this part of the :class:`~orchestrator.supervisor.job.Supervisor` gathers their
-inputs from the live records and carries the verdict out: the restart's bookkeeping (a new
-attempt per task, the recovery record, the survivors of a group stopped) or the end of the job
-with its root cause. It is a part of the supervisor's loop (a mixin) with one concern, read on
-its own; it acts only through the loop's own methods and the backend.
+The decisions are the pure functions of :mod:`~orchestrator.supervisor.rules.decisions`
+(:func:`~orchestrator.supervisor.rules.decisions.failure_action`: restart scope, training ended, a
+whole-job preemption; :func:`~orchestrator.supervisor.rules.decisions.restart_plan`: policy, budget,
+backoff) and of :mod:`~orchestrator.supervisor.rules.exitrules` (a crash loop); this part of the
+supervisor gathers their inputs from the live records and returns the verdict as what to do
+(:mod:`~orchestrator.supervisor.actions`): a restart (:class:`~orchestrator.supervisor.actions.Restart`,
+finished by :meth:`Restarts.placed` once the backend placed its tasks: the new attempts, the
+recovery record, the survivors of a group stopped) or the end of the job with its root cause.
+It owns the job's restart count.
+
+The same exception line on ``crash_loop_limit`` consecutive attempts of a task is a crash loop:
+no further restart; an evaluator that then never evaluated is a warning.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
 
-from orchestrator.backends.base import Backend
 from orchestrator.plan import Plan
-from orchestrator.spec.model import TaskId
-from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.supervisor import decisions, forensics
-from orchestrator.supervisor.decisions import RestartScope
-from orchestrator.supervisor.preemption import Preemption
-from orchestrator.supervisor.recovery import Recovery, RecoveryBook, awaits_rotation
-from orchestrator.supervisor.snapshot import phase_name
-from orchestrator.supervisor.states import (
-    EXIT_FAILED,
-    Failure,
-    FailureLog,
-    JobState,
-    TaskRuntime,
-    TaskState,
-    describe_exit,
+from orchestrator.spec.model import Strategy, TaskId
+from orchestrator.supervisor import forensics
+from orchestrator.supervisor.actions import (
+    Action,
+    Become,
+    End,
+    Event,
+    Persist,
+    Preempt,
+    Restart,
+    RestartAt,
+    Stop,
+    Warn,
 )
+from orchestrator.supervisor.records.recovery import Recovery, RecoveryBook, awaits_rotation
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import EXIT_FAILED, Failure, FailureLog, JobState, TaskState, describe_exit
+from orchestrator.supervisor.rules import decisions, exitrules, training_rules
+from orchestrator.supervisor.rules.decisions import RestartScope
+from orchestrator.supervisor.rules.service import (
+    restarts_alone,
+    survives_group_restart,
+    unrestarted_failure_ends_job,
+)
+from orchestrator.supervisor.table import TaskTable
 
 AWAIT_SAID_AFTER_S = 1.0
 """A wait for preempted peers is said in the events once it lasts this long (seconds): the peers
 normally exit within milliseconds of each other."""
 
 
-class FailureHandling:
-    """The failure half of the supervision loop (see the module docstring)."""
+class Restarts:
+    """Failures and restarts (see the module docstring).
 
-    _preempted: str = ""
-    """While a restart is decided: the task that received the preemption notice, when not the cause's."""
-    _awaiting: tuple[str, int] | None = None
-    """The preemption exit (task, attempt) whose peers the decision waits for, once said."""
+    Args:
+        plan: the job's plan (its spec carries the restart policy).
+        table: the job's tasks.
+        log: the failures of this life.
+        book: the recoveries (a restart opens one).
+        restarts_used: the job's restarts so far (a resumed run's earlier lives included).
+        preemption_grace_s: the longest wait for MWMS peers that save on a preemption.
+        rotation_reported: PSS with the built-in coordinator (it says when a worker is back).
+    """
 
-    if TYPE_CHECKING:  # the loop's records and actions this part uses
-        plan: Plan
-        backend: Backend[Any]
-        policy: SupervisionSpec
-        tasks: list[TaskRuntime]
-        log: FailureLog
-        book: RecoveryBook
-        preemption: Preemption
-        state: JobState
-        restarts_used: int
-        fatal: Failure | None
-        _by_task: dict[TaskId, TaskRuntime]
-        _restart_at: dict[str, float]
-        _rotation_reported: bool
-        _trained: bool
+    def __init__(self, plan: Plan, table: TaskTable, log: FailureLog, book: RecoveryBook, *, restarts_used: int,
+                 preemption_grace_s: float, rotation_reported: bool) -> None:
+        self._plan, self._table, self._log, self._book = plan, table, log, book
+        self._policy = plan.spec.supervision
+        self._grace_s, self._rotation_reported = preemption_grace_s, rotation_reported
+        self.used = restarts_used
+        """The job's restarts (counted ones: not the evaluator's own, not a preemption's)."""
+        self._awaiting: tuple[str, int] | None = None
+        """The preemption exit (task, attempt) whose peers the decision waits for, once said."""
 
-        def _event(self, *texts: str) -> None: ...
-        def _persist(self) -> None: ...
-        def _live(self) -> list[TaskRuntime]: ...
-        def _preemption(self, now: float) -> None: ...
-        def request_preemption(self, reason: str) -> None: ...
-        def _set_state(self, state: JobState, exit_code: int | None = None, reason: str = "") -> None: ...
-        def _stop(self, tasks: list[TaskRuntime], reason: str, grace_s: float | None = None) -> None: ...
-        def _crash_loop(self, cause: Failure) -> str: ...
-
-    def _awaiting_saving_peers(self, now: float) -> bool:
+    def _awaiting_saving_peers(self, now: float, pending: Collection[str], out: list[Action]) -> bool:
         """Whether the first new training failure is a preemption exit under MWMS whose peers
-        are still saving and exiting (:func:`~orchestrator.supervisor.decisions.awaits_saving_peers`);
+        are still saving and exiting (:func:`~orchestrator.supervisor.rules.decisions.awaits_saving_peers`);
         says so once per failure, when the wait lasts :data:`AWAIT_SAID_AFTER_S`."""
-        if self.state.terminal or self.preemption.requested:
+        first_of = [f for f in self._log.pending()
+                    if not restarts_alone(f.task.task_type) and f.task.name not in pending]
+        if not first_of:
             return False
-        pending = [f for f in self.log.pending()
-                   if f.task.task_type != "evaluator" and f.task.name not in self._restart_at]
-        if not pending:
-            return False
-        first, trainers = pending[0], set(self.plan.spec.trainers())  # a set: O(tasks) per tick, not O(tasks^2)
-        saving = [rt.task.name for rt in self._live() if rt.task in trainers and rt.task.name not in self._restart_at]
-        bound = self.preemption.grace_s
-        wait = decisions.awaits_saving_peers(preemption_exit=self.policy.preemption_code(first.exit_code),
-                                             strategy=self.plan.spec.strategy, saving=saving,
-                                             waited_s=now - first.at, bound_s=bound)
+        first, trainers = first_of[0], set(self._plan.spec.trainers())  # a set: O(tasks) per tick, not O(tasks^2)
+        saving = [rt.task.name for rt in self._table.live() if rt.task in trainers and rt.task.name not in pending]
+        wait = decisions.awaits_saving_peers(preemption_exit=self._policy.preemption_code(first.exit_code),
+                                             strategy=self._plan.spec.strategy, saving=saving,
+                                             waited_s=now - first.at, bound_s=self._grace_s)
         if wait and now - first.at >= AWAIT_SAID_AFTER_S and self._awaiting != (first.task.name, first.attempt):
             self._awaiting = (first.task.name, first.attempt)  # said once, and only when it lasts
-            self._event(f"{first.task.name} exited preempted {now - first.at:.1f} s ago; waiting up to {bound:g} s "
-                        f"for {', '.join(saving)} to save and exit too (every MWMS worker saves when one is "
-                        f"preempted; --preemption-grace)")
+            out.append(Event(f"{first.task.name} exited preempted {now - first.at:.1f} s ago; waiting up to "
+                             f"{self._grace_s:g} s for {', '.join(saving)} to save and exit too (every MWMS worker "
+                             "saves when one is preempted; --preemption-grace)"))
         return wait
 
-    def _decide(self, now: float) -> None:
-        if self._awaiting_saving_peers(now):
-            return
-        failures = self.log.take_new()
-        if self.state is JobState.SUCCEEDED and failures:
-            self.log.mark(failures, after_success=True)
-            for f in failures:
-                self._event(f"{f.task.name} failed after the job succeeded: {f.headline()}")
-            return
-        if self.state.terminal or not failures:
-            return
-        self._persist()
+    def decide(self, now: float, state: JobState, preempting: bool, pending: Collection[str],
+               job_preempted: Callable[[], bool | None]) -> list[Action]:
+        """What to do about the failures seen since the last decision.
+
+        Args:
+            now: orchestrator monotonic seconds.
+            state: the job's state.
+            preempting: a job preemption was requested.
+            pending: the tasks whose restart is due (a failure of one is part of that restart).
+            job_preempted: asks the engine whether it preempts the whole job (asked only when
+                a training task got the preemption notice).
+        """
+        out: list[Action] = []
+        if not state.terminal and not preempting and self._awaiting_saving_peers(now, pending, out):
+            return out
+        failures = self._log.take_new()
+        if state is JobState.SUCCEEDED and failures:
+            self._log.mark(failures, after_success=True)
+            return [Event(f"{f.task.name} failed after the job succeeded: {f.headline()}") for f in failures]
+        if state.terminal or not failures:
+            return out
+        out.append(Persist())
         # a failure seen while a group restart is pending is part of that restart
-        failures = [f for f in failures if f.task.name not in self._restart_at]
+        failures = [f for f in failures if f.task.name not in pending]
         for f in failures:
-            if f.task.task_type == "evaluator":
-                self._maybe_restart(f, (f.task,), RestartScope.TASK, now, job_restart=False)
-        training = [f for f in failures if f.task.task_type != "evaluator"]
+            if restarts_alone(f.task.task_type):  # the evaluator, the tf.data service's tasks
+                out += self._restart_or_not(f, (f.task,), RestartScope.TASK, job_restart=False, culprit="")
+        training = [f for f in failures if not restarts_alone(f.task.task_type)]
         training = [training[i] for i in decisions.cause_first([f.preemption_notice for f in training])]
-        if not training or self.preemption.requested:
-            return
-        coordinator, spec = self._by_task[self.plan.spec.coordinator], self.plan.spec
+        if not training or preempting:
+            return out
+        spec, table = self._plan.spec, self._table
+        coordinator = table.of(spec.coordinator)
         phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
-                  for r in (coordinator, self._by_task[training[0].task]) if r.task.task_type != "evaluator"]
-        if not training[0].preemption_notice and self.policy.preemption_code(training[0].exit_code):
-            noticed = [rt.task.name for rt in self.tasks if rt.task.task_type != "evaluator"
+                  for r in (coordinator, table.of(training[0].task)) if not restarts_alone(r.task.task_type)]
+        culprit = ""
+        if not training[0].preemption_notice and self._policy.preemption_code(training[0].exit_code):
+            noticed = [rt.task.name for rt in table if not restarts_alone(rt.task.task_type)
                        and rt.current.process is not None and forensics.sigterm_received(rt)]
             culprit = decisions.preempted_task(training[0].task.name, False, noticed)
-            self._preempted = culprit if culprit != training[0].task.name else ""
+            culprit = culprit if culprit != training[0].task.name else ""
         action = decisions.failure_action(
             [f.task for f in training], job_preempted=training[0].preemption_notice and bool(
-                forensics.all_got_sigterm(self.tasks) or self.backend.job_preempted()),
+                forensics.all_got_sigterm(table.tasks) or job_preempted()),
             ended=decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
                                            phases),
-            strategy=spec.strategy, training_tasks=[rt.task for rt in self.tasks if rt.task.task_type != "evaluator"],
+            strategy=spec.strategy,
+            training_tasks=[rt.task for rt in table if not restarts_alone(rt.task.task_type)],
             trainers=spec.trainers(), coordinator=spec.coordinator, success_policy=spec.success_policy)
         if action.kind == "preempt":
-            self.request_preemption("every task of the job received SIGTERM from outside (the job is preempted)")
-            self._preemption(now)
+            out.append(Preempt("every task of the job received SIGTERM from outside (the job is preempted)"))
         elif action.kind in ("fail", "goes-on"):
-            self.log.mark(training, after_training=True)
-            training = [self.log.current(f) for f in training]
+            self._log.mark(training, after_training=True)
+            training = [self._log.current(f) for f in training]
             if action.kind == "fail":
-                self._fail(training[action.cause], action.why)
-            for f in training if action.kind == "goes-on" else ():
-                self._event(f"{f.task.name} is not restarted: {action.why}")
+                out += self._fail(training[action.cause], action.why)
+            out += [Event(f"{f.task.name} is not restarted: {action.why}")
+                    for f in (training if action.kind == "goes-on" else ())]
         else:
             assert action.scope is not None
-            self._maybe_restart(training[0], action.tasks, action.scope, now, job_restart=True)
-        self._preempted = ""
+            out += self._restart_or_not(training[0], action.tasks, action.scope, job_restart=True, culprit=culprit)
+        return out
 
-    def _late_notice(self, rt: TaskRuntime, code: int) -> str:
-        """The note when ``rt`` exited on a SIGTERM from outside after training ended
-        (:func:`~orchestrator.supervisor.decisions.late_notice`), else ""."""
-        if self.preemption.requested or rt.task.task_type == "evaluator" or not self.policy.preemption_code(code):
-            return ""
-        coordinator = self._by_task[self.plan.spec.coordinator]
-        phases = [(r.task.name, phase_name(r.current.heartbeat.heartbeat.phase) if r.current.heartbeat else None)
-                  for r in ((coordinator, rt) if rt is not coordinator else (rt,))]
-        ended = decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
-                                         phases)
-        return decisions.late_notice(preemption_exit=True, notice=forensics.sigterm_received(rt), ended=ended)
-
-    def _fail(self, cause: Failure, why_not: str) -> None:
+    def _fail(self, cause: Failure, why_not: str) -> list[Action]:
         """End the job as Failed because of ``cause``, the failure that ended it (the root cause)."""
-        self.fatal = self.log.current(cause)
-        self._set_state(JobState.FAILED, EXIT_FAILED, f"{cause.headline()}; {why_not}")
-        self._stop(self._live(), f"stopped: {cause.task.name} failed")
+        return [End(JobState.FAILED, EXIT_FAILED, f"{cause.headline()}; {why_not}", fatal=self._log.current(cause)),
+                Stop(None, f"stopped: {cause.task.name} failed")]
 
-    def _maybe_restart(self, cause: Failure, tasks: tuple[TaskId, ...], scope: RestartScope, now: float,
-                       job_restart: bool) -> None:
-        """Restart ``tasks`` after ``cause`` if the policy allows; otherwise fail the job (or,
-        for the evaluator, which never fails the job, leave it ended). A preemption is never
-        counted against ``max_restarts`` and never waits a backoff."""
-        failed = self._by_task[cause.task]
-        looping = self._crash_loop(cause)  # the same error again and again: no restart helps
+    def _restart_or_not(self, cause: Failure, tasks: tuple[TaskId, ...], scope: RestartScope, *, job_restart: bool,
+                        culprit: str) -> list[Action]:
+        """Restart ``tasks`` after ``cause`` if the policy allows (then the backend places them:
+        :meth:`placed`); otherwise fail the job (or, for the evaluator, which never fails the job,
+        leave it ended). A preemption is never counted against ``max_restarts`` and never waits a backoff."""
+        failed = self._table.of(cause.task)
+        out: list[Action] = []
+        looping = (self._crash_loop(cause, out)  # the same error again and again: no restart helps
+                   or self._uneven_data(cause) or training_rules.shm_exhausted(cause.exit_code) or "")  # nor here
         plan = decisions.RestartPlan(False, looping) if looping else decisions.restart_plan(
-            self.policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
-            restarts_used=self.restarts_used if job_restart else failed.restarts, attempt=failed.current.number,
+            self._policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
+            restarts_used=self.used if job_restart else failed.restarts, attempt=failed.current.number,
             peer=cause.peer_error, gpu_oom=cause.gpu_oom is not None)
-        placeable, note = (plan.retry, plan.why_not)
         if plan.retry:
-            placeable, note = self.backend.prepare_restart(tasks)  # e.g. Slurm: move tasks off a lost node
+            return out + [Restart(cause, tasks, scope, job_restart, plan.counted, plan.delay_s, plan.label, culprit)]
+        return out + self.placed(Restart(cause, tasks, scope, job_restart, plan.counted, plan.delay_s, plan.label,
+                                         culprit), False, plan.why_not, 0.0)
+
+    def placed(self, restart: Restart, placeable: bool, note: str, now: float) -> list[Action]:
+        """The rest of ``restart`` once the backend answered (``placeable``, its ``note``), at ``now``."""
+        cause, tasks, scope = restart.cause, restart.tasks, restart.scope
         if not placeable:
-            if job_restart:
-                self._fail(cause, note)
-            else:
-                self._event(f"{cause.task.name} is not restarted: {note}; the job goes on")
-            return
-        if note:
-            self._event(note)
-        if job_restart and plan.counted:  # the evaluator's restarts are its own; they never use up the job's
-            self.restarts_used += 1
-        names = [t.name for t in tasks]
-        self._trained = False
-        coordinator = self._by_task.get(self.plan.spec.coordinator)
+            if restart.job_restart or unrestarted_failure_ends_job(cause.task.task_type):  # no trainer reads
+                return self._fail(cause, note)  # without the tf.data service's dispatcher
+            return [Event(f"{cause.task.name} is not restarted: {note}; the job goes on")]
+        out: list[Action] = [Event(note)] if note else []
+        if restart.job_restart and restart.counted:  # the evaluator's restarts are its own
+            self.used += 1
+        names = tuple(t.name for t in tasks)
+        coordinator = self._table.find(self._plan.spec.coordinator)
         await_rotation = self._rotation_reported and awaits_rotation(tasks, coordinator)
-        culprit = self._preempted
-        self.book.open(Recovery(cause=cause, scope=scope, tasks=names, detected_at=now, await_rotation=await_rotation,
-                                preempted=culprit))
+        culprit = restart.culprit
+        self._book.open(Recovery(cause=cause, scope=scope, tasks=list(names), detected_at=now,
+                                 await_rotation=await_rotation, preempted=culprit))
         if scope is RestartScope.GROUP:
-            self._set_state(JobState.RESTARTING)
-            # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace
-            self._stop(self._live(), f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)
-        self._event(f"{plan.label}: {', '.join(names)} in {plan.delay_s:.1f} s "
-                    f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)}"
-                    + (f"; {culprit} was the one preempted" if culprit else "") + ")")
-        for task in tasks:
-            rt = self._by_task[task]
-            if rt.current.process is not None:  # not already waiting for its next attempt
-                rt.next_attempt()
-                self.backend.reserve_again(rt.task)
-            self._restart_at[rt.task.name] = now + plan.delay_s
-        self._persist()
+            # the survivors' state is discarded anyway: SIGKILL at once, no SIGTERM grace; the tf.data
+            # service goes on serving, for the restarted group to re-attach to its job
+            survivors = tuple(rt.task.name for rt in self._table.live()
+                              if not survives_group_restart(rt.task.task_type))
+            out += [Become(JobState.RESTARTING),
+                    Stop(survivors, f"stopped for a group restart after {cause.task.name} failed", grace_s=0.0)]
+        out.append(Event(f"{restart.label}: {', '.join(names)} in {restart.delay_s:.1f} s "
+                         f"({scope.value} restart after {cause.task.name} failed, {describe_exit(cause.exit_code)}"
+                         + (f"; {culprit} was the one preempted" if culprit else "") + ")"))
+        return out + [RestartAt(names, now + restart.delay_s), Persist()]
+
+    # -- crash loops -----------------------------------------------------------------------------
+    def _crash_loop(self, cause: Failure, out: list[Action]) -> str:
+        """Why ``cause``'s task is not restarted again because it is crash-looping, "" when it is not."""
+        errors = [(f.attempt, f.exception) for f in self._log.failures if f.task == cause.task]
+        times = exitrules.crash_loop(errors, self._policy.crash_loop_limit)
+        if not times:
+            return ""
+        why = (f"the same error {times} times in a row ({cause.exception}): a crash loop, a restart would fail the "
+               f"same way (crash loop limit {self._policy.crash_loop_limit}, --crash-loop-limit)")
+        if cause.task.task_type == "evaluator" and not self._evaluated(cause.task.name):
+            out.append(Warn(f"{cause.task.name} never evaluated: it failed with {why}"))
+        return why
+
+    def _uneven_data(self, cause: Failure) -> str:
+        """Why ``cause`` is uneven data across MWMS workers (a peer finished while its task still
+        trained: :func:`~orchestrator.supervisor.rules.training_rules.uneven_data`), "" when it is not."""
+        trainers, a = set(self._plan.spec.trainers()), self._table.of(cause.task).current
+        finished = sorted((rt.current.ended_at or 0.0, rt.task.name, rt.current.last_step) for rt in self._table
+                          if rt.task in trainers and rt.task != cause.task and rt.current.state is TaskState.SUCCEEDED)
+        return training_rules.uneven_data(
+            self._plan.spec.strategy is Strategy.MULTI_WORKER_MIRRORED, cause.task.name, a.last_step,
+            phase_name(a.heartbeat.heartbeat.phase) if a.heartbeat else None,
+            stuck=cause.message.startswith("hung: ") or bool(cause.peer_error),
+            finished=[(name, step) for _, name, step in finished]) or ""
+
+    def _evaluated(self, name: str) -> bool:
+        """The task reported an evaluation (``evaluated_step`` or an ``eval_*`` metric) in its
+        current attempt (an earlier attempt's is in its history only as a state)."""
+        hb = self._table.named(name).current.heartbeat
+        return hb is not None and any(k == "evaluated_step" or k.startswith("eval_") for k in hb.heartbeat.metrics)

@@ -1,7 +1,7 @@
 """What explains a failed attempt: its logs, its error file, its memory, its peers.
 
 The supervision loop hands a failed attempt here and gets back a frozen
-:class:`~orchestrator.supervisor.states.Failure`; nothing here acts on a process. Host facts
+:class:`~orchestrator.supervisor.records.states.Failure`; nothing here acts on a process. Host facts
 (the node's memory, whether the OOM killer struck) come from the backend that ran the task,
 so a Slurm node's or a container's limit is used, not the orchestrator host's.
 """
@@ -14,13 +14,12 @@ import signal
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping, Sequence
+from typing import BinaryIO, Mapping, Sequence
 
-from orchestrator.backends.base import Backend
 from orchestrator.env import LEFT_BEHIND_FILE, SIGTERM_RECEIVED_FILE, TRAINING
 from orchestrator.rundir import STACKS_FILE
-from orchestrator.supervisor import decisions, gpu
-from orchestrator.supervisor.states import Failure, TaskRuntime
+from orchestrator.supervisor.records.states import Failure, TaskRuntime
+from orchestrator.supervisor.rules import decisions, gpu, stack_rules
 
 _TF_NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|E\d{4} [\d:.]+ +\d+ cuda_\w+\.cc:\d+\]|WARNING: All log messages before absl)"
@@ -234,13 +233,11 @@ def _culprit(rt: TaskRuntime, tasks: Sequence[TaskRuntime], now: float) -> str:
     return f"{name} (last step {o.last_step if o.last_step is not None else '-'}{since})"
 
 
-def _memory_note(backend: Backend[Any], rt: TaskRuntime) -> tuple[str, bool]:
+def _memory_note(rt: TaskRuntime, oom: bool | None, total: int | None) -> tuple[str, bool]:
     """After a SIGKILL the orchestrator did not send: the peak RSS, and whether the OOM killer
-    (the cgroup's count, or an RSS near the node's memory as the backend knows it) likely did it."""
+    (the cgroup's count ``oom``, or an RSS near the node's memory ``total`` as the backend knows
+    it) likely did it."""
     attempt = rt.current
-    assert attempt.process is not None
-    oom = backend.oom_killed(attempt.process)
-    total = backend.memory_total_bytes(attempt.process)
     near_limit = attempt.peak_rss_bytes is not None and total is not None and attempt.peak_rss_bytes > 0.9 * total
     likely_oom = bool(oom) or near_limit
     parts = []
@@ -256,7 +253,7 @@ def _memory_note(backend: Backend[Any], rt: TaskRuntime) -> tuple[str, bool]:
 
 def gpu_oom_of(rt: TaskRuntime, text: str) -> tuple[str, dict[str, object]] | None:
     """The words and the record of a GPU out-of-memory that ``text`` (the error and stderr tail
-    of ``rt``'s current attempt) reports (:mod:`orchestrator.supervisor.gpu`), or None: the
+    of ``rt``'s current attempt) reports (:mod:`orchestrator.supervisor.rules.gpu`), or None: the
     device is the task's (its plan's devices, in ``CUDA_VISIBLE_DEVICES`` order), its memory the
     attempt's last sample, the hint the built-in program's ``--batch-size`` or the program's own."""
     oom = gpu.gpu_oom(text)
@@ -271,8 +268,15 @@ def gpu_oom_of(rt: TaskRuntime, text: str) -> tuple[str, dict[str, object]] | No
     return gpu.describe(oom, usage, hint), gpu.gpu_oom_dict(oom, usage, hint)
 
 
-def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Backend[Any], *, code: int | None,
-                    now: float, message: str, killed: bool = False, preemption_notice: bool = False) -> Failure:
+def memory_facts_needed(code: int | None, killed: bool) -> bool:
+    """Whether :func:`explain_failure` needs the backend's memory facts: a SIGKILL the
+    orchestrator did not send."""
+    return code == -signal.SIGKILL and not killed
+
+
+def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], memory: tuple[bool | None, int | None] | None, *,
+                    code: int | None, now: float, message: str, killed: bool = False,
+                    preemption_notice: bool = False) -> Failure:
     """The failure record of ``rt``'s current attempt with what explains it: the exception line
     (the error file's, else the stderr log's: :func:`last_exception`), a GPU out-of-memory (:func:`gpu_oom_of`: then no
     peer error), a peer error and the likely culprit, the peak RSS and whether it was likely
@@ -281,7 +285,8 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
     Args:
         rt: the failed task (its current attempt ended with ``code``).
         tasks: every task of the job (for peers).
-        backend: the backend that ran it (OOM and node memory facts).
+        memory: what the backend that ran it knows, when :func:`memory_facts_needed`: whether
+            the OOM killer struck (None: it cannot tell) and the node's memory in bytes (None: unknown).
         code: Popen return code (negative: signal), None when unknown.
         now: orchestrator monotonic seconds.
         message: what the loop already knows ("" to look in the logs).
@@ -300,8 +305,8 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
     peer = "" if oom is not None else decisions.peer_error(message + "\n" + tail)
     culprit = _culprit(rt, tasks, now) if peer else ""
     likely_oom = False
-    if code == -signal.SIGKILL and not killed and attempt.process is not None:
-        note, likely_oom = _memory_note(backend, rt)
+    if memory_facts_needed(code, killed) and memory is not None:
+        note, likely_oom = _memory_note(rt, *memory)
         if note:
             message = f"{message}; {note}" if message else note
     if killed or code is None or code < 0 or peer or preemption_notice or oom is not None:
@@ -323,6 +328,14 @@ def explain_failure(rt: TaskRuntime, tasks: Sequence[TaskRuntime], backend: Back
         gpu_oom=oom[1] if oom is not None else None,
         exception=exception,
     )
+
+
+def hang_message(rt: TaskRuntime, why: str, dump: str) -> str:
+    """The failure message of a hung task: ``hung: <why>``, where its main thread is stuck (from
+    its stack dump: :func:`~orchestrator.supervisor.rules.stack_rules.stuck_line`), and the path of the
+    dump, kept in ``stacks.txt`` (:func:`keep_stacks`)."""
+    where, stacks = stack_rules.stuck_line(rt.task.name, dump), keep_stacks(rt, dump)
+    return f"hung: {why}" + (f"; {where}" if where else "") + (f"; stack dump in {stacks}" if stacks else "")
 
 
 def keep_stacks(rt: TaskRuntime, dump: str) -> str:

@@ -2,19 +2,19 @@
 
 A snapshot is O(tasks): 10,000 task pictures take ~0.2 s of the loop's thread, long enough to
 see a SIGKILL late. So the loop builds at most ``per_tick`` task pictures per tick, round after
-round in plan order, and hands the view a :class:`~orchestrator.supervisor.snapshot.JobSnapshot`
+round in plan order, and hands the view a :class:`~orchestrator.supervisor.records.snapshot.JobSnapshot`
 each time a round is complete (the job-level fields as of that tick). A job of at most
 ``per_tick`` tasks is pictured whole in one tick, as before; ``status`` and the page of a job of
 N tasks are at most about ``N / per_tick`` ticks old. The final snapshot is always whole
-(:meth:`~orchestrator.supervisor.job.Supervisor.snapshot`).
+(:meth:`~orchestrator.supervisor.loop.Supervisor.snapshot`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from orchestrator.supervisor.snapshot import TaskSnapshot
-from orchestrator.supervisor.states import TaskRuntime
+from orchestrator.supervisor.records.snapshot import TaskSnapshot
+from orchestrator.supervisor.records.states import TaskRuntime
 
 
 class Pictures:
@@ -24,7 +24,7 @@ class Pictures:
         tasks: every task, in plan order.
         per_tick: most pictures one :meth:`advance` builds (at least 1).
         picture: ``(task, now) -> TaskSnapshot``
-            (:func:`~orchestrator.supervisor.snapshot.task_snapshot`).
+            (:func:`~orchestrator.supervisor.records.snapshot.task_snapshot`).
     """
 
     def __init__(self, tasks: Sequence[TaskRuntime], per_tick: int,
@@ -33,6 +33,16 @@ class Pictures:
         self._per_tick = max(1, per_tick)
         self._picture = picture
         self._round: list[TaskSnapshot] = []
+        self._next_at = 0.0
+
+    def look(self, now: float, every_s: float | None) -> tuple[TaskSnapshot, ...] | None:
+        """The loop's look at ``now``: a round begins every ``every_s`` seconds (None: never) and
+        goes on at each look until complete (:meth:`advance`); returns the round once complete."""
+        if every_s is None or not (self.in_round or now >= self._next_at):
+            return None
+        if not self.in_round:
+            self._next_at = now + every_s
+        return self.advance(now)
 
     @property
     def in_round(self) -> bool:

@@ -6,10 +6,19 @@ SIGTERM from outside at once (Slurm signals the job steps before the batch shell
 job is being preempted: every training task gets the preemption notice (a SIGTERM without the
 stop marker: TF's ``PreemptionCheckpointHandler`` saves at the next step and exits 143 or 42),
 and once every trainer has left, or the grace is over, the rest is stopped and the job ends
-``Preempted``. Nothing is restarted meanwhile. This is the bookkeeping; the loop acts.
+``Preempted``. Nothing is restarted meanwhile. This part decides (:meth:`Preemption.step`);
+the loop carries out what it returns (:mod:`~orchestrator.supervisor.actions`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.supervisor import forensics
+from orchestrator.supervisor.actions import Action, DropRestarts, End, Event, Notice, Stop
+from orchestrator.supervisor.records.snapshot import phase_name
+from orchestrator.supervisor.records.states import EXIT_PREEMPTED, JobState, TaskRuntime
+from orchestrator.supervisor.rules import decisions
 
 
 class Preemption:
@@ -52,3 +61,24 @@ class Preemption:
         else:
             saved = "every training task saved and left" + (f" at step {last_step}" if last_step is not None else "")
         return f"preempted ({self.reason}): {saved}"
+
+    def step(self, now: float, trainers: Sequence[TaskRuntime], coordinator: TaskRuntime,
+             last_step: int | None) -> list[Action]:
+        """First the notice to every live trainer (``trainers``: under PSS the coordinator alone,
+        its workers serve until stopped and must keep serving while it saves); then, once every
+        trainer has left or the grace is over, stop the rest and end Preempted (``last_step``:
+        how far training got)."""
+        names = [rt.task.name for rt in trainers]
+        if self.deadline is None:
+            hb = coordinator.current.heartbeat
+            phase = phase_name(hb.heartbeat.phase) if hb else None
+            if phase in decisions.POST_TRAINING_PHASES:  # a notice now would lose it (BackupAndRestore's
+                # backup is gone once fit returns): let evaluation and export finish in the grace
+                return [DropRestarts(), Event(self.begin(now, []) + "; training had ended: letting it finish")]
+            return [DropRestarts(), Event(self.begin(now, names)),
+                    Notice(tuple(rt.task.name for rt in trainers  # no stop marker: a notice
+                                 if rt.current.process is not None and not forensics.sigterm_received(rt)))]
+        if self.over(now, names):
+            return [End(JobState.PREEMPTED, EXIT_PREEMPTED, self.outcome(names, last_step)),
+                    Stop(None, "stopped: the job was preempted")]
+        return []

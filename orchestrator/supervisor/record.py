@@ -1,16 +1,16 @@
-"""``run.json``: the record of a run that a later life resumes from (:mod:`~orchestrator.supervisor.lives`)."""
+"""``run.json``: the record of a run that a later life resumes from (:mod:`~orchestrator.supervisor.records.lives`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.supervisor import lives as lifelog
-from orchestrator.supervisor.job import Supervisor
+from orchestrator.supervisor.loop import Supervisor
+from orchestrator.supervisor.records import lives as lifelog
 
 
 def run_record(sup: Supervisor) -> dict[str, Any]:
     """``run.json`` for the supervisor's run as it stands now (what
-    :meth:`~orchestrator.supervisor.lives.Carried.from_record` reads back): a running task's next
+    :meth:`~orchestrator.supervisor.records.lives.Carried.from_record` reads back): a running task's next
     attempt is the one after its current one."""
     next_attempt = {rt.task.name: rt.current.number + (1 if rt.current.process is not None else 0)
                     for rt in sup.tasks}

@@ -1,99 +1,22 @@
-"""Rehearsals (``--inject-fault``) that test nothing, said as soon as it is known.
-
-A ``step=N`` fault fires from the steps the task's program reports (the built-in worker,
-``orchestrator.client.report(step=...)``, the Keras callback): a program that reports no step
-can never fire it. The supervisor says so, once per fault, as soon as it is known
-(:func:`never_fires`): the targeted attempt ended without sending a step, or it has run
-:data:`NO_STEP_WARNING_S` without one; with the fix (``@time=S``, or ``report(step=)``).
-
-A job that succeeded while one of its injected faults never fired tested nothing: the CLI
-exits :data:`~orchestrator.supervisor.states.EXIT_UNTESTED` (3), not 0
-(docs/failure-handling.md, "Rehearsing failures"). Whether a fault fired is read from the
-attempt's logs, where the task prints ``injecting fault: KIND at TRIGGER=N`` when it fires one
-(:func:`orchestrator.task.faults.announce`).
-"""
+"""The rehearsal part of the supervisor: each ``step=`` fault that cannot fire, said once, as soon
+as it is known, and whether each fault fired, recorded when the attempt it targets has ended (the
+rules: :mod:`orchestrator.supervisor.rules.rehearsal`)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from orchestrator.plan import Plan, task_dir
-from orchestrator.spec.faults import ENV as FAULTS_ENV
+from orchestrator.plan import Plan
+from orchestrator.spec.faults import Fault
 from orchestrator.spec.model import TaskId
-from orchestrator.supervisor.states import EXIT_FAILED, EXIT_SUCCEEDED, EXIT_UNTESTED, JobState, TaskRuntime
-
-NO_STEP_WARNING_S = 30.0
-"""Seconds a task may run without sending a step before its pending ``step=`` faults are said
-never to fire (a program's first step rarely comes later: TensorFlow's import and a small
-model's build take ~10 s on one core)."""
-
-
-def fault_name(task: TaskId, fault: dict[str, Any]) -> str:
-    """``worker:0:kill@step=5`` (``,attempt=N`` after the first attempt), as ``--inject-fault`` takes it."""
-    kind = fault["kind"] + (f"={fault['exit_code']}" if fault["kind"] == "exit" else "")
-    name = f"{task}:{kind}@{fault['trigger']}={float(fault['at']):g}"
-    return name + (f",attempt={fault['attempt']}" if fault["attempt"] else "")
-
-
-def planned_faults(plan: Plan) -> list[tuple[TaskId, dict[str, Any]]]:
-    """Every injected fault of the plan, with its task (the ``ORCH_FAULTS`` of each task's env)."""
-    out = []
-    for tp in plan.tasks:
-        raw = tp.env.get(FAULTS_ENV)
-        out += [(tp.task, fault) for fault in (json.loads(raw) if raw else [])]
-    return out
-
-
-def fired(plan: Plan, task: TaskId, fault: dict[str, Any]) -> bool:
-    """Whether ``fault`` of ``task`` fired: its ``injecting fault: ...`` line is in the logs of
-    the attempt it targets."""
-    directory = task_dir(plan.run_dir, int(fault["attempt"]), task)
-    line = f"injecting fault: {fault['kind']} at {fault['trigger']}={float(fault['at']):g}"
-    for name in ("stdout.log", "stderr.log"):
-        try:
-            if line in (directory / name).read_text(encoding="utf-8", errors="replace"):
-                return True
-        except OSError:
-            pass
-    return False
-
-
-def fault_report(plan: Plan) -> list[dict[str, Any]]:
-    """``summary.json``'s ``faults``: each injected fault and whether it fired."""
-    return [{"fault": fault_name(task, fault), "fired": fired(plan, task, fault)}
-            for task, fault in planned_faults(plan)]
-
-
-def never_fires(name: str, fault: dict[str, Any], *, attempt: int, saw_step: bool, ended: bool,
-                ran_s: float) -> str | None:
-    """Why the ``step=`` fault ``fault`` of task ``name`` can never fire, when that is known now;
-    None while it still may (or for a ``time=`` fault, or another attempt's).
-
-    Args:
-        name: the task's name (``worker-0``).
-        fault: the fault (``ORCH_FAULTS`` JSON: kind, trigger, at, attempt, ...).
-        attempt: the task's current attempt.
-        saw_step: that attempt reported a training step.
-        ended: that attempt has ended.
-        ran_s: seconds since that attempt started.
-    """
-    if fault["trigger"] != "step" or fault["attempt"] != attempt or saw_step:
-        return None
-    if ended:
-        why = f"{name} (attempt {attempt}) ended without ever sending a step"
-    elif ran_s >= NO_STEP_WARNING_S:
-        why = f"{name} has run {ran_s:.0f} s without sending a step"
-    else:
-        return None
-    return (f"WARNING: the injected fault {fault['kind']}@step={float(fault['at']):g} of {name} will never fire: "
-            f"{why}, and step faults fire on the steps the program reports; report them "
-            "(orchestrator.client.report(step=...) or keras_callback()), or use @time=SECONDS")
+from orchestrator.supervisor.records.states import TaskRuntime
+from orchestrator.supervisor.rules.rehearsal import FaultRecord, fault_name, fired, never_fires, planned_faults
 
 
 class Rehearsal:
-    """The plan's injected faults, watched: each ``step=`` fault that cannot fire said once.
+    """The plan's injected faults, watched: each ``step=`` fault that cannot fire said once, and
+    whether each fired recorded when the attempt it targets has ended (its logs read once then),
+    so that a status query never reads a log.
 
     Args:
         plan: the job's plan.
@@ -102,57 +25,60 @@ class Rehearsal:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self._faults = planned_faults(plan)
-        self._pending = [(task, f) for task, f in self._faults if f["trigger"] == "step"]
+        self._pending = [f for f in self._faults if f.trigger == "step"]
+        self._fired: dict[int, bool] = {}  # index in _faults -> fired, once its attempt has ended
+        self._open = list(range(len(self._faults)))  # indexes whose attempt has not ended yet
 
     def watch(self, tasks: Sequence[TaskRuntime], now: float) -> list[str]:
-        """The warnings due now (each fault's at most once; O(pending step faults))."""
-        if not self._pending:
+        """The warnings due now (each fault's at most once; O(faults not settled)), and the faults
+        whose attempt has ended recorded as fired or not."""
+        if not self._pending and not self._open:
             return []
         by_task = {rt.task: rt for rt in tasks}
-        texts, left = [], []
-        for task, fault in self._pending:
-            rt = by_task.get(task)
+        self._settle(by_task)
+        texts: list[str] = []
+        left: list[Fault] = []
+        for fault in self._pending:
+            rt = by_task.get(fault.task)
             if rt is None:
                 continue
             a = rt.current
-            if a.number < fault["attempt"] or a.started_at is None:
-                left.append((task, fault))  # its attempt is still to come
+            if a.number < fault.attempt or a.started_at is None:
+                left.append(fault)  # its attempt is still to come
                 continue
-            if a.number > fault["attempt"] or a.last_step is not None:
+            if a.number > fault.attempt or a.last_step is not None:
                 continue  # its attempt is over, or it sends steps: the fault fires from them
-            text = never_fires(task.name, fault, attempt=a.number, saw_step=False, ended=a.state.terminal,
+            text = never_fires(fault.task.name, fault, attempt=a.number, saw_step=False, ended=a.state.terminal,
                                ran_s=now - a.started_at)
             if text is None:
-                left.append((task, fault))
-            elif not fired(self.plan, task, fault):  # it fired before its step reached us (exit, kill)
+                left.append(fault)
+            elif not fired(self.plan, fault):  # it fired before its step reached us (exit, kill)
                 texts.append(text)
         self._pending = left
         return texts
 
+    def _settle(self, by_task: Mapping[TaskId, TaskRuntime]) -> None:
+        left = []
+        for i in self._open:
+            fault = self._faults[i]
+            rt = by_task.get(fault.task)
+            a = rt.current if rt is not None else None
+            if a is not None and (a.number > fault.attempt or (a.number == fault.attempt and a.state.terminal)):
+                self._fired[i] = fired(self.plan, fault)
+            else:
+                left.append(i)
+        self._open = left
+
     def untested(self) -> list[str]:
-        """The faults that never fired (read from the logs; call once the job is over)."""
-        return [fault_name(task, f) for task, f in self._faults if not fired(self.plan, task, f)]
+        """The faults that never fired (the logs of those not settled yet are read now: call once
+        the job is over)."""
+        for i in self._open:
+            self._fired[i] = fired(self.plan, self._faults[i])
+        self._open = []
+        return [fault_name(f) for i, f in enumerate(self._faults) if not self._fired[i]]
+
+    def records(self) -> tuple[FaultRecord, ...]:
+        """Each injected fault and whether it fired, as recorded so far (no log is read)."""
+        return tuple(FaultRecord(fault_name(f), self._fired.get(i, False)) for i, f in enumerate(self._faults))
 
 
-def checked_success(reason: str, formed_failure: str | None,
-                    untested: Callable[[], list[str]]) -> tuple[JobState, int, str]:
-    """The end of a job that met its success policy, once what it formed and tested is known.
-
-    Args:
-        reason: why it succeeded (``every chief and worker exited 0``).
-        formed_failure: the formed-vs-planned mismatch that fails it
-            (:attr:`orchestrator.supervisor.formed.FormedCheck.failure`), None for none.
-        untested: the injected faults that never fired (called only when needed: it reads logs).
-
-    Returns:
-        ``(state, exit code, reason)``: Failed (1) for a mismatch; Succeeded with exit
-        :data:`~orchestrator.supervisor.states.EXIT_UNTESTED` (3) when a fault never fired (a
-        rehearsal that tested nothing); else Succeeded (0) as it was.
-    """
-    if formed_failure is not None:
-        return JobState.FAILED, EXIT_FAILED, formed_failure
-    never = untested()
-    if never:
-        return (JobState.SUCCEEDED, EXIT_UNTESTED,
-                f"{reason}; but the rehearsal tested nothing: {', '.join(never)} never fired")
-    return JobState.SUCCEEDED, EXIT_SUCCEEDED, reason

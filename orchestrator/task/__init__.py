@@ -1,7 +1,10 @@
 """The task side: what runs inside a task process, never in the orchestrator.
 
-* :mod:`orchestrator.task.runtime`: the frame of every task entrypoint (context from the
-  environment, parent-death signal, stack dumps, JSON error files, ``run_task``);
+* :mod:`orchestrator.task.runtime`: the frame of every task entrypoint (``run_task``), made of
+  :mod:`~orchestrator.task.context` (what the task knows, from the environment),
+  :mod:`~orchestrator.task.lifetime` (parent-death signal, stack dumps),
+  :mod:`~orchestrator.task.sigterm` (the orchestrator's stop or a preemption) and
+  :mod:`~orchestrator.task.errorfile` (JSON error files);
 * :mod:`orchestrator.task.reporter`: the heartbeat stream to the orchestrator;
 * :mod:`orchestrator.task.reporting`: ``report()`` / ``done()`` for users' own programs,
   re-exported by the public :mod:`orchestrator.client`;

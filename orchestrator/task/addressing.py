@@ -88,7 +88,7 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
     """Register this task's address and wait for the cluster (see the module docstring).
 
     Args:
-        context: the task's :class:`orchestrator.task.runtime.TaskContext`.
+        context: the task's :class:`orchestrator.task.context.TaskContext`.
         timeout_s: bound on the whole registration, seconds.
 
     Returns:
@@ -112,7 +112,7 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
     metadata = ((env.TOKEN_METADATA_KEY, context.token),)
     deadline = time.monotonic() + timeout_s
     backoff_s = 0.2
-    files = tls.files_for(getattr(context, "tls_dir", ""), f"{context.task_type}-{context.task_index}")
+    files = tls.files_for(context.tls_dir, f"{context.task_type}-{context.task_index}")
     with tls.channel(context.health_address, files, CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.SupervisorStub(channel)
         while True:

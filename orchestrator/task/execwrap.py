@@ -75,12 +75,15 @@ import time
 
 from orchestrator import env
 from orchestrator.net import can_listen
+from orchestrator.resources.pinning import pin_self
 from orchestrator.spec.faults import ENV as FAULTS_ENV
+from orchestrator.spec.faults import Fault
+from orchestrator.task.context import TaskContext
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
 from orchestrator.task.leftovers import become_subreaper, end_descendants, reap_orphans
-from orchestrator.task.pinning import pin_self
-from orchestrator.task.runtime import TaskContext, die_with_orchestrator, take_cluster
+from orchestrator.task.lifetime import die_with_orchestrator
+from orchestrator.task.runtime import take_cluster
 from orchestrator.task.spare import take_stdio
 
 STOP_GRACE_S = 1.0
@@ -140,13 +143,13 @@ def _on_sigterm(_signum, _frame) -> None:
             pass
 
 
-def _fire(fault: dict, program: subprocess.Popen) -> None:
+def _fire(fault: Fault, program: subprocess.Popen[bytes]) -> None:
     """Fire one ``time=`` fault on the program (from a timer thread)."""
     if program.poll() is not None:
         return
-    kind = fault["kind"]
+    kind = fault.kind
     if kind not in OUTSIDE_KINDS:
-        print(f"execwrap: cannot inject {kind} at {fault['trigger']}={fault['at']:g} into a user's program "
+        print(f"execwrap: cannot inject {kind} at {fault.when} into a user's program "
               "from outside; skipped", file=sys.stderr, flush=True)
         return
     announce(fault)
@@ -154,7 +157,7 @@ def _fire(fault: dict, program: subprocess.Popen) -> None:
         _kill_group()
     elif kind == "exit":
         global _exit_code
-        _exit_code = int(fault["exit_code"])  # main() exits with it once the program is gone
+        _exit_code = fault.exit_code  # main() exits with it once the program is gone
         program.kill()  # the backend then kills what the program left in the group
     elif kind == "stop":
         os.killpg(0, signal.SIGSTOP)
@@ -234,12 +237,12 @@ def _program_env(orchestrator_pid: int) -> dict[str, str]:
     return program_env
 
 
-def _supervise(program: subprocess.Popen, time_faults: list[dict]) -> int:
+def _supervise(program: subprocess.Popen[bytes], time_faults: list[Fault]) -> int:
     """Fire the ``time=`` faults on the running program, wait for it, end what it left behind,
     exit the way it did."""
     reap_orphans(program.pid)
     for fault in time_faults:
-        timer = threading.Timer(float(fault["at"]), _fire, args=(fault, program))
+        timer = threading.Timer(fault.at, _fire, args=(fault, program))
         timer.daemon = True
         timer.start()
     code = program.wait()

@@ -1,7 +1,7 @@
 """Task side of fault injection: fires the faults the orchestrator put in ``ORCH_FAULTS``.
 
-The syntax and the parsing (``--inject-fault``) are in :mod:`orchestrator.spec.faults`.
-Who fires what:
+The syntax, the parsing (``--inject-fault``) and the record (:class:`~orchestrator.spec.faults.Fault`)
+are in :mod:`orchestrator.spec.faults`. Who fires what:
 
 * the built-in programs (:func:`orchestrator.task.runtime.run_task`): ``time=`` faults from
   a timer thread, ``step=`` faults from the training loop (:class:`worker.progress.Progress`);
@@ -27,16 +27,16 @@ import threading
 import time
 
 from orchestrator import env
-from orchestrator.spec.faults import ENV
+from orchestrator.spec.faults import ENV, Fault, decode
 
 
 class InjectedFault(RuntimeError):
     """Raised in the training loop by a ``raise`` fault."""
 
 
-def announce(fault: dict) -> None:
+def announce(fault: Fault) -> None:
     """Print the ``injecting fault: ...`` line of ``fault`` to stdout and stderr (flushed)."""
-    line = f"injecting fault: {fault['kind']} at {fault['trigger']}={fault['at']:g} (unix {time.time():.3f})"
+    line = f"injecting fault: {fault.kind} at {fault.when} (unix {time.time():.3f})"
     print(line, flush=True)
     print(line, file=sys.stderr, flush=True)  # so the failure report's stderr tail shows it
 
@@ -44,8 +44,7 @@ def announce(fault: dict) -> None:
 def without_time_faults(raw: str) -> str:
     """``raw`` (an ``ORCH_FAULTS`` value) without its ``time=`` faults: what a wrapper that
     fires those itself passes on to the program it runs."""
-    faults = json.loads(raw) if raw else []
-    return json.dumps([f for f in faults if f["trigger"] != "time"])
+    return json.dumps([f.to_json() for f in decode(raw) if f.trigger != "time"])
 
 
 class FaultInjector:
@@ -57,13 +56,13 @@ class FaultInjector:
     """
 
     def __init__(self, raw: str, attempt: int) -> None:
-        faults = json.loads(raw) if raw else []
-        self._step_faults = [f for f in faults if f["attempt"] == attempt and f["trigger"] == "step"]
-        self._time_faults = [f for f in faults if f["attempt"] == attempt and f["trigger"] == "time"]
+        faults = [f for f in decode(raw) if f.attempt == attempt]
+        self._step_faults = [f for f in faults if f.trigger == "step"]
+        self._time_faults = [f for f in faults if f.trigger == "time"]
 
     @property
-    def time_faults(self) -> list[dict]:
-        """This attempt's ``time=`` faults (JSON dicts: kind, at, exit_code, ...)."""
+    def time_faults(self) -> list[Fault]:
+        """This attempt's ``time=`` faults."""
         return list(self._time_faults)
 
     @classmethod
@@ -73,25 +72,25 @@ class FaultInjector:
     def start_timers(self) -> None:
         """Arm the ``time=`` faults (daemon timers from now)."""
         for fault in self._time_faults:
-            timer = threading.Timer(fault["at"], self._fire, args=(fault,))
+            timer = threading.Timer(fault.at, self._fire, args=(fault,))
             timer.daemon = True
             timer.start()
 
     def on_step(self, step: int) -> None:
         """Call after each training step; fires ``step=`` faults whose step has come."""
         for fault in list(self._step_faults):
-            if step >= fault["at"]:
+            if step >= fault.at:
                 self._step_faults.remove(fault)
                 self._fire(fault)
 
     @staticmethod
-    def _fire(fault: dict) -> None:
+    def _fire(fault: Fault) -> None:
         announce(fault)
-        kind = fault["kind"]
+        kind = fault.kind
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "exit":
-            os._exit(fault["exit_code"])
+            os._exit(fault.exit_code)
         elif kind == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
         elif kind == "term":  # a preemption: SIGTERM without the orchestrator's stop marker
@@ -100,4 +99,4 @@ class FaultInjector:
             while True:  # blocks this thread only; heartbeats continue
                 time.sleep(3600)
         elif kind == "raise":
-            raise InjectedFault(f"injected fault at {fault['trigger']}={fault['at']:g}")
+            raise InjectedFault(f"injected fault at {fault.when}")

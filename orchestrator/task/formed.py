@@ -3,8 +3,9 @@ no TensorFlow import: the strategy is read through its public attributes).
 
 A program that builds its own cluster (a hard-coded ``TF_CONFIG``, ``SlurmClusterResolver``
 inside one-task steps) can train alone in every task while the orchestrator planned one
-cluster of N: each task then reports ``replicas_in_sync 1``, ``cluster_workers 1``, and the
-supervisor compares that with the plan (:mod:`orchestrator.supervisor.formed`).
+cluster of N: each task then reports ``replicas_in_sync 1``, ``cluster_workers 1`` (the
+heartbeat's typed ``formed`` field, not its metrics), and the supervisor compares that with the
+plan (:mod:`orchestrator.supervisor.rules.formed`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 REPLICAS_IN_SYNC = "replicas_in_sync"
-"""Heartbeat metric: ``strategy.num_replicas_in_sync`` of the task's strategy."""
+"""Heartbeat ``formed`` field: ``strategy.num_replicas_in_sync`` of the task's strategy."""
 CLUSTER_WORKERS = "cluster_workers"
-"""Heartbeat metric: the chief and workers in the cluster the task's strategy resolved (absent
-for a strategy without a cluster resolver)."""
+"""Heartbeat ``formed`` field: the chief and workers in the cluster the task's strategy resolved
+(absent for a strategy without a cluster resolver)."""
+FORMED_FIELDS = (REPLICAS_IN_SYNC, CLUSTER_WORKERS)
+"""The fields of a heartbeat's ``Formed`` (typed, not metrics: the supervisor acts on them)."""
 GLOBAL_BATCH_SIZE = "global_batch_size"
 """Heartbeat metric: examples per training step across every replica in sync."""
 

@@ -40,6 +40,7 @@ import time
 from typing import Callable, Mapping, MutableMapping, Sequence
 
 from orchestrator import env
+from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, dns_name, task_type_of
 from orchestrator.spec.model import TASK_TYPES, TaskId
 from orchestrator.spec.tfconfig import tf_config
 
@@ -103,10 +104,10 @@ def tf_config_from_jobset(environ: Mapping[str, str]) -> dict | None:
     name = environ.get(env.JOBSET_NAME, "")
     if not name:
         return None
-    task_type = environ.get(env.JOBSET_REPLICATED_JOB, "")
+    task_type = task_type_of(environ.get(env.JOBSET_REPLICATED_JOB, ""))  # data-worker: data_worker
     if task_type not in TASK_TYPES:
-        raise ValueError(f"{env.JOBSET_REPLICATED_JOB}={task_type!r} is not a task type; replicated jobs must be "
-                         f"named {', '.join(TASK_TYPES)}")
+        raise ValueError(f"{env.JOBSET_REPLICATED_JOB}={environ.get(env.JOBSET_REPLICATED_JOB, '')!r} is not a task "
+                         f"type; replicated jobs must be named {', '.join(map(dns_name, TASK_TYPES))}")
     if env.JOB_COMPLETION_INDEX not in environ:
         raise ValueError(f"{env.JOB_COMPLETION_INDEX} is not set; the replicated job's Job must have "
                          "completionMode: Indexed")
@@ -119,6 +120,8 @@ def tf_config_from_jobset(environ: Mapping[str, str]) -> dict | None:
         counts = json.loads(environ.get(env.JOBSET_CLUSTER, ""))
     except json.JSONDecodeError:
         counts = None
+    if isinstance(counts, dict):
+        counts = {task_type_of(str(k)): v for k, v in counts.items()}
     if not isinstance(counts, dict) or not all(
             k in TASK_TYPES and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in counts.items()):
         raise ValueError(f"{env.JOBSET_CLUSTER}={environ.get(env.JOBSET_CLUSTER, '')!r} is not a JSON object of "
@@ -130,7 +133,7 @@ def tf_config_from_jobset(environ: Mapping[str, str]) -> dict | None:
     port = _int(environ, env.JOBSET_PORT, default=DEFAULT_PORT)
     if not 1 <= port <= 65535:
         raise ValueError(f"{env.JOBSET_PORT}={port} is not a port (1..65535)")
-    addresses = {TaskId(t, i): f"{pod_hostname(name, t, 0, i, subdomain)}:{port}"
+    addresses = {TaskId(t, i): f"{pod_hostname(name, dns_name(t), 0, i, subdomain)}:{port}"
                  for t in TASK_TYPES for i in range(counts.get(t, 0))}
     return tf_config(addresses, TaskId(task_type, pod_index))
 
@@ -156,6 +159,12 @@ def ensure_tf_config(environ: MutableMapping[str, str] | None = None) -> bool:
     if config is None:
         return False
     environ["TF_CONFIG"] = json.dumps(config, separators=(",", ":"))
+    task = config["task"]
+    if task["type"] in SERVICE_TASK_TYPES and not environ.get(env.TASK_ADDRESS):  # its server's own address
+        port = _int(environ, env.JOBSET_PORT, default=DEFAULT_PORT)
+        host = pod_hostname(environ[env.JOBSET_NAME], dns_name(task["type"]), 0, task["index"],
+                            environ.get(env.JOBSET_SUBDOMAIN, "") or environ[env.JOBSET_NAME])
+        environ[env.TASK_ADDRESS] = f"{host}:{port}"
     return True
 
 

@@ -3,7 +3,7 @@
 Every task (ps included) runs one :class:`HeartbeatReporter`. It sends a heartbeat every
 ``interval_s`` seconds and at once when the task's phase changes, carrying task type and
 index, attempt, pid, phase, step, epoch, loss, examples/s, CPU % and RSS (psutil), and the
-utilisation and memory of the GPUs in its ``CUDA_VISIBLE_DEVICES`` (NVML, :mod:`orchestrator.gpus`:
+utilisation and memory of the GPUs in its ``CUDA_VISIBLE_DEVICES`` (NVML, :mod:`orchestrator.resources.gpus`:
 sampled here, on the task's own node, so the figures exist wherever the task runs: a Slurm node,
 a container, a pod).
 Training code feeds it through :meth:`HeartbeatReporter.update`.
@@ -29,10 +29,12 @@ import grpc
 import psutil
 
 from orchestrator import env, tls
-from orchestrator.gpus import sample_visible
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
-from orchestrator.task.pinning import pin_self
+from orchestrator.resources.gpus import sample_visible
+from orchestrator.resources.pinning import pin_self
+from orchestrator.task.context import TaskContext
+from orchestrator.task.formed import FORMED_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,7 @@ class HeartbeatReporter:
         self._cond = threading.Condition()
         self._fields: dict = {"phase": pb.PHASE_INITIALIZING}
         self._metrics: dict[str, float] = {}
+        self._formed: dict[str, int] = {}
         self._dirty = True
         self._closing = False
         self._exiting = False
@@ -103,8 +106,8 @@ class HeartbeatReporter:
         self._held_set = False
 
     @classmethod
-    def from_context(cls, context) -> "HeartbeatReporter":
-        """Build from a :class:`orchestrator.task.runtime.TaskContext`."""
+    def from_context(cls, context: TaskContext) -> "HeartbeatReporter":
+        """Build from a :class:`orchestrator.task.context.TaskContext`."""
         return cls(
             context.health_address,
             context.token,
@@ -113,8 +116,8 @@ class HeartbeatReporter:
             context.attempt,
             context.heartbeat_interval_s,
             context.orchestrator_pid,
-            getattr(context, "orphan_timeout_s", 0.0),
-            getattr(context, "tls_dir", ""),
+            context.orphan_timeout_s,
+            context.tls_dir,
         )
 
     # -- feeding -------------------------------------------------------------------------
@@ -128,7 +131,9 @@ class HeartbeatReporter:
             now: send this update at once instead of with the next heartbeat (an event the
                 supervisor times, e.g. a worker back in the coordinator's rotation).
             **values: ``step``, ``epoch``, ``loss``, ``examples_per_second`` go to their
-                own fields; anything else is a metric (e.g. ``test_accuracy``).
+                own fields, ``replicas_in_sync`` and ``cluster_workers`` (what the strategy
+                formed: :func:`orchestrator.task.formed.strategy_facts`) to ``formed``; anything
+                else is a metric (e.g. ``test_accuracy``).
         """
         with self._cond:
             if (phase is not None and phase != self._fields.get("phase")) or now:
@@ -145,6 +150,8 @@ class HeartbeatReporter:
                     self._fields[name] = int(value)
                 elif name in ("loss", "examples_per_second"):
                     self._fields[name] = float(value)
+                elif name in FORMED_FIELDS:
+                    self._formed[name] = int(value)
                 else:
                     self._metrics[name] = float(value)
 
@@ -261,6 +268,8 @@ class HeartbeatReporter:
             setattr(hb, name, value)
         for name, value in self._metrics.items():
             hb.metrics[name] = value
+        for name, count in self._formed.items():
+            setattr(hb.formed, name, count)
         self._sequence += 1
         return hb
 

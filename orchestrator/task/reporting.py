@@ -18,11 +18,13 @@ Calls with a ``step`` also fire the task's step-triggered injected faults
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 from typing import Any
 
 from orchestrator import env
+from orchestrator.spec.model import Strategy
 from orchestrator.task.faults import FaultInjector
 from orchestrator.task.formed import CLUSTER_WORKERS, GLOBAL_BATCH_SIZE, REPLICAS_IN_SYNC, strategy_facts
 
@@ -30,6 +32,11 @@ _lock = threading.Lock()
 _reporter = None
 _started = False
 _faults: FaultInjector | None = None
+_non_finite_sent = False
+NON_FINITE_STEP = "non_finite_step"
+"""The metric that carries the step of the first non-finite loss or metric this process reported
+(:mod:`orchestrator.supervisor.rules.training_rules` reads it by this name)."""
+"""Whether a non-finite loss or metric was reported (and flushed at once) by this process."""
 
 
 def _in_task() -> bool:
@@ -43,8 +50,8 @@ def _get():
             _started = True
             if _in_task():
                 # grpc and psutil (~20 MB) load only inside an orchestrated task, not in a script run by hand
+                from orchestrator.task.context import TaskContext
                 from orchestrator.task.reporter import HeartbeatReporter
-                from orchestrator.task.runtime import TaskContext
 
                 context = TaskContext.from_env()
                 _reporter = HeartbeatReporter.from_context(context)
@@ -76,7 +83,7 @@ def _trains(task_type: str) -> bool:
     only serve). A ps, a PSS worker and the evaluator may never report training."""
     if task_type == "chief":
         return True
-    return task_type == "worker" and env.read(env.STRATEGY) != "parameter_server"
+    return task_type == "worker" and env.read(env.STRATEGY) != Strategy.PARAMETER_SERVER.value
 
 
 def announce() -> None:
@@ -148,8 +155,16 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
         return
     from orchestrator.proto import supervisor_pb2 as pb  # protobuf: only once there is a reporter
 
+    global _non_finite_sent
+    first_nan = not _non_finite_sent and ((loss is not None and not math.isfinite(loss))
+                                          or not all(math.isfinite(v) for v in metrics.values()))
+    if first_nan and step is not None:
+        metrics[NON_FINITE_STEP] = step  # the supervisor names this step, not the one it sees first
     reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
                     examples_per_second=examples_per_second, **metrics)
+    if first_nan:
+        _non_finite_sent = True  # and it goes out at once
+        reporter.flush()
 
 
 def training_finished(step: int | None = None, loss: float | None = None, **metrics: float) -> None:

@@ -55,8 +55,8 @@ import traceback
 import types
 
 from orchestrator import env
-from orchestrator.task.pinning import pin_self
-from orchestrator.task.runtime import die_with_orchestrator
+from orchestrator.resources.pinning import pin_self
+from orchestrator.task.lifetime import die_with_orchestrator
 
 MODULE_ENV = env.SPARE_MODULE
 PRELOAD_ENV = env.SPARE_PRELOAD

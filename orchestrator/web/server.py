@@ -27,6 +27,7 @@ import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from orchestrator import jsontext
 from orchestrator.errors import SpecError
 from orchestrator.health.loop import LoopThread
 
@@ -196,7 +197,7 @@ class WebServer:
             if status and not status.get("live", True):
                 self._final_served = True
             self._served.notify_all()
-        return web.json_response(dict(status, poll_interval_s=POLL_INTERVAL_S))
+        return web.json_response(dict(status, poll_interval_s=POLL_INTERVAL_S), dumps=jsontext.dumps)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         from aiohttp import web

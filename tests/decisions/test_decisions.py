@@ -7,7 +7,8 @@ import pytest
 from orchestrator.env import PREEMPTED_EXIT_CODE
 from orchestrator.spec.model import Strategy, TaskId
 from orchestrator.spec.supervision import RestartPolicy, SupervisionSpec
-from orchestrator.supervisor.decisions import (
+from orchestrator.supervisor.records.states import TaskState, describe_exit
+from orchestrator.supervisor.rules.decisions import (
     RestartScope,
     TaskWatch,
     backoff_s,
@@ -22,7 +23,6 @@ from orchestrator.supervisor.decisions import (
     spare_count,
     spares_start_at,
 )
-from orchestrator.supervisor.states import TaskState, describe_exit
 
 MWMS, PSS = Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER
 W0, W1, W2 = TaskId("worker", 0), TaskId("worker", 1), TaskId("worker", 2)

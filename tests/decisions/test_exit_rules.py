@@ -1,4 +1,4 @@
-"""The rules for the ends of tasks (:mod:`orchestrator.supervisor.exitrules`) by tables, and the
+"""The rules for the ends of tasks (:mod:`orchestrator.supervisor.rules.exitrules`) by tables, and the
 loop acting on them with a fake backend and clock: the evaluator's grace, a task stuck in its
 exit, crash loops."""
 
@@ -9,7 +9,7 @@ import pytest
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import JobState, TaskState
-from orchestrator.supervisor.exitrules import crash_loop, exit_overdue, finished, stuck_thread
+from orchestrator.supervisor.rules.exitrules import crash_loop, exit_overdue, finished, stuck_thread
 from tests.decisions.test_supervisor_loop import PHASES, Harness, spec_of
 
 KEY_ERROR = "KeyError: 'evaluator'"

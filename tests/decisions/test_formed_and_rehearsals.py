@@ -13,12 +13,12 @@ from orchestrator.plan import make_plan
 from orchestrator.spec import TaskId
 from orchestrator.spec.faults import Fault
 from orchestrator.supervisor import JobState, Supervisor
-from orchestrator.supervisor.decisions import RestartScope
-from orchestrator.supervisor.formed import fails_job, mismatch, summary_field
-from orchestrator.supervisor.lives import Carried, Life, LifeBook, batch_change
-from orchestrator.supervisor.recovery import Recovery, RecoveryBook
-from orchestrator.supervisor.rehearsal import NO_STEP_WARNING_S, checked_success, never_fires
-from orchestrator.supervisor.states import EXIT_UNTESTED, Failure
+from orchestrator.supervisor.records.lives import Carried, Life, LifeBook, batch_change
+from orchestrator.supervisor.records.recovery import Recovery, RecoveryBook
+from orchestrator.supervisor.records.states import EXIT_UNTESTED, Failure
+from orchestrator.supervisor.rules.decisions import RestartScope
+from orchestrator.supervisor.rules.formed import fails_job, mismatch, summary_field
+from orchestrator.supervisor.rules.rehearsal import NO_STEP_WARNING_S, checked_success, never_fires
 from tests.decisions.test_supervisor_loop import FakeBackend, FakeClock, Harness, RecordingView, spec_of
 
 W0, W1, CHIEF = TaskId("worker", 0), TaskId("worker", 1), TaskId("chief", 0)
@@ -108,7 +108,7 @@ def test_an_allowed_mismatch_is_a_warning_and_the_job_succeeds(tmp_path):
 
 
 # -- rehearsals that test nothing ----------------------------------------------------------------
-STEP_FAULT = {"task": "worker:0", "kind": "kill", "trigger": "step", "at": 5.0, "exit_code": 0, "attempt": 0}
+STEP_FAULT = Fault.parse("worker:0:kill@step=5")
 
 
 @pytest.mark.parametrize("fault, attempt, saw_step, ended, ran_s, says", [
@@ -117,7 +117,7 @@ STEP_FAULT = {"task": "worker:0", "kind": "kill", "trigger": "step", "at": 5.0, 
     (STEP_FAULT, 0, False, False, NO_STEP_WARNING_S - 0.1, None),  # it may still send one
     (STEP_FAULT, 0, True, True, 3.0, None),  # it sent steps: the fault fires from them
     (STEP_FAULT, 1, False, True, 3.0, None),  # another attempt's
-    ({**STEP_FAULT, "trigger": "time"}, 0, False, True, 3.0, None),  # fired by the clock
+    (Fault.parse("worker:0:kill@time=5"), 0, False, True, 3.0, None),  # fired by the clock
 ])
 def test_a_step_fault_that_cannot_fire_is_said_with_the_fix(fault, attempt, saw_step, ended, ran_s, says):
     text = never_fires("worker-0", fault, attempt=attempt, saw_step=saw_step, ended=ended, ran_s=ran_s)
@@ -195,6 +195,20 @@ def test_a_fault_that_fired_before_its_step_reached_us_leaves_the_exit_code_alon
     result = h.finish()
     assert (result.state, result.exit_code) == (JobState.SUCCEEDED, 0)
     assert not [e for e in h.view.events if "never fire" in e]
+
+
+def test_whether_a_fault_fired_is_recorded_when_its_attempt_ends_and_a_snapshot_reads_no_log(tmp_path):
+    h = fault_harness(tmp_path, ["worker:0:exit=3@time=1"])
+    assert [f.to_dict() for f in h.sup.snapshot().faults] == [{"fault": "worker:0:exit=3@time=1", "fired": False}]
+    log = tmp_path / "attempt-0" / "worker-0" / "stdout.log"
+    log.write_text("injecting fault: exit at time=1 (unix 1.000)\n")
+    h.tick(0.5)
+    assert not h.sup.snapshot().faults[0].fired  # its attempt runs: nothing read yet
+    h.exit("worker-0", 3)
+    h.tick(0.1)
+    assert h.sup.snapshot().faults[0].fired  # read once, when the attempt ended
+    log.unlink()  # a snapshot (a status query, a page refresh) never reads the log again
+    assert h.sup.snapshot().faults[0].fired
 
 
 # -- the step a run really resumed at, the global batch across lives ----------------------------------

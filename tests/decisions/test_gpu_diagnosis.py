@@ -1,6 +1,6 @@
 """A GPU out-of-memory is named as the root cause, with its device and memory, and is permanent under
 ``exit-code``; an NCCL collective error is a peer's failure. Tables over the pure functions of
-:mod:`orchestrator.supervisor.gpu` and :mod:`orchestrator.supervisor.decisions`; then the status,
+:mod:`orchestrator.supervisor.rules.gpu` and :mod:`orchestrator.supervisor.rules.decisions`; then the status,
 table and ``/metrics`` columns a task's GPUs give (issue 20)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from orchestrator.gpus import GpuUsage
 from orchestrator.report.status import COLUMNS, GPU_COLUMNS, columns, format_table, row
+from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.supervision import RestartPolicy
-from orchestrator.supervisor import decisions
-from orchestrator.supervisor.gpu import batch_hint, describe, device_usage, gpu_oom, peak
+from orchestrator.supervisor.rules import decisions
+from orchestrator.supervisor.rules.gpu import batch_hint, describe, device_usage, gpu_oom, peak
 from orchestrator.web.metrics import job_metrics
 
 GIB = 2**30

@@ -11,10 +11,10 @@ from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.report.status import status_dict, task_dict
 from orchestrator.spec import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.decisions import RestartScope
 from orchestrator.supervisor.pictures import Pictures
-from orchestrator.supervisor.recovery import Recovery, RecoveryBook
-from orchestrator.supervisor.states import Failure
+from orchestrator.supervisor.records.recovery import Recovery, RecoveryBook
+from orchestrator.supervisor.records.states import Failure
+from orchestrator.supervisor.rules.decisions import RestartScope
 from tests.decisions.test_supervisor_loop import FakeBackend, FakeClock
 
 

@@ -17,7 +17,9 @@ from orchestrator.spec import TaskId
 from orchestrator.spec.model import Strategy
 from orchestrator.spec.supervision import SuccessPolicy, SupervisionSpec
 from orchestrator.supervisor import EXIT_PREEMPTED, JobState, TaskState
-from orchestrator.supervisor.decisions import (
+from orchestrator.supervisor.record import run_record
+from orchestrator.supervisor.records.lives import Carried, Life, close_previous
+from orchestrator.supervisor.rules.decisions import (
     backoff_s,
     cause_first,
     exit_order,
@@ -28,8 +30,6 @@ from orchestrator.supervisor.decisions import (
     restart_plan,
     training_ended,
 )
-from orchestrator.supervisor.lives import Carried, Life, close_previous
-from orchestrator.supervisor.record import run_record
 from tests.decisions.test_supervisor_loop import FakeBackend, FakeHandle, Harness, spec_of
 
 W0, W1, PS0, CHIEF = TaskId("worker", 0), TaskId("worker", 1), TaskId("ps", 0), TaskId("chief", 0)

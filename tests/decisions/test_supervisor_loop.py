@@ -96,6 +96,8 @@ class FakeBackend(Backend[FakeHandle]):
 
 
 class RecordingView:
+    interval_s = 0.0
+
     def __init__(self) -> None:
         self.events: list[str] = []
 
@@ -104,6 +106,9 @@ class RecordingView:
 
     def event(self, elapsed_s: float, text: str) -> None:
         self.events.append(text)
+
+    def close(self) -> None:
+        pass
 
 
 class Harness:
@@ -121,9 +126,12 @@ class Harness:
         return next(t for t in self.sup.snapshot().tasks if t.name == name)
 
     def beat(self, name: str, phase: str = "training", step: int | None = None, **metrics: float) -> None:
+        """A heartbeat of ``name``'s current attempt; ``replicas_in_sync`` and ``cluster_workers`` go to its
+        typed ``formed`` (as the task's reporter sends them), every other keyword to its metrics."""
         t = self.task(name)
+        formed = {k: int(metrics.pop(k)) for k in ("replicas_in_sync", "cluster_workers") if k in metrics}
         hb = pb.Heartbeat(task=pb.TaskKey(task_type=t.task.task_type, task_index=t.task.task_index, attempt=t.attempt),
-                          phase=PHASES[phase], metrics=metrics)
+                          phase=PHASES[phase], metrics=metrics, formed=pb.Formed(**formed) if formed else None)
         if step is not None:
             hb.step = step
         self.store.record(hb)

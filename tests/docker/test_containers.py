@@ -220,9 +220,53 @@ def test_tasks_stop_when_the_orchestrator_is_sigkilled_and_the_next_run_removes_
         if launch.poll() is None:
             launch.kill()
             launch.wait(10)
-    from orchestrator.backends.docker import DockerBackend
+    from orchestrator.backends.docker import remove_orphans
 
-    backend = DockerBackend()
-    backend.client = engine
-    backend.remove_orphans()  # what the next --backend docker run does first
+    remove_orphans(engine)  # what the next --backend docker run does first
     assert_nothing_left(engine, "orphans")
+
+
+def test_mwms_reads_through_the_data_service_in_containers(tmp_path, engine, image):
+    """Issue 38: the dispatcher and a data worker as containers, outside TF_CONFIG's cluster,
+    stopped at the end (written without an engine to run it on: run by the lead)."""
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--backend", "docker", "--image", image, "--workers", "2", "--epochs", "2",
+                         "--steps-per-epoch", "10", "--data-service", "1", "--runs-dir", str(tmp_path),
+                         "--run-id", "ds", "--json"),
+        capture_output=True, text=True, timeout=420, cwd=REPO, env=test_env(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "Succeeded"
+    assert summary["cluster"] == {"worker": ["worker-0:2222", "worker-1:2222"]}
+    tasks = by_task(summary)
+    assert tasks["dispatcher:0"]["state"] == tasks["data_worker:0"]["state"] == "Stopped"
+    assert summary["data_service"]["address"] == "dispatcher-0:2222"
+    assert summary["data_service"]["data_workers"][0]["data_tasks"] >= 1
+    assert "through the tf.data service" in Path(tasks["worker:0"]["stdout"]).read_text()
+    assert_no_process_left(all_pids(summary))
+    assert_nothing_left(engine, "ds")
+
+
+def test_compose_up_with_the_data_service_ends_with_the_coordinator(tmp_path, engine, image):
+    tool = compose_tool()
+    if tool is None:
+        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+    out = tmp_path / "docker-compose.yml"
+    rendered = subprocess.run(orchestrator_cmd("compose", "--workers", "2", "--epochs", "2", "--data-service", "1",
+                                               "--image", image, "-o", str(out)),
+                              capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert rendered.returncode == 0, rendered.stderr
+    document = yaml.safe_load(out.read_text())
+    run_id = document["services"]["worker-0"]["labels"][LABEL_RUN]
+    project = ["-p", f"tfjobds{tmp_path.name.replace('_', '').replace('-', '').lower()}", "-f", str(out)]
+    try:
+        up = subprocess.run([*tool, *project, "up", "--abort-on-container-exit", "--exit-code-from", "worker-0"],
+                            capture_output=True, text=True, timeout=420, cwd=tmp_path)
+        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+        assert "through the tf.data service" in up.stdout and "registered with" in up.stdout
+    finally:
+        down = subprocess.run([*tool, *project, "down", "--volumes", "--timeout", "5"], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert_nothing_left(engine, run_id)

@@ -88,5 +88,6 @@ def test_every_backend_capability_and_option_is_in_the_backend_page(site):
 
 def test_every_module_is_in_the_architecture_page(site):
     rows = {r[0] for r in _rows(page(site, "architecture"))}
-    for module in ("orchestrator.api", "orchestrator.supervisor.decisions", "orchestrator.backends.slurm", "worker"):
+    for module in ("orchestrator.api", "orchestrator.supervisor.rules.decisions", "orchestrator.backends.slurm",
+                   "worker"):
         assert module in rows, f"{module} is not in the architecture page's module table"

@@ -32,7 +32,9 @@ def twins(tmp_path_factory) -> dict[str, tuple[int, str, dict, Path, str]]:
         run_id: subprocess.Popen(
             # no restart to speed up here: warm spares would only take CPU from these short jobs
             orchestrator_cmd("launch", "--plain", "--runs-dir", str(runs), "--run-id", run_id, "--spares", "0", *args),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=test_env())
+            # each its own lease ledger: both start at once, as two launches did before the leases (the port race)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            env={**test_env(), "ORCH_LEASES_DIR": str(runs / f"leases-{run_id}")})
         for run_id, args in TWINS.items()
     }
     try:

@@ -13,7 +13,7 @@ memory with CuPy or PyTorch, whichever imports.
 Checks, each printed ``PASS`` / ``FAIL`` with what it saw (exit 0 when all pass, 1 when one
 fails, 2 when the machine cannot run the check: no GPU, no GPU library, a missing dependency):
 
-1. discovery: :func:`orchestrator.gpus.discover` finds the GPUs through NVML (index, UUID, name,
+1. discovery: :func:`orchestrator.resources.gpus.discover` finds the GPUs through NVML (index, UUID, name,
    memory, driver), as ``nvidia-smi -L`` lists them when it is there;
 2. a two-task launch (``launch --workers 2 -- python tests/gpu/alloc.py``): one device per task
    with two GPUs or more, the one GPU shared (``--share-gpus``) otherwise; each task's
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
               "(see this script's docstring)", file=sys.stderr)
         return 2
     sys.path.insert(0, str(REPO))
-    from orchestrator.gpus import discover
+    from orchestrator.resources.gpus import discover
 
     inventory = discover()
     smi = shutil.which("nvidia-smi")

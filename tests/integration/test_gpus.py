@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.gpus import FAKE_ENV
+from orchestrator.resources.gpus import FAKE_ENV
 from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
 
 PROGRAM = str(REPO / "tests" / "programs" / "gpu_user.py")
@@ -133,3 +133,28 @@ def test_a_user_programs_gpu_job_runs_where_tensorflow_cannot_be_imported(tmp_pa
     summary = json.loads(result.stdout)
     assert [t["gpus"]["devices"] for t in summary["tasks"]] == [["GPU-11111111-aaaa"], ["GPU-22222222-bbbb"]]
     assert not any(json.loads((out / f"worker-{i}.json").read_text())["tensorflow_imported"] for i in range(2))
+
+
+def test_mig_instances_are_dealt_by_their_uuids_and_a_busy_gpu_last_with_a_warning(tmp_path):
+    """Issue 36 item 4 with real processes: a GPU in MIG mode (the fake inventory's ``mig`` list)
+    is dealt as its instances, named by their ``MIG-`` UUIDs in the tasks' ``CUDA_VISIBLE_DEVICES``;
+    a busy whole GPU (another user's process on it) is dealt last, and the plan warns of it."""
+    fake = tmp_path / "gpus.json"
+    fake.write_text(json.dumps([
+        {"uuid": "GPU-busy", "name": "Fake L4", "memory_total_bytes": 24 * GIB, "memory_used_bytes": 23 * GIB,
+         "utilization_percent": 99.0},
+        {"uuid": "GPU-a100", "name": "Fake A100", "memory_total_bytes": 40 * GIB, "mig": [
+            {"uuid": "MIG-aaaa-0", "name": "Fake A100 MIG 3g.20gb", "memory_total_bytes": 20 * GIB},
+            {"uuid": "MIG-aaaa-1", "name": "Fake A100 MIG 3g.20gb", "memory_total_bytes": 20 * GIB}]},
+    ]))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    out.mkdir()
+    (out / "go").write_text("")  # the tasks record what they got and exit
+    result = subprocess.run(orchestrator_cmd("launch", "--workers", "3", "--gpus-per-task", "1", "--runs-dir",
+                                             str(runs), "--run-id", "mig", "--plain", "--deadline", "60", "--",
+                                             sys.executable, PROGRAM, str(out)),
+                            env=_env(fake), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = {n: json.loads((out / f"worker-{n}.json").read_text())["CUDA_VISIBLE_DEVICES"] for n in range(3)}
+    assert seen == {0: "MIG-aaaa-0", 1: "MIG-aaaa-1", 2: "GPU-busy"}
+    assert "GPU 0 (GPU-busy) is busy: 99 % utilised, 23.0 of 24.0 GiB used" in result.stdout + result.stderr

@@ -93,6 +93,18 @@ def test_reporter_streams_every_interval_and_sends_a_final_phase(server):
     assert store.get(TaskId("ps", 0), 2).heartbeat.phase == pb.PHASE_DONE
 
 
+def test_what_the_strategy_formed_travels_in_typed_fields_not_in_the_metrics(server):
+    srv, store = server
+    reporter = HeartbeatReporter(srv.address, TOKEN, "worker", 0, interval_s=0.05).start()
+    reporter.update(replicas_in_sync=1, cluster_workers=3, global_batch_size=64, now=True)
+    record = wait_until(lambda: (r := store.get(TaskId("worker", 0), 0)) and r.heartbeat.HasField("formed") and r,
+                        10, what="a heartbeat with what the strategy formed")
+    hb = record.heartbeat
+    assert (hb.formed.replicas_in_sync, hb.formed.cluster_workers) == (1, 3)
+    assert dict(hb.metrics) == {"global_batch_size": 64.0}  # the program's own numbers only
+    reporter.close(pb.PHASE_DONE)
+
+
 def test_reporter_with_a_wrong_token_is_not_recorded(server):
     srv, store = server
     reporter = HeartbeatReporter(srv.address, "wrong", "worker", 0, interval_s=0.05).start()

@@ -1,4 +1,4 @@
-"""Each task runs on the cores its plan gives it (orchestrator.cpus), with real processes: tiny
+"""Each task runs on the cores its plan gives it (orchestrator.resources.cpus), with real processes: tiny
 programs, no TensorFlow, started through ``execwrap`` as any user's program is (the built-in
 ``python -m worker`` and ``ps`` pin every thread of theirs the same way, right after importing
 TensorFlow: ``test_pin_self_all_threads_moves_the_floating_threads_and_leaves_a_pinned_one``)."""
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import api
+from orchestrator.resources.pinning import parse_cpus
 from orchestrator.spec import JobSpec
 from orchestrator.spec.model import TaskId
 from orchestrator.spec.supervision import SupervisionSpec
-from orchestrator.task.pinning import parse_cpus
 from tests.conftest import REPO, all_pids, assert_no_process_left
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
@@ -88,7 +88,7 @@ def test_pinning_stays_within_the_orchestrators_own_affinity_and_no_pin_sets_non
 
 THREADS = """
 import json, os, threading
-from orchestrator.task.pinning import pin_self
+from orchestrator.resources.pinning import pin_self
 service = threading.Event(); other = threading.Event(); stop = threading.Event(); seen = {}
 
 def reporter():  # the heartbeat reporter's thread: pinned to the service cores first

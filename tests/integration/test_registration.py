@@ -15,7 +15,7 @@ from orchestrator.health.store import HeartbeatStore
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import TaskId
 from orchestrator.task.addressing import register
-from orchestrator.task.runtime import TaskContext
+from orchestrator.task.context import TaskContext
 
 
 def _context(address: str, token: str, task_type: str, index: int, attempt: int = 0) -> TaskContext:

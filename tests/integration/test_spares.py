@@ -20,15 +20,15 @@ from orchestrator import tls
 from orchestrator.api import Job, run
 from orchestrator.backends.base import SpareRequest
 from orchestrator.backends.local import MAX_SPARE_DEATHS, LocalBackend
-from orchestrator.cpus import plan_cpus
 from orchestrator.health.server import HealthServer
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import make_plan
+from orchestrator.resources.cpus import plan_cpus
+from orchestrator.resources.pinning import parse_cpus
 from orchestrator.spec import JobSpec
 from orchestrator.spec.model import TaskId
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.supervisor import Supervisor
-from orchestrator.task.pinning import parse_cpus
 from tests.conftest import REPO, all_pids, assert_no_process_left, wait_until
 
 PROGRAM = (sys.executable, "-m", "tests.programs.task")

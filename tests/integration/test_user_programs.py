@@ -62,7 +62,8 @@ def test_a_program_that_imports_the_client_and_hangs_is_caught_by_the_startup_ti
 
 
 def test_a_program_that_hangs_after_its_first_report_is_caught_as_a_stall(tmp_path):
-    source = "import time; from orchestrator.client import report; report(step=0); time.sleep(60)"
+    # past its first step (step 0 -> 1): a first step is judged by the startup timeout (test_training_health)
+    source = "import time; from orchestrator.client import report; report(step=0); report(step=1); time.sleep(60)"
     _, result, summary, elapsed_s = launch(tmp_path, source, stall_timeout_s=1.5, restart_policy={"all": "never"})
     assert result.exit_code == 1
     assert "no training progress" in summary["root_cause"]["message"], summary["reason"]

@@ -16,7 +16,8 @@ import sys
 import weakref
 
 from orchestrator.proto import supervisor_pb2 as pb
-from orchestrator.task.runtime import TaskContext
+from orchestrator.spec.model import Strategy, TrainingSpec
+from orchestrator.task.context import TaskContext
 
 
 class RecordingReporter:
@@ -40,27 +41,28 @@ class RecordingReporter:
 def run(loop: str, tmp: str, tf, keras) -> list[str]:
     from worker.train import Job
 
-    strategy = "hogwild" if loop == "hogwild" else "mirrored"
+    strategy = Strategy.HOGWILD if loop == "hogwild" else Strategy.MIRRORED
     task_dir = os.path.join(tmp, loop)
     os.makedirs(task_dir, exist_ok=True)
-    training = {"epochs": 1, "steps_per_epoch": 3, "loop": "custom", "replicas": 1, "threads": 2}
+    training = TrainingSpec(epochs=1, steps_per_epoch=3, loop="custom", replicas=1,
+                            threads=2 if strategy is Strategy.HOGWILD else None)
     context = TaskContext(task_type="worker", task_index=0, tf_config={}, task_dir=task_dir, run_dir=task_dir,
                           strategy=strategy, training=training)
     events: list[str] = []
-    job = Job(context, RecordingReporter(events), tf, keras, training)
-    traced = job._train_step
+    job = Job(context, RecordingReporter(events), tf, keras)
+    traced = job.loops.train_step
 
     def train_step(*args):
         fn = traced(*args)
         weakref.finalize(fn, events.append, "torn-down")
         return fn
 
-    job._train_step = train_step
+    job.loops.train_step = train_step
     with job.strategy.scope():
-        model = job._build(compile=False)
-    (job._hogwild if loop == "hogwild" else job._custom_sync)(model)
+        model = job.build(compile=False)
+    (job.loops.hogwild if loop == "hogwild" else job.loops.custom_sync)(model)
     events.append("returned")
-    job._train_step = traced  # the wrapper's closure no longer holds anything
+    job.loops.train_step = traced  # the wrapper's closure no longer holds anything
     del job, model
     import gc
 

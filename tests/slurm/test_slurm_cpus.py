@@ -1,4 +1,4 @@
-"""Co-located tasks on a Slurm node divide its cores (orchestrator.cpus.node_share_env, resolved by
+"""Co-located tasks on a Slurm node divide its cores (orchestrator.resources.cpus.node_share_env, resolved by
 each task over its step's cores): two workers on one node of the real Slurm cluster, a user's program
 (no TensorFlow) that prints the cores it runs on and its thread limit."""
 

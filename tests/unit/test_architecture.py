@@ -25,29 +25,32 @@ ROOT = "orchestrator"
 """The package itself (``orchestrator/__init__.py``: the version): shared, like :data:`SHARED`."""
 
 SHARED = ("orchestrator.spec", "orchestrator.env", "orchestrator.proto", "orchestrator.errors", "orchestrator.net",
-          "orchestrator.rundir", "orchestrator.gpus", "orchestrator.cores", "orchestrator.tls")
+          "orchestrator.rundir", "orchestrator.jsontext", "orchestrator.resources.gpus", "orchestrator.resources.cores",
+          "orchestrator.resources.pinning", "orchestrator.tls")
 """All the task side and the control plane have in common: data, names, the wire format, errors,
 port probes, the run directory's layout, the run's certificates."""
 
-TASK_SIDE = ("orchestrator.task", "orchestrator.client", "worker", "ps")
+TASK_SIDE = ("orchestrator.task", "orchestrator.client", "worker", "ps", "dataservice")
 """What runs inside a task process. ``orchestrator.client`` is its public face for user programs."""
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The control plane (everything of `orchestrator` but the task side), top to bottom.
     # A module may import modules of its own layer or of a layer below, never above.
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),  # one module per subcommand
-    ("job", ("orchestrator.api", "orchestrator.checks", "orchestrator.resume")),  # the Python API that runs one job
+    # the Python API that runs one job
+    ("job", ("orchestrator.api", "orchestrator.checks", "orchestrator.handle", "orchestrator.resume")),
     ("web", ("orchestrator.web",)),  # the job's web page and /metrics (read statuses, never the supervisor)
     ("report", ("orchestrator.report",)),  # live view, summary.json
     ("supervisor", ("orchestrator.supervisor",)),  # decides: success, restarts, hangs
     ("health", ("orchestrator.health",)),  # the gRPC server tasks report to
     ("render", ("orchestrator.render",)),  # Compose file, TFJob: text for other engines
     ("backends", ("orchestrator.backends",)),  # what starts processes: local, docker, image, ports
-    ("plan", ("orchestrator.plan", "orchestrator.placement", "orchestrator.cpus", "orchestrator.taskenv")),  # -> plan
+    ("plan", ("orchestrator.plan", "orchestrator.taskenv")),  # spec + backend -> plan
+    ("resources", ("orchestrator.resources",)),  # what a task is given: cores, GPUs, nodes, leases
     ("shared", SHARED),  # also the bottom of the task side
 )
 
-PACKAGES = ("orchestrator", "worker", "ps")
+PACKAGES = ("orchestrator", "worker", "ps", "dataservice")
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,7 @@ def test_the_checker_sees_the_project():
     modules, imports = collect(REPO)
     assert {"orchestrator.cli", "orchestrator.task.runtime", "worker.train", "ps.server"} <= modules
     pairs = {(imp.module, imp.target) for imp in imports}
-    assert ("worker.train", "orchestrator.task.runtime") in pairs  # from X import name
+    assert ("worker.train", "orchestrator.task.sigterm") in pairs  # from X import name
     assert ("orchestrator.plan", "orchestrator.env") in pairs  # from package import module
     assert ("orchestrator.client", "orchestrator.task.keras_callback") in pairs  # inside a function
 
@@ -334,3 +337,286 @@ def test_the_checker_finds_planted_violations(tmp_path):
     assert ("orchestrator/backends/local.py:1: orchestrator.backends.local imports orchestrator.supervisor.states: "
             "layer 'backends' must not import layer 'supervisor' above it") in layers
     assert len(found) == 5
+
+
+# -- the house rules of the code itself (docs/architecture.md, "The house rules") ------------------------------
+
+HOUSE = ("orchestrator", "worker")
+"""Where the size and class rules hold (``ps`` is one small program)."""
+
+MAX_MODULE_LINES = 500
+MAX_CLASS_METHODS = 25
+LOOP_MODULE = "orchestrator.supervisor.loop"
+"""The one supervisor module that holds and calls the backend: the parts decide, the loop acts."""
+SUPERVISOR_PARTS = tuple(f"orchestrator.supervisor.{name}"
+                         for name in ("beats", "failures", "ending", "hangs", "preemption", "rehearsal", "waves"))
+"""The parts of the supervisor: each owns its state and returns actions; none imports another."""
+
+
+def _sources(root: Path, packages=HOUSE) -> dict[str, tuple[str, ast.Module]]:
+    """Module name -> (path relative to ``root``, its syntax tree)."""
+    out = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                rel = path.relative_to(root).as_posix()
+                out[module_name(root, path)] = (rel, ast.parse(path.read_text(encoding="utf-8"), filename=rel))
+    return out
+
+
+def long_modules(root: Path) -> list[str]:
+    """Modules of :data:`HOUSE` longer than :data:`MAX_MODULE_LINES` lines."""
+    found = []
+    for package in HOUSE:
+        for path in sorted((root / package).rglob("*.py")):
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MAX_MODULE_LINES:
+                found.append(f"{path.relative_to(root).as_posix()}: {lines} lines (at most {MAX_MODULE_LINES}; "
+                             "split it by concern)")
+    return found
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """A class of the project: where it is, its methods, the ``self.`` attributes it assigns, its bases."""
+
+    name: str
+    module: str
+    path: str
+    line: int
+    methods: frozenset[str]
+    assigns: frozenset[str]
+    bases: tuple[str, ...]
+    """Its project bases, as ``module:Name`` keys of :func:`classes`."""
+
+
+def _self_targets(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+        return [target.attr]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for t in target.elts for name in _self_targets(t)]
+    if isinstance(target, ast.Starred):
+        return _self_targets(target.value)
+    return []
+
+
+def _assigned(body: list[ast.stmt]) -> set[str]:
+    """Attributes assigned through ``self.`` anywhere in the methods of a class body."""
+    names: set[str] = set()
+    for node in body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Assign):
+                for target in inner.targets:
+                    names.update(_self_targets(target))
+            elif isinstance(inner, (ast.AugAssign, ast.AnnAssign)):
+                names.update(_self_targets(inner.target))
+    return names
+
+
+def classes(root: Path) -> dict[str, ClassInfo]:
+    """Every top-level class of :data:`HOUSE`, by ``module:Name``, its bases resolved through the
+    module's own classes and its ``from X import Name`` / ``import X`` of project modules."""
+    sources = _sources(root)
+    raw: dict[str, tuple[str, str, ast.ClassDef, dict[str, str]]] = {}
+    for module, (rel, tree) in sources.items():
+        is_package = rel.endswith("__init__.py")
+        names: dict[str, str] = {}  # local name -> module:Name or a module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = module.split(".") if is_package else module.split(".")[:-1]
+                    package = package[: len(package) - (node.level - 1)]
+                    base = ".".join(package + ([node.module] if node.module else []))
+                for alias in node.names:
+                    names[alias.asname or alias.name] = f"{base}:{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else \
+                        alias.name.split(".")[0]
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                names[node.name] = f"{module}:{node.name}"
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                raw[f"{module}:{node.name}"] = (module, rel, node, names)
+
+    def resolve(expr: ast.expr, names: dict[str, str]) -> str | None:
+        if isinstance(expr, ast.Subscript):  # Backend[LocalProcess]
+            return resolve(expr.value, names)
+        if isinstance(expr, ast.Name):
+            key = names.get(expr.id)
+        elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            module = names.get(expr.value.id, expr.value.id).replace(":", ".")
+            key = f"{module}:{expr.attr}"
+        else:
+            return None
+        if key is None:
+            return None
+        if key in raw:
+            return key
+        module, _, name = key.partition(":")  # re-exported by a package's __init__
+        for candidate in raw:
+            if candidate.endswith(f":{name}") and candidate.startswith(module + "."):
+                return candidate
+        return None
+
+    out = {}
+    for key, (module, rel, node, names) in raw.items():
+        bases = tuple(b for b in (resolve(base, names) for base in node.bases) if b is not None)
+        methods = frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        out[key] = ClassInfo(node.name, module, rel, node.lineno, methods, frozenset(_assigned(node.body)), bases)
+    return out
+
+
+def lineage(key: str, table: dict[str, ClassInfo]) -> list[ClassInfo]:
+    """The class and its project bases, transitively (each once)."""
+    seen: list[str] = []
+    todo = [key]
+    while todo:
+        k = todo.pop(0)
+        if k in seen or k not in table:
+            continue
+        seen.append(k)
+        todo += list(table[k].bases)
+    return [table[k] for k in seen]
+
+
+def crowded_classes(table: dict[str, ClassInfo]) -> list[str]:
+    """Classes with more than :data:`MAX_CLASS_METHODS` methods, their project bases' counted."""
+    found = []
+    for key, info in sorted(table.items()):
+        methods = set().union(*(c.methods for c in lineage(key, table)))
+        if len(methods) > MAX_CLASS_METHODS:
+            found.append(f"{info.path}:{info.line}: {info.name} has {len(methods)} methods with its bases "
+                         f"(at most {MAX_CLASS_METHODS}): give a concern its own object")
+    return found
+
+
+def shared_attributes(table: dict[str, ClassInfo]) -> list[str]:
+    """Attributes of one object (a class with its project bases) assigned through ``self.`` in two modules."""
+    found = []
+    for key, info in sorted(table.items()):
+        where: dict[str, set[str]] = {}
+        for c in lineage(key, table):
+            for name in c.assigns:
+                where.setdefault(name, set()).add(c.path)
+        for name, paths in sorted(where.items()):
+            if len(paths) > 1:
+                found.append(f"{info.path}:{info.line}: {info.name}.{name} is assigned in {', '.join(sorted(paths))}: "
+                             "one module owns it")
+    return found
+
+
+def class_body_type_checking(root: Path) -> list[str]:
+    """``if TYPE_CHECKING:`` blocks inside a class body (hand-kept stubs of another part's state)."""
+    found = []
+    for _, (rel, tree) in _sources(root).items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for inner in node.body:
+                    if isinstance(inner, ast.If) and "TYPE_CHECKING" in ast.unparse(inner.test):
+                        found.append(f"{rel}:{inner.lineno}: {node.name} declares a TYPE_CHECKING block: "
+                                     "a part holds what it uses, or is given it")
+    return found
+
+
+def backend_touches(root: Path, loop: str = LOOP_MODULE) -> list[str]:
+    """Supervisor modules other than ``loop`` that hold or call the backend: a ``backend`` name,
+    attribute or parameter, or an import of the ``Backend`` contract or of ``orchestrator.backends``."""
+    found = []
+    for module, (rel, tree) in _sources(root, ("orchestrator",)).items():
+        if not module.startswith("orchestrator.supervisor") or module == loop:
+            continue
+        for node in ast.walk(tree):
+            what = None
+            if isinstance(node, ast.Name) and node.id == "backend":
+                what = "the name backend"
+            elif isinstance(node, ast.Attribute) and node.attr == "backend":
+                what = ".backend"
+            elif isinstance(node, ast.arg) and node.arg == "backend":
+                what = "a backend parameter"
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("orchestrator.backends"):
+                if any(alias.name in ("Backend", "get_backend") for alias in node.names) or \
+                        node.module == "orchestrator.backends":
+                    what = f"an import of {node.module}"
+            elif isinstance(node, ast.Import) and any(a.name.startswith("orchestrator.backends") for a in node.names):
+                what = "an import of orchestrator.backends"
+            if what:
+                found.append(f"{rel}:{node.lineno}: {module} touches the backend ({what}): only {loop} acts; "
+                             "a part returns what it wants done")
+    return found
+
+
+def part_imports(imports: list[Import], parts=SUPERVISOR_PARTS) -> list[str]:
+    """Imports of one supervisor part by another (they share the records, the rules and the task table only)."""
+    return [f"{imp.where}: {imp.module} imports {imp.target}: a part never imports another; the loop "
+            "passes what one part decided to the next"
+            for imp in imports if imp.module in parts and imp.target in parts]
+
+
+def _assert_holds(found: list[str], rule: str) -> None:
+    if found:
+        pytest.fail(f"{len(found)} place(s) break the rule {rule!r}:\n" + "\n".join(found), pytrace=False)
+
+
+def test_modules_are_at_most_500_lines():
+    _assert_holds(long_modules(REPO), "at most 500 lines per module")
+
+
+def test_classes_have_at_most_25_methods_with_their_bases():
+    _assert_holds(crowded_classes(classes(REPO)), "at most 25 methods per class")
+
+
+def test_each_attribute_has_one_owning_module():
+    _assert_holds(shared_attributes(classes(REPO)), "one module assigns an object's attribute")
+
+
+def test_no_type_checking_block_in_a_class_body():
+    _assert_holds(class_body_type_checking(REPO), "no TYPE_CHECKING in a class body")
+
+
+def test_only_the_loop_touches_the_backend():
+    assert (REPO / (LOOP_MODULE.replace(".", "/") + ".py")).is_file(), f"{LOOP_MODULE} is gone: update LOOP_MODULE"
+    _assert_holds(backend_touches(REPO), "only the loop module touches the backend")
+
+
+def test_no_supervisor_part_imports_another():
+    assert all((REPO / (p.replace(".", "/") + ".py")).is_file() for p in SUPERVISOR_PARTS), "update SUPERVISOR_PARTS"
+    _assert_holds(part_imports(collect(REPO)[1]), "parts never import each other")
+    planted = [Import("orchestrator.supervisor.failures", "orchestrator.supervisor.preemption", "f.py", 3),
+               Import("orchestrator.supervisor.failures", "orchestrator.supervisor.rules.decisions", "f.py", 4)]
+    assert [line.split(": ")[0] for line in part_imports(planted)] == ["f.py:3"]
+
+
+def test_the_house_rules_find_planted_violations(tmp_path):
+    long = "\n".join(f"x{i} = {i}" for i in range(MAX_MODULE_LINES + 1)) + "\n"
+    mixin_methods = "".join(f"    def m{i}(self):\n        pass\n" for i in range(20))
+    files = {
+        "orchestrator/__init__.py": "",
+        "orchestrator/big.py": long,
+        "orchestrator/supervisor/__init__.py": "",
+        "orchestrator/supervisor/loop.py": "def go(backend):\n    backend.start()\n",
+        "orchestrator/supervisor/part.py": (
+            "from orchestrator.backends.base import Backend\n\n"
+            "class Half:\n    if TYPE_CHECKING:\n        x: int\n\n"
+            "    def set(self):\n        self.shared, self.own = 1, 2\n" + mixin_methods),
+        "orchestrator/supervisor/whole.py": (
+            "from orchestrator.supervisor.part import Half\n\nclass Whole(Half):\n"
+            + "".join(f"    def w{i}(self):\n        self.shared = {i}\n" for i in range(6))),
+        "worker/__init__.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert [line.split(":")[0] for line in long_modules(tmp_path)] == ["orchestrator/big.py"]
+    table = classes(tmp_path)
+    assert table["orchestrator.supervisor.whole:Whole"].bases == ("orchestrator.supervisor.part:Half",)
+    assert [line.split(": ")[1] for line in crowded_classes(table)] == [
+        f"Whole has 27 methods with its bases (at most {MAX_CLASS_METHODS})"]
+    assert [line.split(": ")[1] for line in shared_attributes(table)] == [
+        "Whole.shared is assigned in orchestrator/supervisor/part.py, orchestrator/supervisor/whole.py"]
+    assert [line.split(": ")[0] for line in class_body_type_checking(tmp_path)] == ["orchestrator/supervisor/part.py:4"]
+    assert [line.split(": ")[0] for line in backend_touches(tmp_path)] == ["orchestrator/supervisor/part.py:1"]

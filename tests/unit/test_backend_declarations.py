@@ -66,7 +66,7 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
         Capability.HOST_FILES: ()}
     assert slurm.supports(Capability.REMOTE) and not docker.supports(Capability.HOST_FILES)
     assert [o.flag for o in docker.options] == ["--image", "--base-image", None, None, "--orphan-timeout-s",
-                                                   "--isolate-network"]
+                                                "--shm-size", "--memory", "--isolate-network"]
     assert [(o.name, o.type, o.default) for o in slurm.options][:2] == [("tasks_per_node", int, None),
                                                                         ("health_host", str, None)]
     assert [o.name for o in local.options] == ["isolate_network"] and all(info.summary for info in table.values())

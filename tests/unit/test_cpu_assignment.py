@@ -1,4 +1,4 @@
-"""Tasks -> cores (orchestrator.cpus.assign_cores, a pure function) and what lands in the plan."""
+"""Tasks -> cores (orchestrator.resources.cpus.assign_cores, a pure function) and what lands in the plan."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import os
 import pytest
 
 from orchestrator import env
-from orchestrator.cpus import assign_cores, cpu_order, format_cpus, plan_cpus
 from orchestrator.plan import make_plan
+from orchestrator.resources.cpus import assign_cores, cpu_order, format_cpus, plan_cpus
+from orchestrator.resources.pinning import parse_cpus
 from orchestrator.spec import JobSpec
 from orchestrator.spec.model import Strategy, TaskId
-from orchestrator.task.pinning import parse_cpus
 
 W = [TaskId("worker", i) for i in range(4)]
 CHIEF, PS = TaskId("chief", 0), TaskId("ps", 0)
@@ -127,9 +127,9 @@ def test_no_pin_flag_and_the_spec_files_pin_cpus():
 def test_tasks_on_other_nodes_divide_their_nodes_cores_as_one_machine_does(monkeypatch):
     """Slurm: the backend's placement -> each task's ORCH_NODE_CPUS -> on its node, the same
     division as plan_cpus over that node's cores (resolved by the task, over its step's cores)."""
-    from orchestrator.cores import node_share_cores
-    from orchestrator.cpus import node_cpus_plan, node_share_env
-    from orchestrator.task.pinning import resolve_node_share
+    from orchestrator.resources.cores import node_share_cores
+    from orchestrator.resources.cpus import node_cpus_plan, node_share_env
+    from orchestrator.resources.pinning import resolve_node_share
 
     spec = JobSpec.create(strategy=Strategy.PARAMETER_SERVER, workers=2, ps=1)
     ps = TaskId("ps", 0)
@@ -151,7 +151,7 @@ def test_tasks_on_other_nodes_divide_their_nodes_cores_as_one_machine_does(monke
         monkeypatch.setenv(name, "")  # recorded, so that what resolve_node_share sets is undone after the test
         monkeypatch.delenv(name)
     monkeypatch.setenv(env.NODE_CPUS, shares[W[1]])
-    monkeypatch.setattr("orchestrator.task.pinning.allowed_cores", lambda: list(range(5)))
+    monkeypatch.setattr("orchestrator.resources.pinning.allowed_cores", lambda: list(range(5)))
     assert resolve_node_share() == (2, 3)
     got = (os.environ[env.CPUS], os.environ[env.SERVICE_CPUS], os.environ["TF_NUM_INTRAOP_THREADS"])
     assert got == ("2-3", "4", "2")

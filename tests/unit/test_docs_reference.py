@@ -3,40 +3,43 @@ generators refuse what they cannot describe (no MkDocs needed: tests/docs builds
 
 from __future__ import annotations
 
-import ast
-import inspect
 import json
 
 import pytest
 
 from orchestrator.cli import build_parser
-from orchestrator.report import summary
+from orchestrator.report import schema, summary
 from tools.docsite import bench, reference
 
 
-def _returned_keys(func) -> set[str]:
-    """String keys of the dict literal ``func`` returns, directly or as ``out = {...}`` (``**`` spreads left out)."""
-    tree = ast.parse(inspect.getsource(func))
-    returns = [n.value for n in ast.walk(tree)
-               if isinstance(n, (ast.Return, ast.Assign, ast.AnnAssign)) and isinstance(n.value, ast.Dict)]
-    assert returns, f"{func.__name__} returns no dict literal"
-    return {k.value for k in returns[-1].keys if isinstance(k, ast.Constant)}
+def _finished_run(tmp_path):
+    """A finished job's final snapshot, from the decisions lane's harness (a fake backend and clock)."""
+    from tests.decisions.test_supervisor_loop import Harness, spec_of
+
+    h = Harness(tmp_path, spec_of(workers=2))
+    h.all_beat(step=3)
+    h.beat("worker-0", step=4, test_accuracy=0.9, replicas_in_sync=2, cluster_workers=2)
+    record = h.store.get(h.task("worker-0").task, 0)
+    record.heartbeat.epoch, record.heartbeat.loss, record.heartbeat.examples_per_second = 1, 0.5, 64.0
+    for name in ("worker-0", "worker-1"):
+        h.exit(name, 0)
+    return h.finish()
 
 
-def test_summary_fields_name_exactly_what_build_summary_writes():
-    assert set(summary.SUMMARY_FIELDS) == _returned_keys(summary.build_summary)
-
-
-def test_task_fields_name_exactly_what_task_dict_writes():
-    spread = {"exit_code", "signal"}  # **exit_fields(code)
-    assert set(summary.TASK_FIELDS) == _returned_keys(summary.task_dict) | spread
-
-
-def test_heartbeat_fields_name_what_heartbeat_dict_writes():
-    source = inspect.getsource(summary.heartbeat_dict)
-    optional = {"step", "epoch", "loss", "examples_per_second", "metrics"}  # written when reported
-    assert all(f'"{name}"' in source for name in optional)
-    assert set(summary.HEARTBEAT_FIELDS) == _returned_keys(summary.heartbeat_dict) | optional
+def test_the_summary_is_its_type_and_every_field_says_what_it_holds(tmp_path):
+    for cls in (schema.RunSummary, schema.TaskEntry, schema.HeartbeatEntry):
+        docs = schema.field_docs(cls)
+        assert docs and all(text.strip() for text in docs.values()), cls.__name__
+    assert summary.SUMMARY_FIELDS == schema.field_docs(schema.RunSummary)
+    written = summary.build_summary(_finished_run(tmp_path))
+    assert list(written) == list(summary.SUMMARY_FIELDS)  # exactly the type's fields, in its order
+    task = written["tasks"][0]
+    assert list(task) == list(summary.TASK_FIELDS)
+    beat = task["last_heartbeat"]
+    in_first_step = {"first_step_s"}  # absent once past the first step, as every task of a finished run is
+    assert set(beat) == set(summary.HEARTBEAT_FIELDS) - in_first_step  # every progress field reported here
+    assert beat["formed"] == {"replicas_in_sync": 2, "cluster_workers": 2} and beat["metrics"] == {"test_accuracy": 0.9}
+    assert json.loads(json.dumps(written)) == written  # plain JSON
 
 
 def test_a_flag_without_help_fails_the_cli_reference():

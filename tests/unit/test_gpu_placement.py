@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import env, gpus
+from orchestrator import env
 from orchestrator.errors import SpecError
-from orchestrator.gpus import Gpu, Inventory
-from orchestrator.placement import GROWTH_ENV, place
 from orchestrator.plan import make_plan
 from orchestrator.render.compose import render_compose
 from orchestrator.render.jobset import jobset_manifest
 from orchestrator.render.kubernetes import GPU_RESOURCE, tfjob_manifest
+from orchestrator.resources import gpus
+from orchestrator.resources.gpus import Gpu, Inventory
+from orchestrator.resources.placement import GROWTH_ENV, place
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec, TaskId
 from tests.conftest import REPO, test_env
@@ -279,7 +280,7 @@ def test_docker_requests_exactly_the_tasks_devices():
     ({}, []),  # a job without GPUs: srun as before
 ])
 def test_slurm_steps_ask_srun_for_the_tasks_gpus(task_env, options):
-    from orchestrator.placement import srun_gpu_options
+    from orchestrator.resources.placement import srun_gpu_options
 
     assert srun_gpu_options(task_env) == options
 

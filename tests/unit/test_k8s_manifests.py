@@ -111,6 +111,31 @@ def test_isolate_network_is_for_kubernetes_formats_only():
     assert result.returncode == 2 and "isolate-network" in result.stderr
 
 
+@pytest.mark.parametrize("fmt", ["jobset", "tfjob"])
+def test_render_queue_labels_the_manifest_for_kueue_and_it_stays_valid(fmt):
+    validate = validate_jobset if fmt == "jobset" else validate_tfjob
+    result = subprocess.run(orchestrator_cmd("render", "--workers", "2", "--format", fmt, "--image", "reg/tfo:1",
+                                             "--queue", "team-a"),
+                            capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert result.returncode == 0, result.stderr
+    (doc,) = yaml.safe_load_all(result.stdout)
+    assert doc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert validate(doc) == []
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--format", "jobset", "--image", "r/x:1", "--queue", "Team_A"],
+     "error: queue='Team_A': is not a Kueue LocalQueue name (a DNS-1123 label: lower-case letters, digits and '-', "
+     "at most 63, alphanumeric at both ends); e.g. --queue team-a"),
+    (["--queue", "team-a"],
+     "error: queue='team-a': only for --format tfjob or jobset; drop it, or add --format jobset"),
+])
+def test_render_bad_queue_is_one_line_and_exit_2(args, line):
+    result = subprocess.run(orchestrator_cmd("render", "--workers", "2", *args), capture_output=True, text=True,
+                            timeout=60, cwd=REPO, env=test_env())
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [line] and result.stdout == ""
+
+
 # --- what the JobSet means ------------------------------------------------------------------
 
 

@@ -29,7 +29,8 @@ def test_pss_spec_becomes_a_tfjob_with_one_replica_spec_per_task_type():
     ps = replicas["PS"]["template"]["spec"]
     (container,) = ps["containers"]
     assert container["name"] == "tensorflow" and container["command"] == ["python", "-m", "ps"]
-    assert container["volumeMounts"] == [{"name": "runs", "mountPath": "/runs"}]
+    assert container["volumeMounts"] == [{"name": "runs", "mountPath": "/runs"},
+                                         {"name": "dshm", "mountPath": "/dev/shm"}]
     assert ps["volumes"][0]["persistentVolumeClaim"]["claimName"] == "runs"
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["ORCH_BACKUP_DIR"] == "/runs/digits/backup" and env["GRPC_FAIL_FAST"] == "use_caller"

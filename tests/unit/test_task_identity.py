@@ -9,7 +9,7 @@ from pathlib import Path
 from orchestrator import env
 from orchestrator.plan import make_plan
 from orchestrator.spec import JobSpec
-from orchestrator.task.runtime import TaskContext
+from orchestrator.task.context import TaskContext
 
 OWN = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})
 

@@ -1,4 +1,4 @@
-"""mypy, strict on the backend contract and the supervisor (configured in pyproject.toml)."""
+"""mypy over orchestrator/ and worker/, strict on backends/ and supervisor/ (configured in pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REPO
 
 
-def test_backends_and_supervisor_type_check_strictly():
+def test_the_orchestrator_and_the_worker_type_check():
     pytest.importorskip("mypy")
     result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], cwd=REPO, capture_output=True,
                             text=True, timeout=300)

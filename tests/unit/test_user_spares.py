@@ -73,7 +73,7 @@ def test_no_spare_for_the_built_in_program_or_a_program_a_spare_cannot_become():
 
 def test_the_plan_of_a_users_program_keeps_zero_spares_by_default():
     from orchestrator.spec import Strategy
-    from orchestrator.supervisor.decisions import spare_count
+    from orchestrator.supervisor.rules.decisions import spare_count
 
     assert spare_count(Strategy.MULTI_WORKER_MIRRORED, 2, None, builtin=False) == 0
     assert spare_count(Strategy.MULTI_WORKER_MIRRORED, 2, 2, builtin=False) == 2

@@ -20,7 +20,7 @@ SECTION_OF_PREFIX = (
     ("throughput_", "tf"), ("first_step_", "tf"), ("recovery_", "recovery"), ("steps_lost_mwms", "recovery"),
     ("detect_sigkill_tf", "recovery"), ("detect_hang_tf", "hang"), ("orchestrator_", "footprint"),
     ("client_", "client"), ("ingest_", "ingest"), ("scale_", "scale"), ("checkpoint_", "checkpoint"),
-    ("steps_lost_", "checkpoint"), ("hogwild_", "hogwild"), ("mirrored_", "hogwild"),
+    ("steps_lost_", "checkpoint"), ("hogwild_", "hogwild"), ("mirrored_", "hogwild"), ("several_", "several"),
 )
 """Figure-name prefix -> the ``python -m bench`` section that writes it (``bench/run.py``), for
 result files written before figures recorded their ``section``."""
@@ -35,8 +35,10 @@ SECTION_TITLES = {
     "client": "The health client in each task",
     "ingest": "Heartbeat ingest",
     "scale": "The supervisor at scale (simulated tasks)",
+    "several": "Several jobs on one machine (leases)",
     "checkpoint": "Checkpoints and preemption",
     "hogwild": "Hogwild",
+    "dataservice": "The tf.data service",
 }
 
 

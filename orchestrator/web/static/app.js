@@ -47,7 +47,7 @@
     if (terminal && t.exit) state += " (" + t.exit.replace("exit code ", "exit ") + ")";
     const cpu = b ? b.cpu_percent : s.cpu_percent, rss = b ? b.rss_bytes : s.rss_bytes;
     return {
-      "task": t.name || t.task.replace(":", "-"), "state": state, "phase": b ? b.phase : "",
+      "task": t.name || t.task.replace(":", "-"), "state": state, "phase": !b ? "" : b.first_step_s != null ? b.phase + " (first step " + b.first_step_s.toFixed(0) + "s)" : b.phase,
       "pid": t.pid ? String(t.pid) : "-", "step": b && b.step != null ? String(b.step) : "-",
       "epoch": b && b.epoch != null ? String(b.epoch) : "-", "loss": fmt(b && b.loss, 4),
       "ex/s": fmt(b && b.examples_per_second, 0), "cpu%": fmt(cpu, 0), "rss MB": rss == null ? "-" : (rss / 1e6).toFixed(0),
@@ -90,6 +90,15 @@
         if (td.textContent !== r[c]) td.textContent = r[c];
       });
     });
+  }
+
+  function renderWarnings(st) {
+    const items = st.warnings || [];
+    $("warnings").hidden = !items.length;
+    const list = $("warnings-list");
+    if (list.childElementCount === items.length) return;
+    list.textContent = "";
+    items.forEach((w) => { const li = document.createElement("li"); li.textContent = w; list.appendChild(li); });
   }
 
   function renderCause(st) {
@@ -190,6 +199,7 @@
     if (!status || !status.run_id) return;
     renderHeader(status);
     renderTasks(status);
+    renderWarnings(status);
     renderCause(status);
     renderChart("chart-loss", "loss", "loss");
     renderChart("chart-eps", "examples_per_second", "examples/s");

@@ -1,0 +1,1 @@
+"""Entrypoint of the tf.data service's tasks: ``dispatcher`` and ``data_worker``."""

@@ -1,0 +1,167 @@
+"""A prepared job (:class:`Job`, what :func:`orchestrator.api.prepare` returns), a job running in
+the background of this Python process (:class:`JobHandle`, what :func:`orchestrator.api.launch`
+returns) and how it ended (:class:`Outcome`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.health.endpoint import HealthEndpoint
+from orchestrator.health.store import HeartbeatStore
+from orchestrator.plan import Plan
+from orchestrator.report.history import Recorder
+from orchestrator.resources import leases, runlock
+from orchestrator.supervisor import Supervisor
+from orchestrator.supervisor.records.snapshot import JobSnapshot
+
+if TYPE_CHECKING:
+    from orchestrator.web.server import WebServer
+
+
+@dataclass
+class Job:
+    """A prepared job: plan written, ports held (the health server's too), nothing started yet.
+    :func:`run` starts the tasks, then the health server on its held port (the tasks' first
+    heartbeats wait for it; a launch's tasks start before ``grpc`` is imported), then writes
+    ``endpoint.json``.
+
+    Attributes:
+        server: the health endpoint (:class:`~orchestrator.health.endpoint.HealthEndpoint`):
+            its ``address`` from now, its server from :func:`run`.
+        recorder: the supervisor's view: keeps the latest snapshot, progress series and events
+            for status queries and the page; set ``recorder.view`` to show the job in a terminal.
+        web: the web page's server (``prepare(web=...)``), else None.
+        endpoint_path: ``runs/<run-id>/endpoint.json``.
+    """
+
+    plan: Plan
+    supervisor: Supervisor
+    server: HealthEndpoint
+    store: HeartbeatStore
+    recorder: Recorder = field(default_factory=Recorder)
+    web: WebServer | None = None
+    endpoint_path: Path | None = None
+    lock: runlock.RunLock | None = None
+    lease: leases.Lease | None = None
+
+    @property
+    def web_url(self) -> str | None:
+        """The page's URL with its token, when the job serves one."""
+        return self.web.url if self.web is not None else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job launched from Python ended.
+
+    Attributes:
+        status: ``Succeeded``, ``Failed`` or ``Interrupted``.
+        exit_code: what the CLI would exit with: 0, 1, 3 (succeeded, but an injected fault never
+            fired: the rehearsal tested nothing), 75 or 130.
+        summary: ``summary.json`` as a dict.
+        result: the job's final snapshot (root cause, failures, recoveries, lives, wall time).
+    """
+
+    status: str
+    exit_code: int
+    summary: dict[str, Any]
+    result: JobSnapshot
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+
+class JobHandle:
+    """A job running in the background of this Python process (see :func:`launch`).
+
+    Args:
+        job: the prepared job (:func:`orchestrator.api.prepare`).
+        run: runs it to its end and returns how it ended (called once, on the handle's thread).
+
+    The supervisor runs on a thread of its own, which starts every task process (the tasks'
+    parent-death signal follows that thread, and it lives until the job has ended). Leaving a
+    ``with`` block stops a job that is still running and waits for its end.
+    """
+
+    def __init__(self, job: Job, run: Callable[[], Outcome]) -> None:
+        self.job = job
+        self._run = run
+        self._outcome: Outcome | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"job-{job.plan.run_id}", daemon=False)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self._outcome = self._run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    @property
+    def run_id(self) -> str:
+        return self.job.plan.run_id
+
+    @property
+    def run_dir(self) -> Path:
+        return self.job.plan.run_dir
+
+    @property
+    def web_url(self) -> str | None:
+        """The page's URL with its token (``launch(web=...)``), else None."""
+        return self.job.web_url
+
+    @property
+    def done(self) -> bool:
+        """True once the job has ended and its summary is written."""
+        return self._done.is_set()
+
+    def snapshot(self) -> JobSnapshot | None:
+        """The latest immutable snapshot of the job (at most a quarter second old)."""
+        return self.job.recorder.snapshot()
+
+    def status(self) -> dict[str, Any]:
+        """The job now as a dict: what ``status --json`` prints (``summary.json``'s shape plus
+        ``live``, ``elapsed_s`` and per task ``attempt`` and ``heartbeat_age_s``)."""
+        return self.job.recorder.status()
+
+    def stop(self, reason: str = "stopped from Python", timeout_s: float | None = None) -> Outcome:
+        """Stop every task (SIGTERM, then SIGKILL after the stop timeout), as Ctrl-C does, and
+        wait for the end. Returns the outcome (``Interrupted``, exit code 130, unless the job had
+        already ended).
+
+        Raises:
+            TimeoutError: the job did not end within ``timeout_s`` seconds.
+        """
+        if not self.done:
+            self.job.supervisor.request_stop(reason)
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float | None = None) -> Outcome:
+        """Wait for the end of the job (at most ``timeout_s`` seconds; None: until it ends).
+
+        Raises:
+            TimeoutError: the job did not end within ``timeout_s`` seconds.
+            OrchestratorError: what made supervision fail (the tasks are stopped first).
+        """
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"job {self.run_id} still running after {timeout_s:g} s")
+        self._thread.join(5.0)
+        if self._error is not None:
+            raise self._error
+        assert self._outcome is not None
+        return self._outcome
+
+    def __enter__(self) -> "JobHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.done:
+            self.stop("stopped: the with block of api.launch() was left")
