@@ -86,3 +86,53 @@ def test_isolated_tasks_train_and_no_tf_port_answers_from_outside(tmp_path):
     assert all(t["last_heartbeat"]["heartbeats"] >= 3 for t in summary["tasks"])  # over the Unix socket
     assert_no_process_left([t["pid"] for t in summary["tasks"]])
     assert not (run_dir / "tls").exists()
+
+
+@pytest.mark.skipif(not _allowed(), reason="this machine allows no network namespace (doctor says why)")
+def test_the_data_service_roles_live_in_the_run_s_namespace_and_beat_over_mutual_tls(tmp_path):
+    """The tf.data service's dispatcher and data worker (issue 38) are tasks like the others: each
+    has its own client certificate and ``ORCH_TLS_DIR``, and with ``--isolate-network`` runs in the
+    run's one network namespace (the trainers reach the dispatcher at its loopback address)."""
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        orchestrator_cmd("launch", "--plain", "--runs-dir", str(runs), "--run-id", "iso-ds", "--spares", "0",
+                         "--workers", "2", "--epochs", "2", "--steps-per-epoch", "10", "--data-service", "1",
+                         "--isolate-network"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=test_env())
+    run_dir = runs / "iso-ds"
+    try:
+        wait_until(lambda: read_endpoint(run_dir) is not None or proc.poll() is not None, 60, what="endpoint.json")
+        endpoint = read_endpoint(run_dir)
+        assert endpoint is not None, proc.communicate(timeout=30)[0]
+        pids: dict[str, int] = {}
+
+        def serving() -> bool:  # every task has beaten (over mutual TLS: the server takes nothing else)
+            with endpoint.client() as client:
+                tasks = client.status().get("tasks", [])
+            pids.update({t["task"]: t["pid"] for t in tasks if t.get("pid") and t.get("last_heartbeat")})
+            return len(pids) == 4 or proc.poll() is not None
+
+        wait_until(serving, 240, what="every task's first heartbeat")
+        assert proc.poll() is None and set(pids) == {"worker:0", "worker:1", "dispatcher:0", "data_worker:0"}
+        plan = json.loads((run_dir / "plan.json").read_text())
+        tls_dir = str(run_dir / "tls")
+        for task in plan["tasks"]:
+            assert task["env"]["ORCH_TLS_DIR"] == tls_dir, task["task"]
+            assert task["env"]["ORCH_HEALTH_ADDRESS"] == f"unix:{netns.socket_path(run_dir)}", task["task"]
+        for name in ("dispatcher-0", "data_worker-0"):
+            assert (run_dir / "tls" / f"{name}.crt").is_file() and (run_dir / "tls" / f"{name}.key").is_file()
+        spaces = {task: os.readlink(f"/proc/{pid}/ns/net") for task, pid in pids.items()}
+        assert len(set(spaces.values())) == 1, spaces  # one namespace for the run, service roles included
+        assert set(spaces.values()) != {os.readlink("/proc/self/ns/net")}
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "Succeeded" and summary["metrics"]["steps"] == 20
+    hb = {t["task"]: t["last_heartbeat"] for t in summary["tasks"]}
+    assert hb["dispatcher:0"]["metrics"]["data_workers"] == 1.0 and hb["data_worker:0"]["metrics"]["data_tasks"] >= 1
+    assert_no_process_left([t["pid"] for t in summary["tasks"]])
+    assert not (run_dir / "tls").exists()

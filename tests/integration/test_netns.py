@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from orchestrator.backends import netns
+from tests.conftest import wait_until
 
 INSIDE = """
 import socket, sys
@@ -71,3 +72,27 @@ def test_a_long_run_directory_gets_a_short_socket_path(tmp_path):
     path = netns.socket_path(long_dir)
     assert len(str(path)) <= netns.MAX_UNIX_PATH and path.name == "health.sock"
     path.parent.rmdir()
+
+
+def test_the_local_backend_starts_its_warm_spares_in_the_run_s_namespace(tmp_path):
+    """A spare becomes a task without a new process, so it must already be where the task would
+    run: inside the run's namespace (``LocalBackend`` hands ``SparePool`` its wrap)."""
+    from orchestrator.backends.base import SpareRequest
+    from orchestrator.backends.local import LocalBackend
+    from orchestrator.backends.options import LocalOptions
+
+    backend = LocalBackend(LocalOptions(isolate_network=True))
+    try:
+        backend.open("r", tmp_path)
+    except Exception as exc:  # noqa: BLE001 - the machine's policy, not our bug: doctor says it
+        pytest.skip(f"no network namespace here: {exc}")
+    show = "import os, sys; print(os.readlink('/proc/self/ns/net'), flush=True); sys.stdin.read()"
+    try:
+        backend.keep_spares(SpareRequest(count=1, argv=(sys.executable, "-m", "worker"), env={}, preload=(),
+                                         log_dir=tmp_path / "spares", command=(sys.executable, "-c", show)))
+        log = tmp_path / "spares" / "spare-0.log"
+        wait_until(lambda: log.exists() and log.read_text().strip() != "", 30, what="the spare's namespace")
+        assert log.read_text().strip().startswith("net:[")
+        assert log.read_text().strip() != os.readlink("/proc/self/ns/net")
+    finally:
+        backend.close()
