@@ -43,7 +43,7 @@ def common_env(
         health_address: ``host:port`` of the health endpoint; None: tasks report nowhere.
         token: the job token (with ``health_address``).
         orchestrator_pid: the pid tasks must not outlive (local backend); 0: none.
-        tls_dir: the run's certificates (:mod:`orchestrator.health.tls`); None: plaintext (``--insecure``).
+        tls_dir: the run's certificates (:mod:`orchestrator.tls`); None: plaintext (``--insecure``).
 
     Returns:
         Variable -> value.
