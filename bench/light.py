@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any, Protocol
 
 from bench import client_cost, heartbeat_gaps, ingest, several_jobs
@@ -15,7 +16,7 @@ from bench.report import log
 from bench.stats import summarize
 from bench.tfjobs import PY, REPO, base_env
 
-SECTIONS = ("beats", "detect", "client", "ingest", "scale")
+SECTIONS = ("beats", "detect", "client", "ingest", "scale", "several")
 """The sections :class:`LightSections` runs."""
 
 
@@ -24,6 +25,7 @@ class Figures(Protocol):
 
     quick: bool
     notes: list[str]
+    workdir: Path
 
     def add(self, ident: str, name: str, measure: str, unit: str, values: Any, target: str | None = None,
             details: dict[str, Any] | None = None) -> dict[str, Any]: ...
@@ -68,7 +70,7 @@ class LightSections:
     # -- 36: several jobs on one machine --------------------------------------------------------
     def several(self) -> None:
         """Two runs together against back to back, and the waiting run's gap (:mod:`bench.several_jobs`)."""
-        several_jobs.section(self)
+        several_jobs.section(self.suite)  # the suite itself: its workdir, quick and add
 
     # -- 6: client cost -----------------------------------------------------------------------
     def client(self) -> None:
