@@ -14,7 +14,7 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from orchestrator.report.status import COLUMNS, columns, row, task_dict, title
-from orchestrator.supervisor.records.snapshot import JobSnapshot, TaskSnapshot
+from orchestrator.supervisor.records.snapshot import JobSnapshot, NullView, TaskSnapshot
 from orchestrator.supervisor.rules import formed
 
 
@@ -23,19 +23,8 @@ def task_row(t: TaskSnapshot) -> dict[str, str]:
     return row(task_dict(t))
 
 
-class QuietView:
-    """Shows nothing while the job runs."""
-
-    interval_s = None
-
-    def update(self, snapshot: JobSnapshot) -> None:
-        pass
-
-    def event(self, elapsed_s: float, text: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+class QuietView(NullView):
+    """Shows nothing while the job runs (``--quiet``): the supervisor's :class:`NullView`."""
 
 
 class LinesView:
