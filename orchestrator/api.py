@@ -151,7 +151,7 @@ def prepare(
         view: live output (see :mod:`orchestrator.report.live`).
         backend: backend name.
         backend_options: the backend's options: its declared options object (docker:
-            :class:`~orchestrator.backends.docker.DockerOptions`) or a dict of its fields
+            :class:`~orchestrator.backends.options.DockerOptions`) or a dict of its fields
             (``{"image": ...}``); None for the defaults.
         web: ``[HOST:]PORT`` to serve the job's page and ``/metrics`` on (loopback unless
             ``web_public``; port 0 for any free port), None for no page.

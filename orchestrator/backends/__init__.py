@@ -6,23 +6,86 @@ Every backend implements the contract declared in :mod:`orchestrator.backends.ba
 (:class:`~orchestrator.backends.base.Backend`) and declares its options
 (:mod:`orchestrator.backends.options`) and capabilities
 (:class:`~orchestrator.backends.base.Capability`); the supervisor decides, the backend acts.
+
+A backend's module is imported when that backend is first used (:class:`Registry`): a launch
+imports its own backend only, and its flags come from the declarations of
+:mod:`orchestrator.backends.options` (docs/architecture.md, "What a launch spends").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.backends.base import Backend, Capability, overridden_hooks
-from orchestrator.backends.docker import DockerBackend  # the Docker SDK itself is imported only by open()
-from orchestrator.backends.local import LocalBackend
-from orchestrator.backends.options import OptionInfo, describe, options_from_mapping
-from orchestrator.backends.slurm import SlurmBackend
+from orchestrator.backends.options import DECLARED, Declaration, OptionInfo, describe, options_from_mapping
 from orchestrator.errors import SpecError
 
-BACKENDS: dict[str, type[Backend[Any]]] = {cls.name: cls for cls in (LocalBackend, DockerBackend, SlurmBackend)}
+
+class Registry(MutableMapping[str, type[Backend[Any]]]):
+    """Every backend's class by its ``--backend`` name, each imported at its first lookup.
+
+    Iterating names, :meth:`declaration` and ``in`` import nothing; ``registry[name]`` (and
+    ``values()``, ``items()``) import the backend's module. A class set into it (a test's toy
+    backend) is its own declaration.
+
+    Args:
+        declared: the backends, in ``--backend`` help and docs order.
+    """
+
+    def __init__(self, declared: Iterable[Declaration]) -> None:
+        self._entries: dict[str, Declaration | type[Backend[Any]]] = {d.name: d for d in declared}
+
+    def __getitem__(self, name: str) -> type[Backend[Any]]:
+        entry = self._entries[name]
+        if isinstance(entry, Declaration):
+            module, _, attribute = entry.where.partition(":")
+            entry = self._entries[name] = getattr(importlib.import_module(module), attribute)
+        return entry
+
+    def __setitem__(self, name: str, cls: type[Backend[Any]]) -> None:
+        self._entries[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def declaration(self, name: str) -> Declaration:
+        """The backend's name, summary and options, without importing its module.
+
+        Raises:
+            KeyError: no backend ``name``.
+        """
+        entry = self._entries[name]
+        if isinstance(entry, Declaration):
+            return entry
+        return Declaration(entry.name, entry.summary, entry.options_type, f"{entry.__module__}:{entry.__qualname__}")
+
+
+BACKENDS = Registry(DECLARED)
 """Every backend by its ``--backend`` name."""
+
+
+def declaration(name: str) -> Declaration:
+    """The declaration of the backend called ``name`` (its module not imported).
+
+    Raises:
+        SpecError: for an unknown backend.
+    """
+    try:
+        return BACKENDS.declaration(name)
+    except KeyError:
+        raise SpecError("backend", name, "unknown backend", "use one of: " + ", ".join(sorted(BACKENDS))) from None
 
 
 def backend_class(name: str) -> type[Backend[Any]]:
@@ -32,10 +95,8 @@ def backend_class(name: str) -> type[Backend[Any]]:
     Raises:
         SpecError: for an unknown backend.
     """
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise SpecError("backend", name, "unknown backend", "use one of: " + ", ".join(sorted(BACKENDS))) from None
+    declaration(name)  # an unknown name: SpecError
+    return BACKENDS[name]
 
 
 def get_backend(name: str, options: object | Mapping[str, Any] | None = None) -> Backend[Any]:
@@ -44,7 +105,7 @@ def get_backend(name: str, options: object | Mapping[str, Any] | None = None) ->
     Args:
         name: the ``--backend`` value.
         options: an instance of the backend's :attr:`~Backend.options_type` (docker:
-            :class:`~orchestrator.backends.docker.DockerOptions`), a mapping of its field names
+            :class:`~orchestrator.backends.options.DockerOptions`), a mapping of its field names
             (``{"image": "tf:1"}``), or None for the defaults.
 
     Raises:

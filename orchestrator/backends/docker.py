@@ -45,7 +45,6 @@ from orchestrator.backends.docker_container import (
     TASK_HEALTH_PORT,
     TF_PORT,
     Container,
-    DockerOptions,
     addresses,
     device_requests,
     exit_code_of,
@@ -53,6 +52,7 @@ from orchestrator.backends.docker_container import (
 from orchestrator.backends.engine import connect
 from orchestrator.backends.image import ensure_image
 from orchestrator.backends.netns import MAX_UNIX_PATH, SOCKET_NAME
+from orchestrator.backends.options import DOCKER, DockerOptions
 from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -107,9 +107,8 @@ class DockerBackend(Backend[Container]):
         options: :class:`DockerOptions` (None: the defaults).
     """
 
-    name = "docker"
-    summary = ("one container per task on a private network (needs a Docker engine and "
-               "pip install -e '.[docker]')")
+    name = DOCKER.name
+    summary = DOCKER.summary
     options_type = DockerOptions
     capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS, Capability.HOST_CPUS})
     python = "python"

@@ -35,7 +35,7 @@ from orchestrator.backends.base import (
 from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_memory, pidfd, py_spy_dump  # noqa: F401
 from orchestrator.backends.local_spares import MAX_SPARE_DEATHS, SparePool  # noqa: F401 - the spares
 from orchestrator.backends.netns import NetworkNamespace, socket_path
-from orchestrator.backends.options import LocalOptions
+from orchestrator.backends.options import LOCAL, LocalOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.net import can_listen
@@ -90,8 +90,8 @@ class LocalBackend(Backend[LocalProcess]):
             :mod:`orchestrator.backends.netns`; :attr:`health_socket` is then the endpoint tasks reach).
     """
 
-    name = "local"
-    summary = "one process per task on this machine (default)"
+    name = LOCAL.name
+    summary = LOCAL.summary
     capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.SPARES,
                               Capability.EXIT_EVENTS, Capability.HOST_PROCESSES, Capability.HOST_FILES,
                               Capability.HOST_GPUS, Capability.HOST_CPUS})

@@ -57,6 +57,7 @@ from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, faulthandler_dump
 from orchestrator.backends.host import pidfd
+from orchestrator.backends.options import SLURM, SlurmOptions
 from orchestrator.backends.slurm_commands import (
     check_shared,
     command,
@@ -69,7 +70,6 @@ from orchestrator.backends.slurm_job import JobProbe
 from orchestrator.backends.slurm_step import (
     DEFAULT_SLURMD_PORT,
     LOST_GRACE_S,
-    SlurmOptions,
     SlurmStep,
     exit_code_of,
 )
@@ -89,8 +89,8 @@ class SlurmBackend(Backend[SlurmStep]):
         options: :class:`SlurmOptions` (None: the defaults).
     """
 
-    name = "slurm"
-    summary = "one job step per task inside a Slurm allocation (run under salloc or sbatch)"
+    name = SLURM.name
+    summary = SLURM.summary
     options_type = SlurmOptions
     capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.REMOTE,
                               Capability.EXIT_EVENTS, Capability.HOST_FILES})

@@ -1,7 +1,8 @@
 """``--backend`` and the backends' options, shared by ``launch`` (and ``compose``).
 
 Every flag here is built from the backends' declarations (their options dataclasses:
-:mod:`orchestrator.backends.options`): adding an option to a backend adds its flag.
+:mod:`orchestrator.backends.options`): adding an option to a backend adds its flag. Building
+them imports no backend's module (a launch imports its own backend only, when it plans).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from orchestrator.backends import BACKENDS, backend_class
+from orchestrator.backends import BACKENDS, declaration
 from orchestrator.backends.options import OptionInfo, describe
 
 
@@ -25,7 +26,7 @@ def option_flags(backends: tuple[str, ...] | None = None) -> dict[str, tuple[Opt
     """
     flags: dict[str, tuple[OptionInfo, tuple[str, ...]]] = {}
     for name in backends or tuple(BACKENDS):
-        for info in describe(BACKENDS[name].options_type):
+        for info in describe(BACKENDS.declaration(name).options_type):
             if info.flag is None:
                 continue
             if info.flag in flags:
@@ -44,7 +45,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, with_backend: bool
     group = parser.add_argument_group("backend")
     if with_backend:
         group.add_argument("--backend", default="local", choices=sorted(BACKENDS),
-                           help="; ".join(f"{name}: {cls.summary}" for name, cls in BACKENDS.items()))
+                           help="; ".join(f"{name}: {BACKENDS.declaration(name).summary}" for name in BACKENDS))
     for flag, (info, owners) in option_flags().items():
         help_text = f"{', '.join(owners)}: {info.help}"
         kwargs: dict[str, Any] = {"default": None, "help": help_text, "dest": info.name}
@@ -65,11 +66,11 @@ def backend_options(args: argparse.Namespace) -> Any:
     """The chosen backend's options object (its declared ``options_type``) from the parsed
     flags; flags of other backends are left out. A backend with a ``progress`` option gets
     one that prints each line as ``[image] ...`` on stderr."""
-    cls = backend_class(getattr(args, "backend", "local"))
+    options_type = declaration(getattr(args, "backend", "local")).options_type
     values: dict[str, Any] = {}
-    for info in describe(cls.options_type):
+    for info in describe(options_type):
         if info.flag is not None and getattr(args, info.name, None) is not None:
             values[info.name] = getattr(args, info.name)
         elif info.name == "progress":
             values["progress"] = _print_progress
-    return cls.options_type(**values)
+    return options_type(**values)

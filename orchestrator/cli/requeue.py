@@ -27,9 +27,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-from orchestrator.backends.slurm_job import JobProbe, requeue, requeue_decision
 from orchestrator.errors import SpecError
+
+if TYPE_CHECKING:
+    from orchestrator.backends.slurm_job import JobProbe
 
 TIME_LIMIT_REASON = "the time limit is near (SIGUSR1 from Slurm)"
 AFTER_TRAINING = frozenset({"evaluating", "saving", "finishing", "done"})
@@ -67,7 +70,7 @@ class SlurmContinuation:
         self.environ = dict(os.environ if environ is None else environ)
         self.job_id = self.environ.get("SLURM_JOB_ID", "") if backend == "slurm" else ""
         self.continue_run = continue_run and bool(self.job_id)
-        self.probe = JobProbe(self.job_id, self.environ)
+        self.probe: JobProbe | None = None  # made where a Slurm job is (the Slurm modules: not on a local launch)
         self.time_limit = False
         self._reason: str | None = None
 
@@ -84,9 +87,10 @@ class SlurmContinuation:
         """
         if not self.continue_run:
             return {}
+        probe = self._probe()
 
         def decide() -> None:
-            preempted = self.probe.preempted()
+            preempted = probe.preempted()
             now = phases()
             if not preempted and AFTER_TRAINING & set(now):  # MWMS trainers end together; PSS: the chief
                 print(f"{TIME_LIMIT_REASON}, but training has ended: the job finishes its post-training work "
@@ -105,13 +109,23 @@ class SlurmContinuation:
         # once the job ended a late warning must not kill the orchestrator (SIGUSR1's default): ignored then
         return {signal.SIGUSR1: signal.SIG_IGN}
 
+    def _probe(self) -> JobProbe:
+        """The reader of this job's record (``scontrol show job``), made at its first use."""
+        from orchestrator.backends.slurm_job import JobProbe
+
+        if self.probe is None:
+            self.probe = JobProbe(self.job_id, self.environ)
+        return self.probe
+
     def after(self, preempted: bool, run_id: str, out=None) -> None:
         """The job ended; when it ended ``Preempted`` and should run again, requeue it (the last
         thing done: Slurm SIGTERMs the batch shell, which is ignored from here on)."""
         if not preempted or not self.job_id:
             return
         out = out or sys.stdout
-        go, why = requeue_decision(self.probe.record(), time_limit=self.time_limit)
+        from orchestrator.backends.slurm_job import requeue, requeue_decision
+
+        go, why = requeue_decision(self._probe().record(), time_limit=self.time_limit)
         if not go:
             print(f"Slurm job {self.job_id} not requeued: {why}", file=out, flush=True)
             return

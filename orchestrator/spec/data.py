@@ -20,7 +20,6 @@ import json
 import os
 import struct
 import time
-import zipfile
 
 DIGITS_TRAIN_EXAMPLES = 1437
 """Train examples of the built-in digits (``worker.data.load_digits_split``)."""
@@ -43,21 +42,26 @@ def train_examples(data: str | None) -> int | None:
         if os.path.isdir(data):
             return _tfrecord_examples(data)
         return _npz_examples(data)
-    except (OSError, ValueError, KeyError, struct.error, zipfile.BadZipFile):
+    except (OSError, ValueError, KeyError, struct.error):
         return None
 
 
 def _npz_examples(path: str) -> int | None:
+    import zipfile  # here: the digits (the default) need none of it, and a launch's start waits for its imports
+
     try:
         import numpy as np
     except ImportError:
         return None
-    with zipfile.ZipFile(path) as archive, archive.open("x_train.npy") as member:
-        version = np.lib.format.read_magic(member)
-        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        if version not in readers:
-            return None
-        shape = readers[version](member)[0]
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open("x_train.npy") as member:
+            version = np.lib.format.read_magic(member)
+            readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in readers:
+                return None
+            shape = readers[version](member)[0]
+    except zipfile.BadZipFile:
+        return None
     return int(shape[0]) if shape else None
 
 

@@ -25,12 +25,12 @@ from typing import Any
 
 from orchestrator.health.store import HeartbeatRecord
 from orchestrator.plan import Plan
-from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.proto import phases
 from orchestrator.supervisor.actions import Action, Become, Event, Persist, Spares, Warn
 from orchestrator.supervisor.logcap import LogCaps
 from orchestrator.supervisor.records.lives import LifeBook
 from orchestrator.supervisor.records.recovery import RecoveryBook, rejoined_workers
-from orchestrator.supervisor.records.snapshot import formed_of, phase_name
+from orchestrator.supervisor.records.snapshot import formed_of
 from orchestrator.supervisor.records.states import JobState, TaskRuntime, TaskState
 from orchestrator.supervisor.rules import decisions, exitrules
 from orchestrator.supervisor.rules.decisions import RestartScope
@@ -39,9 +39,7 @@ from orchestrator.supervisor.rules.gpu import usages_of
 from orchestrator.supervisor.rules.training_rules import NanWatch
 from orchestrator.supervisor.table import TaskTable
 
-_PHASES = {value: phase_name(value) for value in pb.Phase.values()}
-"""Phase number -> name (``training``), looked up once per heartbeat."""
-_WORKING = (pb.PHASE_SERVING, pb.PHASE_TRAINING)
+_WORKING = (phases.PHASE_SERVING, phases.PHASE_TRAINING)
 PAST_FIRST_STEP = -1
 """``Attempt.first_step`` of an attempt whose first reported step was already past its first one
 (no step is negative, so ``last_step`` never equals it)."""
@@ -125,7 +123,7 @@ class Intake:
         reschedule = previous is None or previous.phase != phase or previous.exiting != hb.exiting
         if reschedule:
             a.progress_at = at
-        if a.training_at is None and phase == pb.PHASE_TRAINING:
+        if a.training_at is None and phase == phases.PHASE_TRAINING:
             a.training_at = at  # its first step is judged from here (hang_rules.first_step_due_at)
         metrics = hb.metrics
         coordinator = rt is self._table.coordinator
@@ -143,7 +141,7 @@ class Intake:
         # a recovery to note only when one restarted this task, or it says where it resumed (O(1))
         book = self._book
         recovering = resumed_from is not None or book.waits_for(rt.task.name)
-        note: dict[str, Any] = {"doing": "training" if phase == pb.PHASE_TRAINING else "serving",
+        note: dict[str, Any] = {"doing": "training" if phase == phases.PHASE_TRAINING else "serving",
                                 "resumed_from_step": resumed_from,
                                 "coordinator": self._plan.spec.coordinator.name} if recovering or coordinator else {}
         if hb.HasField("step") and hb.step != a.last_step:
@@ -169,7 +167,8 @@ class Intake:
                                                         resumed_from_step=None, coordinator=note["coordinator"])]
         if a.state is TaskState.STARTING:
             a.state, a.running_at = TaskState.RUNNING, record.first_received_at
-        if a.finished_at is None and not rt.plan.serves_forever and exitrules.finished(_PHASES.get(phase), hb.exiting):
+        if (a.finished_at is None and not rt.plan.serves_forever
+                and exitrules.finished(phases.NAMES.get(phase), hb.exiting)):
             a.finished_at = at  # its exit grace runs from here
             reschedule = True
         return reschedule, out

@@ -14,10 +14,10 @@ import pytest
 from orchestrator import api, backends
 from orchestrator.backends import BACKENDS, capability_table, get_backend
 from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle
-from orchestrator.backends.docker import DockerBackend, DockerOptions
+from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.local import LocalBackend
-from orchestrator.backends.options import LocalOptions, describe, option
-from orchestrator.backends.slurm import SlurmBackend, SlurmOptions
+from orchestrator.backends.options import DECLARED, DockerOptions, LocalOptions, SlurmOptions, describe, option
+from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program
 from orchestrator.errors import SpecError
@@ -241,3 +241,23 @@ def test_every_backend_module_declares_through_the_registry():
     assert DockerBackend.options_type is DockerOptions and SlurmBackend.options_type is SlurmOptions
     assert LocalBackend.options_type is LocalOptions
     assert backends.backend_class("slurm") is SlurmBackend
+
+
+def test_each_declaration_is_its_backends_own_and_names_its_class():
+    """The CLI's flags and ``--backend`` help come from the declarations without importing the
+    backends' modules (:class:`orchestrator.backends.Registry`): each says what its class says."""
+    assert [d.name for d in DECLARED] == list(BACKENDS) == ["local", "docker", "slurm"]
+    for d in DECLARED:
+        cls = BACKENDS[d.name]
+        assert (cls.name, cls.summary, cls.options_type) == (d.name, d.summary, d.options_type)
+        assert f"{cls.__module__}:{cls.__qualname__}" == d.where
+        assert BACKENDS.declaration(d.name) == d
+
+
+def test_a_class_set_into_the_registry_is_its_own_declaration(monkeypatch):
+    monkeypatch.setitem(BACKENDS, "toy", _Toy)
+    toy = BACKENDS.declaration("toy")
+    assert (toy.name, toy.summary, toy.options_type) == ("toy", "a toy", _ToyOptions)
+    assert BACKENDS["toy"] is _Toy and "toy" in BACKENDS
+    with pytest.raises(SpecError, match="backend='k8s': unknown backend"):
+        backends.declaration("k8s")

@@ -29,13 +29,27 @@ def test_a_launch_imports_no_other_subcommand_and_no_yaml():
     assert "yaml" not in modules  # a spec from flags: no YAML file to read
 
 
-def test_a_launchs_tasks_start_before_grpc_asyncio_and_aiohttp_are_imported(tmp_path):
-    """The health server's imports (grpc, grpc_health, asyncio) come after the tasks have started
-    (orchestrator.health.endpoint): seen by the local backend at each task's start, in a real launch."""
+NOT_BEFORE_THE_TASKS = (
+    "grpc", "grpc_health", "asyncio", "aiohttp",  # the health server's and the web page's: after the tasks start
+    "google.protobuf", "orchestrator.proto.supervisor_pb2",  # with the health server: the supervisor reads phases
+    "orchestrator.backends.docker", "orchestrator.backends.docker_container", "orchestrator.backends.engine",
+    "orchestrator.backends.image", "orchestrator.backends.slurm", "orchestrator.backends.slurm_step",
+    "orchestrator.backends.slurm_commands", "orchestrator.backends.slurm_job", "orchestrator.backends.addresses",
+    "zipfile",  # the data's count reads a .npz only when there is one
+)
+"""Modules a local launch has not imported when each of its tasks starts (the path to the first
+task start is what planning and starting need: docs/architecture.md, "What a launch spends")."""
+
+
+def test_a_launchs_tasks_start_before_the_servers_protobuf_and_other_backends_are_imported(tmp_path):
+    """The health server's imports (grpc, grpc_health, asyncio, protobuf) come after the tasks have
+    started (orchestrator.health.endpoint), and a local launch never imports the docker or slurm
+    backend: seen by the local backend at each task's start, in a real launch."""
     code = ("import json, sys; from orchestrator.backends.local import LocalBackend\n"
+            f"watched = {NOT_BEFORE_THE_TASKS!r}\n"
             "seen = []; start = LocalBackend.start\n"
             "def recording(self, request):\n"
-            "    seen.append(sorted(m for m in ('grpc', 'grpc_health', 'asyncio', 'aiohttp') if m in sys.modules))\n"
+            "    seen.append(sorted(m for m in watched if m in sys.modules))\n"
             "    return start(self, request)\n"
             "LocalBackend.start = recording; from orchestrator.cli import main; rc = main(sys.argv[1:])\n"
             "print(json.dumps([rc, seen, 'grpc' in sys.modules]), file=sys.stderr)")
@@ -43,6 +57,19 @@ def test_a_launchs_tasks_start_before_grpc_asyncio_and_aiohttp_are_imported(tmp_
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
     rc, seen, served = json.loads(result.stderr.strip().splitlines()[-1])
     assert (rc, seen, served) == (0, [[], []], True), result.stderr
+
+
+def test_the_supervisors_phases_are_the_protos():
+    """:mod:`orchestrator.proto.phases` mirrors ``Phase`` of supervisor.proto without protobuf."""
+    from orchestrator.proto import phases
+    from orchestrator.proto import supervisor_pb2 as pb
+
+    declared = {name: getattr(phases, name) for name in dir(phases) if name.startswith("PHASE_")}
+    assert declared == dict(pb.Phase.items())
+    assert phases.NAMES == {v: n.removeprefix("PHASE_").lower() for n, v in pb.Phase.items()}
+    assert [phases.phase_name(v) for v in pb.Phase.values()] == [phases.NAMES[v] for v in pb.Phase.values()]
+    with pytest.raises(ValueError, match="no name defined for value 99"):
+        phases.phase_name(99)
 
 
 def _has_nvml() -> bool:

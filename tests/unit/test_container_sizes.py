@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.backends.docker_container import DockerOptions
+from orchestrator.backends.options import DockerOptions
 from orchestrator.errors import SpecError
 from orchestrator.render.compose import render_compose
 from orchestrator.render.jobset import jobset_manifest

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from orchestrator.env import REJOINED_METRIC
-from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.proto import phases
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.records.snapshot import RecoveryRecord
 from orchestrator.supervisor.records.states import Failure, TaskRuntime
@@ -78,7 +78,7 @@ def awaits_rotation(tasks: Sequence[TaskId], coordinator: TaskRuntime | None) ->
     trains, the coordinator connects to the new worker like to any other)."""
     beat = coordinator.current.heartbeat if coordinator is not None else None
     return (len(tasks) == 1 and tasks[0].task_type == "worker" and beat is not None
-            and beat.heartbeat.phase == pb.PHASE_TRAINING)
+            and beat.heartbeat.phase == phases.PHASE_TRAINING)
 
 
 class RecoveryBook:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from orchestrator.backends.base import SpareInfo
 from orchestrator.plan import Plan
-from orchestrator.proto import supervisor_pb2 as pb
+from orchestrator.proto import phases
+from orchestrator.proto.phases import phase_name as phase_name  # re-exported: the supervisor's parts read it here
 from orchestrator.resources.gpus import GpuUsage
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.records.lives import Life
@@ -23,14 +24,8 @@ from orchestrator.supervisor.rules.formed import CLUSTER_WORKERS, REPLICAS_IN_SY
 from orchestrator.supervisor.rules.gpu import usages_of
 from orchestrator.supervisor.rules.rehearsal import FaultRecord
 
-
-def phase_name(phase: int) -> str:
-    """``training`` for ``PHASE_TRAINING``."""
-    name = _PHASE_NAMES.get(phase)
-    return name if name is not None else str(pb.Phase.Name(phase)).removeprefix("PHASE_").lower()
-
-
-_PHASE_NAMES = {value: str(pb.Phase.Name(value)).removeprefix("PHASE_").lower() for value in pb.Phase.values()}
+if TYPE_CHECKING:
+    from orchestrator.proto import supervisor_pb2 as pb
 
 
 @dataclass(frozen=True)
@@ -255,7 +250,7 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
     if record is None:
         return None
     hb, a = record.heartbeat, rt.current
-    first = hb.phase == pb.PHASE_TRAINING and a.training_at is not None and a.last_step == a.first_step
+    first = hb.phase == phases.PHASE_TRAINING and a.training_at is not None and a.last_step == a.first_step
     return LastHeartbeat(
         phase=phase_name(hb.phase),
         cpu_percent=hb.cpu_percent,
