@@ -36,7 +36,6 @@ from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
-from orchestrator.report.summary import build_summary, write_summary
 from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
@@ -286,6 +285,8 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
     """
     try:
         result = job.supervisor.run()
+        from orchestrator.report.summary import build_summary, write_summary  # here: not before the tasks start
+
         summary = build_summary(result)
         write_summary(job.plan.run_dir, summary)  # before the endpoint goes: a status query always finds one
         try:

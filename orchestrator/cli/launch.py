@@ -15,7 +15,6 @@ from orchestrator.cli.requeue import check as check_continue
 from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags
 from orchestrator.errors import SpecError
 from orchestrator.report.live import LinesView, QuietView, TableView
-from orchestrator.report.summary import format_final
 from orchestrator.resume import check_program as resumed_program
 from orchestrator.resume import check_resumable, resumed_spec
 from orchestrator.rundir import RunDir
@@ -317,6 +316,8 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.json:
         print(jsontext.dumps(summary, indent=2))
     else:
+        from orchestrator.report.summary import format_final
+
         print(format_final(summary), flush=True)
     try:
         api.close_web(job, args.web_linger)  # open pages get the final state first

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import jsontext
-from orchestrator.report.status import status_dict
 from orchestrator.rundir import RunDir
 from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 
@@ -122,6 +121,8 @@ class Recorder:
         if snapshot is None:
             return {}
         if cached is None or cached[0] is not snapshot:
+            from orchestrator.report.status import status_dict  # at the first query: not before the tasks start
+
             cached = (snapshot, status_dict(snapshot))
             with self._lock:
                 self._status = cached

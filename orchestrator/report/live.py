@@ -5,6 +5,10 @@
 * :class:`LinesView`: plain lines for logs and CI: one line per event, and a progress
   line every ``progress_interval_s`` seconds.
 * :class:`QuietView`: nothing.
+
+The status table's columns and cells come from :mod:`orchestrator.report.status`, imported at the
+first row drawn: a launch creates its view before its tasks start, and that import (the summary's
+schema with it) is not on the path to their start (docs/architecture.md, "What a launch spends").
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
-from orchestrator.report.status import COLUMNS, columns, row, task_dict, title
 from orchestrator.supervisor.records.snapshot import JobSnapshot, NullView, TaskSnapshot
 from orchestrator.supervisor.rules import formed
 
 
 def task_row(t: TaskSnapshot) -> dict[str, str]:
     """Display strings of one task's row (the same as ``status`` and the web page show)."""
+    from orchestrator.report.status import row, task_dict
+
     return row(task_dict(t))
 
 
@@ -74,8 +79,6 @@ class LinesView:
 class TableView:
     """A rich live table, redrawn at most every ``refresh_s`` seconds (default 0.5 s)."""
 
-    COLUMNS = COLUMNS
-
     def __init__(self, refresh_s: float = 0.5) -> None:
         from rich.console import Console
         from rich.live import Live
@@ -101,6 +104,8 @@ class TableView:
         self._live.update(self._render(snapshot), refresh=True)
 
     def _render(self, snapshot: JobSnapshot):
+        from orchestrator.report.status import task_dict
+
         plan = snapshot.plan
         status = {
             "run_id": plan.run_id, "strategy": plan.spec.strategy.value, "status": snapshot.state.value,
@@ -124,6 +129,8 @@ def render_status(status: Mapping[str, Any], events: Sequence[str] = ()):
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from orchestrator.report.status import columns, row, title
 
     table = Table(title=title(status), title_justify="left", expand=False)
     cols = columns(status)

@@ -27,7 +27,6 @@ when it is given, else the strategy's defaults (what ``launch`` uses without fla
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import json
 import re
@@ -161,6 +160,8 @@ def read_document(path: str | Path, field: str = "spec") -> Any:
 
 def suggest(key: object, valid: tuple[str, ...], prefix: str = "") -> str:
     """``did you mean 'epochs'?`` for the closest valid key, else the list of valid keys."""
+    import difflib  # only for bad input: not on a launch's path to its tasks' start
+
     close = difflib.get_close_matches(str(key).lower(), valid, n=1, cutoff=0.6)
     if close:
         return f"did you mean {prefix}{close[0]}?"

@@ -35,7 +35,9 @@ NOT_BEFORE_THE_TASKS = (
     "orchestrator.backends.docker", "orchestrator.backends.docker_container", "orchestrator.backends.engine",
     "orchestrator.backends.image", "orchestrator.backends.slurm", "orchestrator.backends.slurm_step",
     "orchestrator.backends.slurm_commands", "orchestrator.backends.slurm_job", "orchestrator.backends.addresses",
+    "orchestrator.report.status", "orchestrator.report.summary", "orchestrator.report.schema",  # a status, the end
     "zipfile",  # the data's count reads a .npz only when there is one
+    "difflib",  # a suggestion for a misspelt key: bad input only
 )
 """Modules a local launch has not imported when each of its tasks starts (the path to the first
 task start is what planning and starting need: docs/architecture.md, "What a launch spends")."""
