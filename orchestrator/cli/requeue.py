@@ -70,7 +70,7 @@ class SlurmContinuation:
         self.environ = dict(os.environ if environ is None else environ)
         self.job_id = self.environ.get("SLURM_JOB_ID", "") if backend == "slurm" else ""
         self.continue_run = continue_run and bool(self.job_id)
-        self.probe: JobProbe | None = None  # made where a Slurm job is (the Slurm modules: not on a local launch)
+        self.probe: JobProbe | None = None  # made at its first use: a local launch never imports slurm_job
         self.time_limit = False
         self._reason: str | None = None
 
