@@ -129,8 +129,7 @@ class Intake:
             a.training_at = at  # its first step is judged from here (hang_rules.first_step_due_at)
         metrics = hb.metrics
         coordinator = rt is self._table.coordinator
-        resumed = metrics.get("resumed_from_step") if metrics else None
-        resumed_from = int(resumed) if resumed is not None else None
+        resumed_from = hb.resumed_from_step if hb.HasField("resumed_from_step") else None  # a typed control fact
         if coordinator and self._lives.coordinator_beat(hb.step if hb.HasField("step") else None, resumed_from, at,
                                                         metrics.get("global_batch_size")):
             out.append(Persist())  # a SIGKILLed orchestrator's resume knows how far training got
@@ -163,7 +162,7 @@ class Intake:
         if recovering and phase in _WORKING:
             out += [Event(t) for t in book.note(rt.task.name, at, RestartScope.TASK, **note)]
         if coordinator and self._rotation_reported:
-            for name in rejoined_workers(previous.metrics if previous is not None else {}, metrics):
+            for name in rejoined_workers(previous.rejoined if previous is not None else {}, hb.rejoined):
                 if self._table.has(name):
                     out += [Event(t) for t in book.note(name, at, RestartScope.TASK, rejoined=True, doing="",
                                                         resumed_from_step=None, coordinator=note["coordinator"])]

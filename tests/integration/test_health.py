@@ -105,6 +105,40 @@ def test_what_the_strategy_formed_travels_in_typed_fields_not_in_the_metrics(ser
     reporter.close(pb.PHASE_DONE)
 
 
+def test_control_facts_travel_in_typed_fields_and_never_among_the_metrics(tmp_path):
+    """issue 33 item 3: where training resumed, which checkpoint an evaluator evaluated and the PSS
+    workers back in the coordinator's rotation are typed fields of the heartbeat, from the task's
+    reporter through a real server to the supervisor, and the metrics users see are their own."""
+    from orchestrator.report.status import status_dict
+    from tests.decisions.test_supervisor_loop import Harness, spec_of
+
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1, evaluator=1))
+    srv = HealthServer(TOKEN, h.store).start()
+    chief = HeartbeatReporter(srv.address, TOKEN, "chief", 0, interval_s=0.05).start()
+    evaluator = HeartbeatReporter(srv.address, TOKEN, "evaluator", 0, interval_s=0.05).start()
+    try:
+        chief.update(pb.PHASE_TRAINING, step=41, resumed_from_step=40, rejoined={"worker-1": 1}, test_accuracy=0.5)
+        evaluator.update(pb.PHASE_TRAINING, step=40, evaluated_step=40, eval_accuracy=0.75)
+        beats = wait_until(lambda: (c := h.store.get(TaskId("chief", 0), 0)) and (e := h.store.get(
+            TaskId("evaluator", 0), 0)) and c.heartbeat.step == 41 and e.heartbeat.step == 40 and (c, e), 10,
+            what="both tasks' heartbeats")
+        sent, evaluated = (record.heartbeat for record in beats)
+        assert (sent.resumed_from_step, dict(sent.rejoined), dict(sent.metrics)) == (40, {"worker-1": 1},
+                                                                                      {"test_accuracy": 0.5})
+        assert (evaluated.evaluated_step, dict(evaluated.metrics)) == (40, {"eval_accuracy": 0.75})
+        h.tick()
+        status = status_dict(h.sup.snapshot())
+    finally:
+        chief.close(pb.PHASE_DONE)
+        evaluator.close(pb.PHASE_DONE)
+        srv.stop()
+    tasks = {t["name"]: t for t in status["tasks"]}
+    assert tasks["chief-0"]["last_heartbeat"]["metrics"] == {"test_accuracy": 0.5}  # the program's own only
+    assert tasks["evaluator-0"]["last_heartbeat"]["metrics"] == {"eval_accuracy": 0.75}
+    assert status["metrics"]["resumed_from_step"] == 40 and status["metrics"]["test_accuracy"] == 0.5
+    assert status["evaluation"] == {"evaluated_step": 40, "eval_accuracy": 0.75}
+
+
 def test_reporter_with_a_wrong_token_is_not_recorded(server):
     srv, store = server
     reporter = HeartbeatReporter(srv.address, "wrong", "worker", 0, interval_s=0.05).start()
