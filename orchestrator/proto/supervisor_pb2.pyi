@@ -37,7 +37,7 @@ class TaskKey(_message.Message):
     def __init__(self, task_type: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message", "exiting", "gpus", "formed", "resumed_from_step", "evaluated_step", "rejoined")
+    __slots__ = ("task", "sequence", "pid", "phase", "step", "epoch", "loss", "examples_per_second", "cpu_percent", "rss_bytes", "metrics", "message", "exiting", "gpus", "formed", "resumed_from_step", "evaluated_step", "rejoined", "non_finite_step")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,7 @@ class Heartbeat(_message.Message):
     RESUMED_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     EVALUATED_STEP_FIELD_NUMBER: _ClassVar[int]
     REJOINED_FIELD_NUMBER: _ClassVar[int]
+    NON_FINITE_STEP_FIELD_NUMBER: _ClassVar[int]
     task: TaskKey
     sequence: int
     pid: int
@@ -88,7 +89,8 @@ class Heartbeat(_message.Message):
     resumed_from_step: int
     evaluated_step: int
     rejoined: _containers.ScalarMap[str, int]
-    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., exiting: _Optional[bool] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., formed: _Optional[_Union[Formed, _Mapping]] = ..., resumed_from_step: _Optional[int] = ..., evaluated_step: _Optional[int] = ..., rejoined: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    non_finite_step: int
+    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., sequence: _Optional[int] = ..., pid: _Optional[int] = ..., phase: _Optional[_Union[Phase, str]] = ..., step: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., exiting: _Optional[bool] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., formed: _Optional[_Union[Formed, _Mapping]] = ..., resumed_from_step: _Optional[int] = ..., evaluated_step: _Optional[int] = ..., rejoined: _Optional[_Mapping[str, int]] = ..., non_finite_step: _Optional[int] = ...) -> None: ...
 
 class Formed(_message.Message):
     __slots__ = ("replicas_in_sync", "cluster_workers")

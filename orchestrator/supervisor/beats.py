@@ -138,7 +138,7 @@ class Intake:
                                    *(self._formed.beat(rt.task, a.number, formed) if formed else ()))]
         out += [Warn(t) for t in self.nan.beat(  # a non-finite loss: said once per attempt (training_rules)
             rt.task.name, a.number, hb.step if hb.HasField("step") else None, hb.loss if hb.HasField("loss") else None,
-            metrics)]
+            metrics, hb.non_finite_step if hb.HasField("non_finite_step") else None)]
         # a recovery to note only when one restarted this task, or it says where it resumed (O(1))
         book = self._book
         recovering = resumed_from is not None or book.waits_for(rt.task.name)

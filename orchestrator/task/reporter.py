@@ -42,7 +42,7 @@ STREAM_DEADLINE_S = 3600.0
 """A heartbeat stream is reopened after this long, so even it has a deadline."""
 RPC_DEADLINE_S = 5.0
 """Deadline of every unary call."""
-_INTEGER_FIELDS = ("step", "epoch", "resumed_from_step", "evaluated_step")
+_INTEGER_FIELDS = ("step", "epoch", "resumed_from_step", "evaluated_step", "non_finite_step")
 """What :meth:`HeartbeatReporter.update` sets as the heartbeat's own integer fields: progress, and the
 control facts the supervisor reads (never among the program's metrics)."""
 

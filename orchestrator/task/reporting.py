@@ -34,8 +34,8 @@ _started = False
 _faults: FaultInjector | None = None
 _non_finite_sent = False
 NON_FINITE_STEP = "non_finite_step"
-"""The metric that carries the step of the first non-finite loss or metric this process reported
-(:mod:`orchestrator.supervisor.rules.training_rules` reads it by this name)."""
+"""The heartbeat field that carries the step of the first non-finite loss or metric this process
+reported (typed, not a metric: :mod:`orchestrator.supervisor.rules.training_rules` takes it)."""
 """Whether a non-finite loss or metric was reported (and flushed at once) by this process."""
 
 
@@ -160,10 +160,10 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
     global _non_finite_sent
     first_nan = not _non_finite_sent and ((loss is not None and not math.isfinite(loss))
                                           or not all(math.isfinite(v) for v in metrics.values()))
-    if first_nan and step is not None:
-        metrics[NON_FINITE_STEP] = step  # the supervisor names this step, not the one it sees first
     control = {name: int(value) for name, value in (("resumed_from_step", resumed_from_step),
                                                     ("evaluated_step", evaluated_step)) if value is not None}
+    if first_nan and step is not None:
+        control[NON_FINITE_STEP] = int(step)  # the supervisor names this step, not the one it sees first
     reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
                     examples_per_second=examples_per_second, **control, **metrics)
     if first_nan:
