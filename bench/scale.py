@@ -222,7 +222,7 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
     rss_before = me.memory_info().rss
     token = "t" + secrets.token_urlsafe(16)  # never starts with "-" (argv)
     store, recorder = HeartbeatStore(), Recorder()
-    server = HealthServer(token, store, status=recorder.status_json).start()
+    server = HealthServer(token, store, status=recorder.status_reply).start()
     web_token = secrets.token_urlsafe(12)
     web = WebServer(recorder.status, web_token).start()
     hosts = [subprocess.Popen([PY, "-m", "bench.simhost", server.address, token, "--mode", "scale",
@@ -283,13 +283,13 @@ def run(tasks: int, kills: int, hangs: int, heartbeat_timeout_s: float, hosts_n:
             rss = me.memory_info().rss
             out["rss_mb"] = rss / 2**20
             out["rss_per_task_kb"] = (rss - rss_before) / len(sup.tasks) / 1024
-            # asked from another process, as `status` and a browser ask: parsing 7 MB of JSON here
+            # asked from another process, as `status` and a browser ask: decoding several MB here
             # would hold this interpreter's GIL, which the orchestrator's threads share
             url = f"{web.url.split('?')[0].rstrip('/')}/api/status?token={web_token}"
             asked = subprocess.run([PY, "-m", "bench.scale", "--ask", server.address, token, url], cwd=REPO,
                                    env=base_env(), capture_output=True, text=True, timeout=300)
             out.update(json.loads(asked.stdout.strip().splitlines()[-1]))
-            out["status_bytes"] = len(recorder.status_json())
+            out["status_bytes"] = recorder.status_reply().ByteSize()  # the serialized GetStatus reply
             out["false_hangs"] = len(sup.failures) - kills - hangs  # failures nobody caused
         except Exception as exc:  # noqa: BLE001
             out["errors"].append(repr(exc))

@@ -215,7 +215,7 @@ def prepare(
 
             web_server = WebServer(recorder.status, secrets.token_urlsafe(18), *web_bind).start()
         server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
-                                register=engine.register_address, status=recorder.status_json, stop=stop_job)
+                                register=engine.register_address, status=recorder.status_reply, stop=stop_job)
         socket = getattr(engine, "health_socket", None)  # --isolate-network: tasks reach it through a file
         server.unix_path = str(socket) if socket else None
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir,

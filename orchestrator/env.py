@@ -217,11 +217,6 @@ supervisor retries it under every restart policy except ``never``
 (:func:`orchestrator.supervisor.rules.decisions.retry_verdict`). Popen tells it from a death by
 SIGTERM (return code -15); the Docker backend cannot (a container's status 143 reads as SIGTERM)."""
 
-REJOINED_METRIC = "rejoined:"
-"""Prefix of the built-in PSS coordinator's heartbeat metric ``rejoined:worker-N``: how many
-times worker N came back into its ``ClusterCoordinator``'s rotation (``worker/rotation.py``).
-The supervisor ends a PSS worker's recovery on it."""
-
 TOKEN_METADATA_KEY = "x-job-token"
 """gRPC metadata key that carries the job token."""
 

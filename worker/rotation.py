@@ -8,7 +8,7 @@ whose server is up is not yet a worker that trains. The coordinator says both th
 in its log (``Worker /job:worker/replica:0/task:N failed with ...`` at ERROR, ``... has been
 recovered.`` at INFO), so :func:`watch` reads them there and reports them:
 
-* a worker back in the rotation: metric ``rejoined:worker-N`` = how many times it came back
+* a worker back in the rotation: the heartbeat's typed ``rejoined[worker-N]`` = how many times it came back
   in this coordinator's life, sent at once (the supervisor times the task's recovery by it);
 * a message for the live view in both cases.
 
@@ -23,7 +23,6 @@ import re
 import time
 
 from orchestrator import env
-from orchestrator.env import REJOINED_METRIC
 
 _FAILED = re.compile(r"^Worker /job:worker/replica:\d+/task:(\d+) failed with")
 _RECOVERED = re.compile(r"^Worker /job:worker/replica:\d+/task:(\d+) has been recovered")
@@ -54,7 +53,7 @@ class _RotationFilter(logging.Filter):
             if env.is_set(env.BENCH_TIMING):
                 print(f"bench: {name} rejoined (unix {time.time():.3f})", flush=True)
             self._reporter.update(message=f"{name} is back in the coordinator's rotation", now=True,
-                                  **{REJOINED_METRIC + name: self.rejoined[name]})
+                                  rejoined={name: self.rejoined[name]})
         elif m := _FAILED.match(message):
             self._reporter.update(message=f"worker-{m[1]} failed: the coordinator trains on without it")
 

@@ -6,13 +6,13 @@ token come from ``runs/<run-id>/endpoint.json`` (see :mod:`orchestrator.report.r
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import grpc
 
 from orchestrator import env
 from orchestrator.errors import OrchestratorError
+from orchestrator.health.status_wire import status_of
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.tls import ClientFiles, channel
@@ -31,7 +31,7 @@ class EndpointError(OrchestratorError):
 
 
 MAX_STATUS_BYTES = 256 * 2**20
-"""Largest ``GetStatus`` reply a client takes (gRPC's default is 4 MiB; ~700 bytes per task)."""
+"""Largest ``GetStatus`` reply a client takes (gRPC's default is 4 MiB; a few hundred bytes per task)."""
 
 
 class EndpointClient:
@@ -52,7 +52,7 @@ class EndpointClient:
         self.address = address
         self._metadata = ((env.TOKEN_METADATA_KEY, token),)
         self._timeout_s = timeout_s
-        # a status of 10,000 tasks is ~7 MB of JSON: past gRPC's default 4 MiB a client may receive
+        # a status of 10,000 tasks is several MB: past gRPC's default 4 MiB a client may receive
         self._channel = channel(address, tls, [("grpc.max_receive_message_length", MAX_STATUS_BYTES)])
         self._stub = pb_grpc.SupervisorStub(self._channel)
 
@@ -68,10 +68,7 @@ class EndpointClient:
                                          metadata=self._metadata, timeout=self._timeout_s)
         except grpc.RpcError as exc:
             raise EndpointError(self.address, exc.code().name, exc.details() or "") from None
-        data = json.loads(reply.status_json or "{}")
-        if not isinstance(data, dict):
-            raise EndpointError(self.address, "INVALID_REPLY", "status is not a JSON object")
-        return data
+        return status_of(reply)
 
     def stop(self, reason: str) -> tuple[bool, str]:
         """Ask the job to stop (two-phase, as Ctrl-C). Returns (accepted, job state when asked);

@@ -80,9 +80,9 @@ def _refuse(task: TaskId, attempt: int, host: str, port: int, wait_s: float) -> 
     return Registration(False, error="this orchestrator assigns every address itself")
 
 
-StatusSource = Callable[[bool, int], str]
-"""``(history, history_since) -> JSON text`` of the job's status (injected by ``api``; this
-layer knows nothing of snapshots)."""
+StatusSource = Callable[[bool, int], pb.StatusReply]
+"""``(history, history_since) -> the typed reply`` of the job's status (injected by ``api``: built by
+:mod:`orchestrator.report.status_reply`; this layer knows nothing of snapshots)."""
 
 StopHandler = Callable[[str], tuple[bool, str]]
 """``reason -> (accepted, job state)``: asks the job to stop (injected by ``api``)."""
@@ -125,12 +125,11 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
 
     async def GetStatus(self, request, context):  # noqa: N802 - gRPC name
         if self._status is None:
-            return pb.StatusReply(status_json="{}")
+            return pb.StatusReply()
         # on a worker thread: the status of 10,000 tasks takes a fraction of a second to build,
         # and the event loop must go on taking their heartbeats meanwhile
-        text = await asyncio.get_running_loop().run_in_executor(None, self._status, request.history,
+        return await asyncio.get_running_loop().run_in_executor(None, self._status, request.history,
                                                                 request.history_since)
-        return pb.StatusReply(status_json=text)
 
     async def StopJob(self, request, context):  # noqa: N802 - gRPC name
         if self._stop is None:
@@ -154,7 +153,7 @@ class HealthServer:
             before the server binds. None: nothing held.
         register: called by ``RegisterAddress`` with (task, attempt, host, port, wait_s) on a
             worker thread; default: every registration refused.
-        status: answers ``GetStatus`` (JSON text); runs on a worker thread (thread-safe).
+        status: answers ``GetStatus`` (the typed reply); runs on a worker thread (thread-safe).
         stop: answers ``StopJob``; must only request the stop (it runs on the server thread).
         tls: the run's certificates: mutual TLS, a client certificate of the run required on
             every call; None: plaintext (``--insecure``, tests, benchmarks).

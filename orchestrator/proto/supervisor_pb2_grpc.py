@@ -98,8 +98,10 @@ class SupervisorServicer:
 
     def GetStatus(self, request, context):
         """Status queries (`python -m orchestrator status`, the web page of
-        `status --web`): the job and every task as JSON, the shape of
-        summary.json plus live fields (see orchestrator/report/status.py).
+        `status --web`): the job and every task as typed messages, the fields of
+        summary.json plus live fields (orchestrator/report/status.py); built by
+        orchestrator/report/status_reply.py, read back into the status dictionary
+        by orchestrator/health/status_wire.py.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

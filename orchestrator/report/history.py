@@ -12,11 +12,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import jsontext
 from orchestrator.rundir import RunDir
 from orchestrator.supervisor.records.snapshot import JobSnapshot, View
+
+if TYPE_CHECKING:
+    from orchestrator.proto import supervisor_pb2 as pb
 
 
 def event_kind(text: str) -> str:
@@ -54,7 +57,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._snapshot: JobSnapshot | None = None
         self._status: tuple[JobSnapshot, dict[str, Any]] | None = None
-        self._status_text: tuple[JobSnapshot | None, str] | None = None
+        self._status_reply: tuple[JobSnapshot | None, pb.StatusReply] | None = None
         self._seq = 0
         self._samples: deque[dict[str, Any]] = deque(maxlen=max_samples)
         self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
@@ -131,19 +134,27 @@ class Recorder:
             out["history"] = self.history(since)
         return out
 
-    def status_json(self, history: bool = False, since: int = 0) -> str:
-        """:meth:`status` as JSON text (what the gRPC ``GetStatus`` answers); without ``history``
-        encoded once per snapshot (10,000 tasks are ~7 MB of JSON)."""
-        if history:
-            return jsontext.dumps(self.status(history, since))
+    def status_reply(self, history: bool = False, since: int = 0) -> pb.StatusReply:
+        """The typed ``GetStatus`` reply of the latest snapshot
+        (:func:`~orchestrator.report.status_reply.status_reply`: the fields of :meth:`status`),
+        built once per snapshot; with ``history`` (:meth:`history`) when asked; no ``job``
+        before any snapshot."""
+        # at the first query: protobuf is not on the path to the first task start
+        from orchestrator.proto import supervisor_pb2 as pb
+        from orchestrator.report.status_reply import history_message, status_reply
+
         with self._lock:
-            snapshot, cached = self._snapshot, self._status_text
-        if cached is not None and cached[0] is snapshot:
+            snapshot, cached = self._snapshot, self._status_reply
+        if cached is None or cached[0] is not snapshot:
+            cached = (snapshot, status_reply(snapshot))
+            with self._lock:
+                self._status_reply = cached
+        if not history:
             return cached[1]
-        text = jsontext.dumps(self.status())
-        with self._lock:
-            self._status_text = (snapshot, text)
-        return text
+        reply = pb.StatusReply()
+        reply.CopyFrom(cached[1])
+        reply.history.CopyFrom(history_message(self.history(since)))
+        return reply
 
     def write(self, run_dir: Path) -> Path:
         """Write the whole history to ``run_dir/history.json`` (atomically); returns its path.

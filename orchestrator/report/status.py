@@ -1,9 +1,10 @@
 """The status of a job as plain JSON, and the rows every view shows of it.
 
-:func:`status_dict` is what ``status --json``, the gRPC ``GetStatus`` query, the web page and
-``/metrics`` read: the shape of ``summary.json`` (so a finished run's summary reads the same
-way) plus live fields: ``live`` (the job is still running), ``elapsed_s``, and per task
-``attempt`` and ``heartbeat_age_s``. :func:`row` turns one of its tasks into the display
+:func:`status_dict` is what ``status --json``, the web page and ``/metrics`` read (over gRPC,
+``GetStatus`` carries the same fields typed: :mod:`orchestrator.report.status_reply`): the
+shape of ``summary.json`` (so a finished run's summary reads the same way) plus live fields:
+``live`` (the job is still running), ``elapsed_s``, and per task ``attempt`` and
+``heartbeat_age_s``. :func:`row` turns one of its tasks into the display
 strings of the live table; :func:`title` is the table's title line.
 """
 

@@ -18,8 +18,7 @@ from orchestrator.supervisor.records.snapshot import JobSnapshot, LastHeartbeat,
 from orchestrator.supervisor.records.states import describe_exit, exit_fields
 from orchestrator.supervisor.rules import formed
 
-_INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs",
-                    "resumed_from_step", "evaluated_step")
+_INTEGER_METRICS = ("global_batch_size", "batch_size_per_replica", "replicas", "steps_per_epoch", "epochs")
 _COORDINATOR_METRICS = ("test_accuracy", "test_loss", "final_loss", "global_batch_size", "batch_size_per_replica",
                         "replicas", "steps_per_epoch", "epochs", "resumed_from_step")
 
@@ -132,11 +131,16 @@ def run_summary(snapshot: JobSnapshot) -> RunSummary:
         for name, value in hb.metrics.items():
             if name in _COORDINATOR_METRICS or not builtin:  # a user's program: every metric it reported
                 metrics[name] = int(value) if name in _INTEGER_METRICS else value
+        if hb.resumed_from_step is not None:  # a typed control fact of the heartbeat, shown here
+            metrics["resumed_from_step"] = hb.resumed_from_step
+        if hb.evaluated_step is not None and not builtin:
+            metrics["evaluated_step"] = hb.evaluated_step
     evaluation = None
     evaluator = next((t for t in snapshot.tasks if t.task.task_type == "evaluator"), None)
     if evaluator is not None and evaluator.heartbeat is not None:
-        evaluation = {k: (int(v) if k == "evaluated_step" else v) for k, v in evaluator.heartbeat.metrics.items()
-                      if k.startswith("eval_") or k == "evaluated_step"} or None
+        hb = evaluator.heartbeat
+        evaluation = ({"evaluated_step": hb.evaluated_step} if hb.evaluated_step is not None else {}) | {
+            k: v for k, v in hb.metrics.items() if k.startswith("eval_")} or None
     user_program = next((tp.argv for tp in plan.tasks if not tp.reports_heartbeats), None)
     root_cause = snapshot.root_cause
     return RunSummary(

@@ -127,8 +127,7 @@ class Intake:
             a.training_at = at  # its first step is judged from here (hang_rules.first_step_due_at)
         metrics = hb.metrics
         coordinator = rt is self._table.coordinator
-        resumed = metrics.get("resumed_from_step") if metrics else None
-        resumed_from = int(resumed) if resumed is not None else None
+        resumed_from = hb.resumed_from_step if hb.HasField("resumed_from_step") else None  # a typed control fact
         if coordinator and self._lives.coordinator_beat(hb.step if hb.HasField("step") else None, resumed_from, at,
                                                         metrics.get("global_batch_size")):
             out.append(Persist())  # a SIGKILLed orchestrator's resume knows how far training got
@@ -137,7 +136,7 @@ class Intake:
                                    *(self._formed.beat(rt.task, a.number, formed) if formed else ()))]
         out += [Warn(t) for t in self.nan.beat(  # a non-finite loss: said once per attempt (training_rules)
             rt.task.name, a.number, hb.step if hb.HasField("step") else None, hb.loss if hb.HasField("loss") else None,
-            metrics)]
+            metrics, hb.non_finite_step if hb.HasField("non_finite_step") else None)]
         # a recovery to note only when one restarted this task, or it says where it resumed (O(1))
         book = self._book
         recovering = resumed_from is not None or book.waits_for(rt.task.name)
@@ -161,7 +160,7 @@ class Intake:
         if recovering and phase in _WORKING:
             out += [Event(t) for t in book.note(rt.task.name, at, RestartScope.TASK, **note)]
         if coordinator and self._rotation_reported:
-            for name in rejoined_workers(previous.metrics if previous is not None else {}, metrics):
+            for name in rejoined_workers(previous.rejoined if previous is not None else {}, hb.rejoined):
                 if self._table.has(name):
                     out += [Event(t) for t in book.note(name, at, RestartScope.TASK, rejoined=True, doing="",
                                                         resumed_from_step=None, coordinator=note["coordinator"])]

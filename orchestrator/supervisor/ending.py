@@ -146,7 +146,8 @@ class Endings:
         grace = self._policy.evaluator_grace_s
         out: list[Action] = []
         for rt in [r for r in self._table.live() if r.task.task_type == "evaluator"]:
-            step = rt.current.heartbeat.heartbeat.metrics.get("evaluated_step") if rt.current.heartbeat else None
+            hb = rt.current.heartbeat.heartbeat if rt.current.heartbeat else None
+            step = hb.evaluated_step if hb is not None and hb.HasField("evaluated_step") else None
             last = f"its last result is of step {int(step)}" if step is not None else "it reported no result"
             out.append(Warn(f"{rt.task.name}: {EVALUATION_LOST}: still evaluating {grace:g} s after the job succeeded "
                             f"(evaluator grace {grace:g} s, --evaluator-grace); {last}"))

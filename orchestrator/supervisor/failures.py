@@ -236,4 +236,5 @@ class Restarts:
         """The task reported an evaluation (``evaluated_step`` or an ``eval_*`` metric) in its
         current attempt (an earlier attempt's is in its history only as a state)."""
         hb = self._table.named(name).current.heartbeat
-        return hb is not None and any(k == "evaluated_step" or k.startswith("eval_") for k in hb.heartbeat.metrics)
+        return hb is not None and (hb.heartbeat.HasField("evaluated_step")
+                                   or any(k.startswith("eval_") for k in hb.heartbeat.metrics))

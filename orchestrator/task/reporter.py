@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 import time
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import grpc
 import psutil
@@ -42,6 +42,10 @@ STREAM_DEADLINE_S = 3600.0
 """A heartbeat stream is reopened after this long, so even it has a deadline."""
 RPC_DEADLINE_S = 5.0
 """Deadline of every unary call."""
+_INTEGER_FIELDS = ("step", "epoch", "resumed_from_step", "evaluated_step", "non_finite_step")
+"""What :meth:`HeartbeatReporter.update` sets as the heartbeat's own integer fields: progress, and the
+control facts the supervisor reads (never among the program's metrics)."""
+
 CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 5000))
 """The task's channel to the orchestrator: after a refused connection it tries again in 0.1 s
 (gRPC's default: 1 s, growing to 120 s), at most every 5 s (the reporter's own backoff). A
@@ -92,6 +96,7 @@ class HeartbeatReporter:
         self._fields: dict = {"phase": pb.PHASE_INITIALIZING}
         self._metrics: dict[str, float] = {}
         self._formed: dict[str, int] = {}
+        self._rejoined: dict[str, int] = {}
         self._dirty = True
         self._closing = False
         self._exiting = False
@@ -122,7 +127,7 @@ class HeartbeatReporter:
 
     # -- feeding -------------------------------------------------------------------------
     def update(self, phase: int | None = None, message: str | None = None, *, now: bool = False,
-               **values: float) -> None:
+               rejoined: Mapping[str, int] | None = None, **values: float) -> None:
         """Record the latest progress; a phase change is sent at once.
 
         Args:
@@ -130,10 +135,13 @@ class HeartbeatReporter:
             message: free text for the live view.
             now: send this update at once instead of with the next heartbeat (an event the
                 supervisor times, e.g. a worker back in the coordinator's rotation).
+            rejoined: the PSS coordinator's worker name (``worker-1``) -> times it came back into
+                its rotation (the heartbeat's typed ``rejoined``; counts only grow).
             **values: ``step``, ``epoch``, ``loss``, ``examples_per_second`` go to their
-                own fields, ``replicas_in_sync`` and ``cluster_workers`` (what the strategy
-                formed: :func:`orchestrator.task.formed.strategy_facts`) to ``formed``; anything
-                else is a metric (e.g. ``test_accuracy``).
+                own fields, as do the control facts ``resumed_from_step`` and ``evaluated_step``;
+                ``replicas_in_sync`` and ``cluster_workers`` (what the strategy formed:
+                :func:`orchestrator.task.formed.strategy_facts`) to ``formed``; anything else is
+                a metric of the program (e.g. ``test_accuracy``).
         """
         with self._cond:
             if (phase is not None and phase != self._fields.get("phase")) or now:
@@ -146,7 +154,7 @@ class HeartbeatReporter:
             for name, value in values.items():
                 if value is None:
                     continue
-                if name in ("step", "epoch"):
+                if name in _INTEGER_FIELDS:
                     self._fields[name] = int(value)
                 elif name in ("loss", "examples_per_second"):
                     self._fields[name] = float(value)
@@ -154,6 +162,8 @@ class HeartbeatReporter:
                     self._formed[name] = int(value)
                 else:
                     self._metrics[name] = float(value)
+            if rejoined:
+                self._rejoined.update((name, int(count)) for name, count in rejoined.items())
 
     def flush(self, timeout_s: float = 1.0) -> bool:
         """Block (at most ``timeout_s`` seconds, the GIL released) until what was recorded so far
@@ -270,6 +280,8 @@ class HeartbeatReporter:
             hb.metrics[name] = value
         for name, count in self._formed.items():
             setattr(hb.formed, name, count)
+        for name, count in self._rejoined.items():
+            hb.rejoined[name] = count
         self._sequence += 1
         return hb
 

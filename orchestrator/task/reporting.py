@@ -34,8 +34,8 @@ _started = False
 _faults: FaultInjector | None = None
 _non_finite_sent = False
 NON_FINITE_STEP = "non_finite_step"
-"""The metric that carries the step of the first non-finite loss or metric this process reported
-(:mod:`orchestrator.supervisor.rules.training_rules` reads it by this name)."""
+"""The heartbeat field that carries the step of the first non-finite loss or metric this process
+reported (typed, not a metric: :mod:`orchestrator.supervisor.rules.training_rules` takes it)."""
 """Whether a non-finite loss or metric was reported (and flushed at once) by this process."""
 
 
@@ -116,7 +116,7 @@ def _on_step(step: int | None) -> None:
 def report(step: int | None = None, loss: float | None = None, *, epoch: int | None = None,
            examples_per_second: float | None = None, strategy: Any = None, replicas_in_sync: int | None = None,
            cluster_workers: int | None = None, global_batch_size: int | None = None,
-           resumed_from_step: int | None = None, **metrics: float) -> None:
+           resumed_from_step: int | None = None, evaluated_step: int | None = None, **metrics: float) -> None:
     """Report training progress of this task (thread-safe, cheap: sent with the next heartbeat;
     the first report, which moves the task to phase ``training``, is sent at once).
 
@@ -133,7 +133,9 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
         global_batch_size: examples per step across all replicas; kept in ``summary.json`` and
             ``run.json``, and a resume that trains with another one is warned about.
         resumed_from_step: after a restart, the step training really resumed at (what the
-            restored checkpoint had done).
+            restored checkpoint had done); a typed field of the heartbeat, not a metric.
+        evaluated_step: an evaluator: the checkpoint step its latest evaluation was of (with its
+            ``eval_*`` metrics); a typed field of the heartbeat, not a metric.
         **metrics: any other numbers (e.g. ``accuracy=0.93``, ``steps_per_second=12.5``);
             they land in summary.json.
 
@@ -146,7 +148,7 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
             else replicas_in_sync
         cluster_workers = facts.get(CLUSTER_WORKERS, cluster_workers) if cluster_workers is None else cluster_workers
     for name, value in ((REPLICAS_IN_SYNC, replicas_in_sync), (CLUSTER_WORKERS, cluster_workers),
-                        (GLOBAL_BATCH_SIZE, global_batch_size), ("resumed_from_step", resumed_from_step)):
+                        (GLOBAL_BATCH_SIZE, global_batch_size)):
         if value is not None:
             metrics[name] = int(value)
     _on_step(step)
@@ -158,10 +160,12 @@ def report(step: int | None = None, loss: float | None = None, *, epoch: int | N
     global _non_finite_sent
     first_nan = not _non_finite_sent and ((loss is not None and not math.isfinite(loss))
                                           or not all(math.isfinite(v) for v in metrics.values()))
+    control = {name: int(value) for name, value in (("resumed_from_step", resumed_from_step),
+                                                    ("evaluated_step", evaluated_step)) if value is not None}
     if first_nan and step is not None:
-        metrics[NON_FINITE_STEP] = step  # the supervisor names this step, not the one it sees first
+        control[NON_FINITE_STEP] = int(step)  # the supervisor names this step, not the one it sees first
     reporter.update(phase=pb.PHASE_TRAINING, step=step, loss=loss, epoch=epoch,
-                    examples_per_second=examples_per_second, **metrics)
+                    examples_per_second=examples_per_second, **control, **metrics)
     if first_nan:
         _non_finite_sent = True  # and it goes out at once
         reporter.flush()

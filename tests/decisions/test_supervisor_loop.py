@@ -125,13 +125,17 @@ class Harness:
     def task(self, name: str):
         return next(t for t in self.sup.snapshot().tasks if t.name == name)
 
-    def beat(self, name: str, phase: str = "training", step: int | None = None, **metrics: float) -> None:
-        """A heartbeat of ``name``'s current attempt; ``replicas_in_sync`` and ``cluster_workers`` go to its
-        typed ``formed`` (as the task's reporter sends them), every other keyword to its metrics."""
+    def beat(self, name: str, phase: str = "training", step: int | None = None,
+             rejoined: dict[str, int] | None = None, **metrics: float) -> None:
+        """A heartbeat of ``name``'s current attempt, as the task's reporter sends it: ``replicas_in_sync``
+        and ``cluster_workers`` go to its typed ``formed``, ``resumed_from_step``, ``evaluated_step`` and
+        ``rejoined`` (worker name -> count) to their typed fields, every other keyword to its metrics."""
         t = self.task(name)
         formed = {k: int(metrics.pop(k)) for k in ("replicas_in_sync", "cluster_workers") if k in metrics}
+        control = {k: int(metrics.pop(k)) for k in ("resumed_from_step", "evaluated_step") if k in metrics}
         hb = pb.Heartbeat(task=pb.TaskKey(task_type=t.task.task_type, task_index=t.task.task_index, attempt=t.attempt),
-                          phase=PHASES[phase], metrics=metrics, formed=pb.Formed(**formed) if formed else None)
+                          phase=PHASES[phase], metrics=metrics, formed=pb.Formed(**formed) if formed else None,
+                          rejoined=rejoined, **control)
         if step is not None:
             hb.step = step
         self.store.record(hb)
@@ -220,11 +224,11 @@ def test_a_restarted_pss_worker_has_recovered_once_the_coordinator_took_it_back_
     h.tick(0.1)
     h.tick(1.0)  # the backoff: attempt 1 starts
     h.beat("worker-1", "serving")
-    h.beat("chief-0", "training", 40, **{"rejoined:worker-0": 1})  # another worker's count: not this recovery
+    h.beat("chief-0", "training", 40, rejoined={"worker-0": 1})  # another worker's count: not this recovery
     h.tick(0.5)
     (recovery,) = h.sup.snapshot().recoveries
     assert recovery.resumed_at_s is None  # its server is up; the coordinator has not used it yet
-    h.beat("chief-0", "training", 50, **{"rejoined:worker-0": 1, "rejoined:worker-1": 1})
+    h.beat("chief-0", "training", 50, rejoined={"worker-0": 1, "worker-1": 1})
     h.tick(0.75)
     (recovery,) = h.sup.snapshot().recoveries
     assert recovery.resumed_at_s == pytest.approx(recovery.detected_at_s + 1.5)  # when that heartbeat came
@@ -321,19 +325,19 @@ def test_a_second_failure_of_a_pss_worker_waits_for_a_new_rejoin_not_the_old_cou
     h.exit("worker-1", -signal.SIGKILL)
     h.tick(0.1)
     h.tick(1.0)
-    h.beat("chief-0", "training", 40, **{"rejoined:worker-1": 1})
+    h.beat("chief-0", "training", 40, rejoined={"worker-1": 1})
     h.tick(0.1)
     h.beat("worker-1", "serving")
     h.tick(0.1)
     h.exit("worker-1", -signal.SIGKILL)  # again
     h.tick(0.1)
     h.tick(5.0)  # past the second restart's backoff
-    h.beat("chief-0", "training", 60, **{"rejoined:worker-1": 1})  # the count of the first rejoin, sent again
+    h.beat("chief-0", "training", 60, rejoined={"worker-1": 1})  # the count of the first rejoin, sent again
     h.tick(0.5)
     first, second = h.sup.snapshot().recoveries
     assert second.restarted_at_s is not None
     assert first.resumed_at_s is not None and second.resumed_at_s is None
-    h.beat("chief-0", "training", 70, **{"rejoined:worker-1": 2})
+    h.beat("chief-0", "training", 70, rejoined={"worker-1": 2})
     h.tick(0.1)
     assert h.sup.snapshot().recoveries[1].resumed_at_s is not None
 

@@ -95,5 +95,5 @@ def test_a_sigbus_is_a_full_dev_shm_not_to_restart(code, permanent):
 
 def test_the_step_the_client_reported_first_is_named_not_the_one_seen_first():
     watch = NanWatch("warn")
-    (line,) = watch.beat("worker-0", 0, 14, NAN, {"non_finite_step": 10.0})
+    (line,) = watch.beat("worker-0", 0, 14, NAN, {}, first_step=10)
     assert "first at step 10" in line

@@ -105,6 +105,40 @@ def test_what_the_strategy_formed_travels_in_typed_fields_not_in_the_metrics(ser
     reporter.close(pb.PHASE_DONE)
 
 
+def test_control_facts_travel_in_typed_fields_and_never_among_the_metrics(tmp_path):
+    """issue 33 item 3: where training resumed, which checkpoint an evaluator evaluated and the PSS
+    workers back in the coordinator's rotation are typed fields of the heartbeat, from the task's
+    reporter through a real server to the supervisor, and the metrics users see are their own."""
+    from orchestrator.report.status import status_dict
+    from tests.decisions.test_supervisor_loop import Harness, spec_of
+
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1, evaluator=1))
+    srv = HealthServer(TOKEN, h.store).start()
+    chief = HeartbeatReporter(srv.address, TOKEN, "chief", 0, interval_s=0.05).start()
+    evaluator = HeartbeatReporter(srv.address, TOKEN, "evaluator", 0, interval_s=0.05).start()
+    try:
+        chief.update(pb.PHASE_TRAINING, step=41, resumed_from_step=40, rejoined={"worker-1": 1}, test_accuracy=0.5)
+        evaluator.update(pb.PHASE_TRAINING, step=40, evaluated_step=40, eval_accuracy=0.75)
+        beats = wait_until(lambda: (c := h.store.get(TaskId("chief", 0), 0)) and (e := h.store.get(
+            TaskId("evaluator", 0), 0)) and c.heartbeat.step == 41 and e.heartbeat.step == 40 and (c, e), 10,
+            what="both tasks' heartbeats")
+        sent, evaluated = (record.heartbeat for record in beats)
+        assert (sent.resumed_from_step, dict(sent.rejoined), dict(sent.metrics)) == (40, {"worker-1": 1},
+                                                                                      {"test_accuracy": 0.5})
+        assert (evaluated.evaluated_step, dict(evaluated.metrics)) == (40, {"eval_accuracy": 0.75})
+        h.tick()
+        status = status_dict(h.sup.snapshot())
+    finally:
+        chief.close(pb.PHASE_DONE)
+        evaluator.close(pb.PHASE_DONE)
+        srv.stop()
+    tasks = {t["name"]: t for t in status["tasks"]}
+    assert tasks["chief-0"]["last_heartbeat"]["metrics"] == {"test_accuracy": 0.5}  # the program's own only
+    assert tasks["evaluator-0"]["last_heartbeat"]["metrics"] == {"eval_accuracy": 0.75}
+    assert status["metrics"]["resumed_from_step"] == 40 and status["metrics"]["test_accuracy"] == 0.5
+    assert status["evaluation"] == {"evaluated_step": 40, "eval_accuracy": 0.75}
+
+
 def test_reporter_with_a_wrong_token_is_not_recorded(server):
     srv, store = server
     reporter = HeartbeatReporter(srv.address, "wrong", "worker", 0, interval_s=0.05).start()
@@ -206,3 +240,80 @@ def test_a_health_endpoint_that_never_started_lets_its_port_go():
     endpoint.stop()
     with socket.socket() as again:
         again.bind(("127.0.0.1", endpoint.port))
+
+
+def _status_of_a_job(tmp_path, code: int):
+    """A Recorder holding a parameter-server job's snapshot after worker-1 exited ``code`` (-9: it
+    is restarted; 1: the job failed), the chief's loss NaN, an evaluation, what a strategy formed,
+    and the history the page charts."""
+    from orchestrator.report.history import Recorder
+    from tests.decisions.test_supervisor_loop import Harness, spec_of
+
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1, evaluator=1,
+                                  supervision={"max_restarts": 3}))
+    recorder = Recorder(sample_interval_s=0.0)
+    h.all_beat(step=3)
+    h.tick(0.1)
+    recorder.update(h.sup.snapshot())
+    h.beat("chief-0", step=4, test_accuracy=0.9, replicas_in_sync=2, cluster_workers=2)
+    chief = h.task("chief-0")
+    h.store.get(chief.task, chief.attempt).heartbeat.loss = float("nan")
+    h.beat("evaluator-0", step=4, eval_accuracy=0.5)
+    h.tick(0.1)
+    h.exit("worker-1", code)
+    h.tick(0.1)
+    h.tick(2.0)
+    if code == -9:
+        h.beat("worker-1", step=5)
+        h.tick(0.1)
+    recorder.event(1.5, "worker-1 failed")
+    recorder.update(h.sup.snapshot())
+    return recorder
+
+
+@pytest.mark.parametrize("code", [-9, 1])
+def test_the_status_reply_is_typed_and_the_client_reads_back_the_status_dictionary(tmp_path, monkeypatch, code):
+    """issue 33 item 3: GetStatus answers typed messages (no JSON text), built from the snapshot,
+    and the client turns them into the very dictionary ``status --json`` printed from JSON."""
+    import json
+
+    from orchestrator import jsontext
+    from orchestrator.health.client import EndpointClient
+    from orchestrator.report import summary
+
+    assert "status_json" not in pb.StatusReply.DESCRIPTOR.fields_by_name
+    monkeypatch.setattr(summary, "peak_rss_bytes", lambda: 1234)
+    from types import SimpleNamespace
+
+    from orchestrator.report import status, status_reply
+
+    clock = SimpleNamespace(time=lambda: 1_700_000_000.25)  # updated_at, the same in both
+    monkeypatch.setattr(status, "time", clock)
+    monkeypatch.setattr(status_reply, "time", clock)
+    recorder = _status_of_a_job(tmp_path, code)
+    srv = HealthServer(TOKEN, HeartbeatStore(), status=recorder.status_reply).start()
+    try:
+        with EndpointClient(srv.address, TOKEN) as client:
+            live, charted = client.status(), client.status(history=True, history_since=0)
+    finally:
+        srv.stop()
+    want = json.loads(jsontext.dumps(recorder.status()))  # what the JSON text of the reply was
+    assert live["failures"] and live["tasks"][0]["last_heartbeat"]["formed"] and live["evaluation"]
+    assert bool(live["recoveries"]) is (code == -9) and bool(live["root_cause"]) is (code == 1)
+    assert live["non_finite"] == {"metrics.final_loss": "NaN", "tasks[0].last_heartbeat.loss": "NaN"}
+    assert live == want
+    assert json.dumps(live) == json.dumps(want)  # the same text: every field in its place
+    assert charted == json.loads(jsontext.dumps(recorder.status(history=True)))
+    assert charted["history"]["samples"] and charted["history"]["events"][0]["text"] == "worker-1 failed"
+
+
+def test_a_status_before_the_job_started_is_empty(tmp_path):
+    from orchestrator.health.client import EndpointClient
+    from orchestrator.report.history import Recorder
+
+    srv = HealthServer(TOKEN, HeartbeatStore(), status=Recorder().status_reply).start()
+    try:
+        with EndpointClient(srv.address, TOKEN) as client:
+            assert client.status() == {} and client.status(history=True) == {}
+    finally:
+        srv.stop()

@@ -21,6 +21,7 @@ from tests.conftest import wait_until
 
 TOKEN = "test-token"
 METADATA = ((env.TOKEN_METADATA_KEY, TOKEN),)
+STATUS = pb.StatusReply(job=pb.JobStatus(run_id="run-a", status="Running", live=True))
 
 
 @pytest.fixture()
@@ -28,7 +29,7 @@ def served(tmp_path):
     """A run's certificates and a health endpoint that requires them."""
     pki = tls.make_run_pki(tmp_path / "run", "run-a", tls.server_hosts("127.0.0.1"), ["worker-0", "worker-1"])
     store = HeartbeatStore()
-    endpoint = HealthEndpoint("127.0.0.1", token=TOKEN, store=store, status=lambda history, since: '{"ok": 1}')
+    endpoint = HealthEndpoint("127.0.0.1", token=TOKEN, store=store, status=lambda history, since: STATUS)
     endpoint.tls = pki
     endpoint.start()
     yield endpoint, store, pki
@@ -61,9 +62,10 @@ def test_a_client_of_the_run_is_answered_on_every_service(served):
     endpoint, _, pki = served
     with tls.channel(endpoint.address, pki.client(tls.USER)) as channel:
         assert _health(channel).status == health_pb2.HealthCheckResponse.SERVING
-        assert _status(channel).status_json == '{"ok": 1}'
+        assert _status(channel) == STATUS
     with EndpointClient(endpoint.address, TOKEN, tls=pki.client(tls.USER)) as client:
-        assert client.status() == {"ok": 1}
+        status = client.status()
+    assert (status["run_id"], status["status"], status["live"]) == ("run-a", "Running", True)
 
 
 def test_a_task_streams_its_heartbeats_with_its_own_certificate(served):

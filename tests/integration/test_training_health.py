@@ -46,6 +46,7 @@ def test_a_nan_loss_is_a_warning_with_task_and_step_and_every_record_is_strict_j
     assert summary["warnings"] == status["warnings"]
     assert summary["metrics"]["final_loss"] is None and summary["non_finite"]["metrics.final_loss"] == "NaN"
     assert summary["non_finite"]["metrics.grad_norm"] == "Infinity"
+    assert "non_finite_step" not in summary["metrics"]  # a typed field of the heartbeat, not the program's metric
     assert_no_process_left(all_pids(summary))
     run_dir = runs / "nan"
     for name in ("summary.json", "run.json", "history.json", "plan.json"):

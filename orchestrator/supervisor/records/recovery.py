@@ -2,9 +2,9 @@
 
 A group restart (MWMS, or PSS after a ps / coordinator failure) has recovered at its first
 new training step; a task restart once the task trains or serves again, or, for a PSS worker
-of the built-in coordinator, once the coordinator has it back in its rotation (the metric
-``rejoined:worker-N`` it reports, :data:`orchestrator.env.REJOINED_METRIC`, from
-``worker/rotation.py``). The loop feeds heartbeats in; the book says what recovered.
+of the built-in coordinator, once the coordinator has it back in its rotation (the count
+``rejoined[worker-N]`` of its heartbeat's typed ``rejoined``, from ``worker/rotation.py``). The
+loop feeds heartbeats in; the book says what recovered.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from orchestrator.env import REJOINED_METRIC
 from orchestrator.proto import phases
 from orchestrator.spec.model import TaskId
 from orchestrator.supervisor.records.snapshot import RecoveryRecord
@@ -65,11 +64,11 @@ class Recovery:
         )
 
 
-def rejoined_workers(previous: Mapping[str, float], current: Mapping[str, float]) -> list[str]:
-    """Names of the workers whose ``rejoined:<name>`` count grew between two coordinator
-    heartbeats' metrics (a second failure of the same worker needs a new count)."""
-    return [key[len(REJOINED_METRIC):] for key, count in current.items()
-            if key.startswith(REJOINED_METRIC) and count > previous.get(key, 0)]
+def rejoined_workers(previous: Mapping[str, int], current: Mapping[str, int]) -> list[str]:
+    """Names of the workers whose rejoin count grew between two coordinator heartbeats' typed
+    ``rejoined`` (worker name -> times back in the rotation; a second failure of the same worker
+    needs a new count)."""
+    return [name for name, count in current.items() if count > previous.get(name, 0)]
 
 
 def awaits_rotation(tasks: Sequence[TaskId], coordinator: TaskRuntime | None) -> bool:

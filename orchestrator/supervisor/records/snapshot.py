@@ -45,6 +45,9 @@ class LastHeartbeat:
         gpus: its GPUs as the task sampled them (NVML on its node).
         first_step_s: seconds it has been in its first training step (tracing, a cold cache: judged
             by the startup timeout, not the stall timeout); None once past it, or not training.
+        resumed_from_step: after a restart, the step its training really resumed at, when it said
+            (the heartbeat's typed field, never among ``metrics``).
+        evaluated_step: an evaluator: the checkpoint step of its latest evaluation, when it said.
     """
 
     phase: str
@@ -61,6 +64,8 @@ class LastHeartbeat:
     gpus: tuple[GpuUsage, ...] = ()
     first_step_s: float | None = None
     formed: Mapping[str, int] = field(default_factory=dict)
+    resumed_from_step: int | None = None
+    evaluated_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,8 @@ def last_heartbeat(rt: TaskRuntime, now: float) -> LastHeartbeat | None:
         gpus=usages_of(hb) if hb.gpus else (),
         first_step_s=now - a.training_at if first and a.training_at is not None else None,
         formed=formed_of(hb),
+        resumed_from_step=hb.resumed_from_step if hb.HasField("resumed_from_step") else None,
+        evaluated_step=hb.evaluated_step if hb.HasField("evaluated_step") else None,
     )
 
 

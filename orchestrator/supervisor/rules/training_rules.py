@@ -20,10 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-NON_FINITE_STEP = "non_finite_step"
-"""The metric in which the reporting client sends the step of its first non-finite value
-(``orchestrator.task.reporting.NON_FINITE_STEP``: heartbeats carry the latest state only, so the
-step the supervisor sees first may be a later one)."""
 ON_NAN = ("warn", "fail")
 """The values of ``supervision.on_nan`` (``--on-nan``)."""
 
@@ -72,18 +68,19 @@ class NanWatch:
         self.failure: str | None = None  # the reason that fails the job (on_nan fail), once seen
 
     def beat(self, task: str, attempt: int, step: int | None, loss: float | None,
-             metrics: Mapping[str, float]) -> list[str]:
+             metrics: Mapping[str, float], first_step: int | None = None) -> list[str]:
         """One heartbeat of ``task``'s ``attempt``: the warning to show when a value is not finite
         for the first time on this attempt (else none); sets :attr:`failure` (the same line) under
-        ``on_nan: fail``."""
+        ``on_nan: fail``. ``first_step``: the step of its first non-finite value as its reporting
+        client says (the heartbeat's typed ``non_finite_step``: heartbeats carry the latest state
+        only, so the ``step`` the supervisor sees first may be a later one)."""
         if (loss is None or math.isfinite(loss)) and not self.watched:
             return []  # the hot path: one isfinite per heartbeat
         values = non_finite(loss, metrics, self.watched)
         if not values or (task, attempt) in self._said:
             return []
         self._said.add((task, attempt))
-        reported = metrics.get(NON_FINITE_STEP)  # the task's own first non-finite step (the client's)
-        line = nan_line(task, int(reported) if reported is not None else step, values, self.on_nan)
+        line = nan_line(task, first_step if first_step is not None else step, values, self.on_nan)
         if self.on_nan == "fail" and self.failure is None:
             self.failure = line
         return [line]
