@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#orchestrator/proto/supervisor.proto\x12\x0ctfcluster.v1\"A\n\x07TaskKey\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"\x81\x04\n\tHeartbeat\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\"\n\x05phase\x18\x04 \x01(\x0e\x32\x13.tfcluster.v1.Phase\x12\x11\n\x04step\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\x05\x65poch\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x11\n\x04loss\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12 \n\x13\x65xamples_per_second\x18\x08 \x01(\x01H\x03\x88\x01\x01\x12\x13\n\x0b\x63pu_percent\x18\t \x01(\x01\x12\x11\n\trss_bytes\x18\n \x01(\x03\x12\x35\n\x07metrics\x18\x0b \x03(\x0b\x32$.tfcluster.v1.Heartbeat.MetricsEntry\x12\x0f\n\x07message\x18\x0c \x01(\t\x12\x0f\n\x07\x65xiting\x18\r \x01(\x08\x12%\n\x04gpus\x18\x0e \x03(\x0b\x32\x17.tfcluster.v1.GpuSample\x12$\n\x06\x66ormed\x18\x0f \x01(\x0b\x32\x14.tfcluster.v1.Formed\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05_stepB\x08\n\x06_epochB\x07\n\x05_lossB\x16\n\x14_examples_per_second\"n\n\x06\x46ormed\x12\x1d\n\x10replicas_in_sync\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x0f\x63luster_workers\x18\x02 \x01(\x05H\x01\x88\x01\x01\x42\x13\n\x11_replicas_in_syncB\x12\n\x10_cluster_workers\"|\n\tGpuSample\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x1b\n\x13utilization_percent\x18\x03 \x01(\x01\x12\x19\n\x11memory_used_bytes\x18\x04 \x01(\x03\x12\x1a\n\x12memory_total_bytes\x18\x05 \x01(\x03\"!\n\rStreamSummary\x12\x10\n\x08received\x18\x01 \x01(\x03\"2\n\x0bPortRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\"\x19\n\tPortReply\x12\x0c\n\x04port\x18\x01 \x01(\x05\"a\n\x0e\x41\x64\x64ressRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0e\n\x06wait_s\x18\x04 \x01(\x01\"P\n\x0c\x43lusterReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\ttf_config\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"7\n\rStatusRequest\x12\x0f\n\x07history\x18\x01 \x01(\x08\x12\x15\n\rhistory_since\x18\x02 \x01(\x03\"\"\n\x0bStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t\"\x1d\n\x0bStopRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\",\n\tStopReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t*\xaa\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x16\n\x12PHASE_INITIALIZING\x10\x01\x12\x11\n\rPHASE_SERVING\x10\x02\x12\x12\n\x0ePHASE_TRAINING\x10\x03\x12\x14\n\x10PHASE_EVALUATING\x10\x04\x12\x10\n\x0cPHASE_SAVING\x10\x05\x12\x0e\n\nPHASE_DONE\x10\x06\x12\x13\n\x0fPHASE_FINISHING\x10\x07\x32\xec\x02\n\nSupervisor\x12J\n\x10StreamHeartbeats\x12\x17.tfcluster.v1.Heartbeat\x1a\x1b.tfcluster.v1.StreamSummary(\x01\x12\x41\n\x0bReleasePort\x12\x19.tfcluster.v1.PortRequest\x1a\x17.tfcluster.v1.PortReply\x12K\n\x0fRegisterAddress\x12\x1c.tfcluster.v1.AddressRequest\x1a\x1a.tfcluster.v1.ClusterReply\x12\x43\n\tGetStatus\x12\x1b.tfcluster.v1.StatusRequest\x1a\x19.tfcluster.v1.StatusReply\x12=\n\x07StopJob\x12\x19.tfcluster.v1.StopRequest\x1a\x17.tfcluster.v1.StopReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#orchestrator/proto/supervisor.proto\x12\x0ctfcluster.v1\"A\n\x07TaskKey\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"\x81\x04\n\tHeartbeat\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\"\n\x05phase\x18\x04 \x01(\x0e\x32\x13.tfcluster.v1.Phase\x12\x11\n\x04step\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\x05\x65poch\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x11\n\x04loss\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12 \n\x13\x65xamples_per_second\x18\x08 \x01(\x01H\x03\x88\x01\x01\x12\x13\n\x0b\x63pu_percent\x18\t \x01(\x01\x12\x11\n\trss_bytes\x18\n \x01(\x03\x12\x35\n\x07metrics\x18\x0b \x03(\x0b\x32$.tfcluster.v1.Heartbeat.MetricsEntry\x12\x0f\n\x07message\x18\x0c \x01(\t\x12\x0f\n\x07\x65xiting\x18\r \x01(\x08\x12%\n\x04gpus\x18\x0e \x03(\x0b\x32\x17.tfcluster.v1.GpuSample\x12$\n\x06\x66ormed\x18\x0f \x01(\x0b\x32\x14.tfcluster.v1.Formed\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x07\n\x05_stepB\x08\n\x06_epochB\x07\n\x05_lossB\x16\n\x14_examples_per_second\"n\n\x06\x46ormed\x12\x1d\n\x10replicas_in_sync\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x0f\x63luster_workers\x18\x02 \x01(\x05H\x01\x88\x01\x01\x42\x13\n\x11_replicas_in_syncB\x12\n\x10_cluster_workers\"|\n\tGpuSample\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x1b\n\x13utilization_percent\x18\x03 \x01(\x01\x12\x19\n\x11memory_used_bytes\x18\x04 \x01(\x03\x12\x1a\n\x12memory_total_bytes\x18\x05 \x01(\x03\"!\n\rStreamSummary\x12\x10\n\x08received\x18\x01 \x01(\x03\"2\n\x0bPortRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\"\x19\n\tPortReply\x12\x0c\n\x04port\x18\x01 \x01(\x05\"a\n\x0e\x41\x64\x64ressRequest\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.tfcluster.v1.TaskKey\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0e\n\x06wait_s\x18\x04 \x01(\x01\"\xae\x01\n\x0c\x43lusterReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\ttf_config\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x30\n\x03\x65nv\x18\x05 \x03(\x0b\x32#.tfcluster.v1.ClusterReply.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\rStatusRequest\x12\x0f\n\x07history\x18\x01 \x01(\x08\x12\x15\n\rhistory_since\x18\x02 \x01(\x03\"\"\n\x0bStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t\"\x1d\n\x0bStopRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\",\n\tStopReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t*\xaa\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x16\n\x12PHASE_INITIALIZING\x10\x01\x12\x11\n\rPHASE_SERVING\x10\x02\x12\x12\n\x0ePHASE_TRAINING\x10\x03\x12\x14\n\x10PHASE_EVALUATING\x10\x04\x12\x10\n\x0cPHASE_SAVING\x10\x05\x12\x0e\n\nPHASE_DONE\x10\x06\x12\x13\n\x0fPHASE_FINISHING\x10\x07\x32\xec\x02\n\nSupervisor\x12J\n\x10StreamHeartbeats\x12\x17.tfcluster.v1.Heartbeat\x1a\x1b.tfcluster.v1.StreamSummary(\x01\x12\x41\n\x0bReleasePort\x12\x19.tfcluster.v1.PortRequest\x1a\x17.tfcluster.v1.PortReply\x12K\n\x0fRegisterAddress\x12\x1c.tfcluster.v1.AddressRequest\x1a\x1a.tfcluster.v1.ClusterReply\x12\x43\n\tGetStatus\x12\x1b.tfcluster.v1.StatusRequest\x1a\x19.tfcluster.v1.StatusReply\x12=\n\x07StopJob\x12\x19.tfcluster.v1.StopRequest\x1a\x17.tfcluster.v1.StopReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HEARTBEAT_METRICSENTRY']._loaded_options = None
   _globals['_HEARTBEAT_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_PHASE']._serialized_start=1340
-  _globals['_PHASE']._serialized_end=1510
+  _globals['_CLUSTERREPLY_ENVENTRY']._loaded_options = None
+  _globals['_CLUSTERREPLY_ENVENTRY']._serialized_options = b'8\001'
+  _globals['_PHASE']._serialized_start=1435
+  _globals['_PHASE']._serialized_end=1605
   _globals['_TASKKEY']._serialized_start=53
   _globals['_TASKKEY']._serialized_end=118
   _globals['_HEARTBEAT']._serialized_start=121
@@ -53,16 +55,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PORTREPLY']._serialized_end=986
   _globals['_ADDRESSREQUEST']._serialized_start=988
   _globals['_ADDRESSREQUEST']._serialized_end=1085
-  _globals['_CLUSTERREPLY']._serialized_start=1087
-  _globals['_CLUSTERREPLY']._serialized_end=1167
-  _globals['_STATUSREQUEST']._serialized_start=1169
-  _globals['_STATUSREQUEST']._serialized_end=1224
-  _globals['_STATUSREPLY']._serialized_start=1226
-  _globals['_STATUSREPLY']._serialized_end=1260
-  _globals['_STOPREQUEST']._serialized_start=1262
-  _globals['_STOPREQUEST']._serialized_end=1291
-  _globals['_STOPREPLY']._serialized_start=1293
-  _globals['_STOPREPLY']._serialized_end=1337
-  _globals['_SUPERVISOR']._serialized_start=1513
-  _globals['_SUPERVISOR']._serialized_end=1877
+  _globals['_CLUSTERREPLY']._serialized_start=1088
+  _globals['_CLUSTERREPLY']._serialized_end=1262
+  _globals['_CLUSTERREPLY_ENVENTRY']._serialized_start=1220
+  _globals['_CLUSTERREPLY_ENVENTRY']._serialized_end=1262
+  _globals['_STATUSREQUEST']._serialized_start=1264
+  _globals['_STATUSREQUEST']._serialized_end=1319
+  _globals['_STATUSREPLY']._serialized_start=1321
+  _globals['_STATUSREPLY']._serialized_end=1355
+  _globals['_STOPREQUEST']._serialized_start=1357
+  _globals['_STOPREQUEST']._serialized_end=1386
+  _globals['_STOPREPLY']._serialized_start=1388
+  _globals['_STOPREPLY']._serialized_end=1432
+  _globals['_SUPERVISOR']._serialized_start=1608
+  _globals['_SUPERVISOR']._serialized_end=1972
 # @@protoc_insertion_point(module_scope)
