@@ -23,14 +23,15 @@ from orchestrator.rundir import RunDir, read_json
 from orchestrator.supervisor.records.snapshot import JobSnapshot
 
 DATA_SERVICE_FIELDS: dict[str, str] = {
-    "address": "the dispatcher's `host:port` (`ORCH_DATA_SERVICE_ADDRESS`)",
+    "address": "the dispatcher's `host:port` (`ORCH_DATA_SERVICE_ADDRESS`; on Slurm the one it registered)",
     "job_name": "the tf.data service job every trainer read from (the run id)",
     "sharding": "`dynamic` or `off`",
     "work_dir": "the dispatcher's journal directory",
     "workers": "data workers planned",
     "restarts": "service task -> restarts (each restarted alone)",
     "dispatcher": "what the dispatcher last reported: `data_workers` registered",
-    "data_workers": "per data worker: `task`, `address`, `data_tasks` (jobs it served, last reported), `restarts`",
+    "data_workers": "per data worker: `task`, `address` (on Slurm the one it registered), `data_tasks` (jobs it "
+                    "served, last reported), `restarts`",
     "note": "with dynamic sharding, after a restart of a service task or of the trainers: splits in flight may "
             "have been skipped (at most once); else `null`",
 }

@@ -36,8 +36,10 @@ def test_trainers_read_through_the_data_service_on_slurm_and_nothing_is_left(slu
     assert summary["status"] == "Succeeded", output(seen)
     run_dir = tmp_path / run_id
     # the start order of the local backend: dispatcher, data worker (serving, registered), trainers
-    assert seen_at(seen, "dispatcher-0 started") < seen_at(seen, "data_worker-0 started") < \
-        seen_at(seen, f"{trainer} started"), output(seen)
+    starts = [seen_at(seen, f"{name} started") for name in ("dispatcher-0", "data_worker-0", trainer)]
+    assert starts == sorted(starts), output(seen)
+    print(f"\n{strategy}: data worker started {starts[1] - starts[0]:.1f} s after the dispatcher, {trainer} "
+          f"{starts[2] - starts[1]:.1f} s after the data worker; job {seen[-1][0] - seen[0][0]:.1f} s")
     addresses = cluster_addresses(tmp_path, run_id)
     dispatcher, data_worker = addresses["dispatcher-0"], addresses["data_worker-0"]
     _on_a_node(dispatcher)
