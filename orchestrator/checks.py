@@ -84,22 +84,6 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
                             "use hang@step=N (fires in report() / keras_callback()), or stop@time=S to freeze the task")
     if engine.supports(Capability.HOST_PROCESSES) and not commands:
         check_memory(spec)
-    check_data_service(spec, backend)
-
-
-def check_data_service(spec: JobSpec, backend: str) -> None:
-    """The tf.data service is not run by the slurm backend (``launch --backend slurm``, ``sbatch``):
-    its tasks bind their ports when they start (``ORCH_ADDRESS_FROM_TASK``), so the dispatcher's
-    address, which every trainer's environment carries from the plan, is not known when it is made.
-
-    Raises:
-        SpecError: ``data_service`` with ``backend`` ``slurm``.
-    """
-    if spec.data_service is not None and backend == "slurm":
-        raise SpecError("data_service", spec.data_service.workers,
-                        "the tf.data service is not run by the slurm backend yet (its tasks' ports are known only "
-                        "once they start)", "drop --data-service, or use the local or docker backend; "
-                        "docs/data-service.md")
 
 
 SPARE_PROBE = ("import importlib.util, orchestrator.task.spare\n"

@@ -40,7 +40,8 @@ Variable                       Meaning
 ``ORCH_STAY_UNTIL_STOPPED``    ``1`` (Compose): a finished task waits for SIGTERM instead of exiting
 ``ORCH_ADDRESS_FROM_TASK``     ``1`` (Slurm): bind a port on this node and register it with the
                                orchestrator (``RegisterAddress``); the TF_CONFIG in the
-                               environment only names the task until the reply replaces it
+                               environment only names the task until the reply replaces it (and,
+                               with ``--data-service``, the service's addresses above)
 ``ORCH_CLIENT_PID``            set by :mod:`orchestrator.client` itself: pid of the program's process
                                that announced the task (its children do not announce it again)
 ``ORCH_GPUS``                  GPUs this task holds (a count; set when any task of the job holds one):
@@ -65,7 +66,8 @@ Variable                       Meaning
 ``ORCH_SERVICE_CPUS``          cores kept off the training tasks' (the health client's thread and the
                                warm spares run there); unset: none are kept
 ``ORCH_DATA_SERVICE_ADDRESS``  with ``--data-service``: ``host:port`` of the tf.data service's dispatcher
-                               (trainers, data workers and the dispatcher itself; docs/data-service.md);
+                               (trainers, data workers and the dispatcher itself; docs/data-service.md;
+                               on Slurm the registration reply's, once the dispatcher registered);
                                a user's program passes ``grpc://`` + it as ``service=`` to
                                ``tf.data.experimental.service.distribute``
 ``ORCH_DATA_SERVICE_JOB``      with ``--data-service``: the job name the trainers share (the run id), so a
@@ -75,7 +77,8 @@ Variable                       Meaning
                                ``fault_tolerant_mode=True``), kept across its restarts
 ``ORCH_DATA_SERVICE_JOB_GC_S`` the dispatcher only: ``DispatcherConfig.job_gc_timeout_ms`` / 1000
 ``ORCH_TASK_ADDRESS``          tf.data service roles only: the ``host:port`` the backend gave this task
-                               (its server binds the port; a data worker's ``worker_address``)
+                               (its server binds the port; a data worker's ``worker_address``); on
+                               Slurm the one it registered (its node's address), from the reply
 ``ORCH_SPARE_READY_FILE``      warm spares only: the file it creates once its imports are done (the
                                backend hands a task only to a spare that has it)
 ``ORCH_SPARE_MODULE``          warm spares only: the built-in task program it becomes (``worker``)

@@ -10,6 +10,8 @@
                          inside (:mod:`orchestrator.resources.runlock`: one life at a time)
     summary.json         how the job ended (rewritten at the end of every life)
     history.json         the progress series and events the web page charts
+    cluster.json         tasks that registered their own addresses (Slurm): the addresses used
+                         (:mod:`orchestrator.backends.addresses`)
     attempt-<n>/<task>/  one attempt of one task: stdout.log, stderr.log, error.json, stacks.txt,
                          its scratch and marker files (:mod:`orchestrator.env`)
     spares/              the warm spares' logs
@@ -38,6 +40,7 @@ ENDPOINT_FILE = "endpoint.json"
 LOCK_FILE = ".lock"
 SUMMARY_FILE = "summary.json"
 HISTORY_FILE = "history.json"
+CLUSTER_FILE = "cluster.json"
 ERROR_FILE = "error.json"
 STACKS_FILE = "stacks.txt"
 
@@ -84,6 +87,10 @@ class RunDir:
     @property
     def history(self) -> Path:
         return self.path / HISTORY_FILE
+
+    @property
+    def cluster(self) -> Path:
+        return self.path / CLUSTER_FILE
 
     @property
     def spares(self) -> Path:

@@ -15,9 +15,16 @@ parent and bound later in the child races, tensorflow#46602, TonY#487). Rules:
 * A registration of an older attempt than the one last started is refused.
 * The evaluator is not part of the training cluster (tensorflow#46169): it registers like the
   others to get its TF_CONFIG, and never holds the cluster back.
+* The tf.data service's roles are outside the training cluster too, and start before it
+  (:func:`~orchestrator.spec.dataservice.registration_needs`): the dispatcher's reply is ready at
+  once, a data worker's once the dispatcher registered, a trainer's once the training cluster and
+  the dispatcher did. The ready reply's ``env`` carries the dispatcher's registered address
+  (``ORCH_DATA_SERVICE_ADDRESS``) and a service role's own (``ORCH_TASK_ADDRESS``: a data
+  worker's ``worker_address``, its node's address), which the plan could not know.
 
 Every complete cluster is also written to ``cluster.json`` in the run directory (generation,
-time, address of every task), so the addresses actually used are on record.
+time, address of every task registered then, the tf.data service's included), so the addresses
+actually used are on record.
 """
 
 from __future__ import annotations
@@ -27,14 +34,18 @@ import threading
 import time
 from pathlib import Path
 
-from orchestrator import jsontext
+from orchestrator import env
 from orchestrator.backends.base import Registration
+from orchestrator.rundir import RunDir, write_json_atomic
 from orchestrator.spec.address import Address
+from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, registration_needs
 from orchestrator.spec.model import TRAINING_TASK_TYPES, JobSpec, TaskId
 from orchestrator.spec.tfconfig import tf_config_json
 
 log = logging.getLogger(__name__)
 
+DISPATCHER = TaskId("dispatcher", 0)
+"""The tf.data service's dispatcher (one per job)."""
 MAX_WAIT_S = 10.0
 """Longest a single ``RegisterAddress`` call waits for the cluster, seconds."""
 
@@ -50,6 +61,7 @@ class AddressBook:
     def __init__(self, spec: JobSpec, run_dir: Path | None = None) -> None:
         self._tasks = tuple(spec.tasks())
         self._training = tuple(t for t in self._tasks if t.task_type in TRAINING_TASK_TYPES)
+        self._service = spec.data_service is not None
         self._run_dir = run_dir
         self._cond = threading.Condition()
         self._current: dict[TaskId, str] = {}
@@ -108,21 +120,43 @@ class AddressBook:
     def _complete(self) -> bool:
         return all(t in self._current for t in self._training)
 
+    def _known(self, task: TaskId) -> bool:
+        """Whether every address ``task`` needs is registered (:func:`registration_needs`)."""
+        return all(self._complete() if need == "training" else DISPATCHER in self._current
+                   for need in registration_needs(task.task_type, self._service))
+
     def wait(self, task: TaskId, timeout_s: float) -> Registration:
-        """Wait at most ``timeout_s`` seconds (capped at :data:`MAX_WAIT_S`) for the training
-        cluster to be complete; the registration of ``task`` with its TF_CONFIG when it is."""
+        """Wait at most ``timeout_s`` seconds (capped at :data:`MAX_WAIT_S`) until every address
+        ``task`` needs is registered (the training cluster; with a tf.data service the
+        dispatcher, see the module docstring); then the registration of ``task`` with its
+        TF_CONFIG and its service variables (``env``)."""
         deadline = time.monotonic() + min(max(timeout_s, 0.0), MAX_WAIT_S)
         with self._cond:
-            while not self._complete():
+            while not self._known(task):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return Registration(False, self._current.get(task, ""))
                 self._cond.wait(left)
             addresses = dict(self._current)
             generation = self._generation
+            complete = self._complete()
         address = addresses.get(task, "")
-        self._write(addresses, generation)
-        return Registration(True, address, tf_config_json(addresses, task))
+        if complete:
+            self._write(addresses, generation)
+        if task.task_type in SERVICE_TASK_TYPES:  # outside the training cluster, which may not be complete yet
+            tf_config = tf_config_json({task: address}, task)
+        else:
+            tf_config = tf_config_json(addresses, task)
+        return Registration(True, address, tf_config, env=self._service_env(task, addresses))
+
+    def _service_env(self, task: TaskId, addresses: dict[TaskId, str]) -> dict[str, str]:
+        """The tf.data service's registered addresses ``task`` runs with; empty without a service."""
+        if not self._service:
+            return {}
+        out = {env.DATA_SERVICE_ADDRESS: addresses[DISPATCHER]}
+        if task.task_type in SERVICE_TASK_TYPES:
+            out[env.TASK_ADDRESS] = addresses[task]
+        return out
 
     def addresses(self) -> dict[TaskId, str]:
         """The addresses registered now (tasks not registered are missing)."""
@@ -139,8 +173,6 @@ class AddressBook:
                   "addresses": {t.name: addresses[t] for t in self._tasks if t in addresses}}
         try:
             self._run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self._run_dir / "cluster.json.tmp"
-            tmp.write_text(jsontext.dumps(record, indent=2) + "\n", encoding="utf-8")
-            tmp.replace(self._run_dir / "cluster.json")
+            write_json_atomic(RunDir(self._run_dir).cluster, record)
         except OSError as exc:
             log.warning("cannot write cluster.json: %s", exc)

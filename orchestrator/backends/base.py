@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
@@ -156,16 +156,20 @@ class Registration:
     """The answer to a task's ``RegisterAddress`` (backends with :attr:`Capability.REMOTE`).
 
     Attributes:
-        ready: every task of the training cluster has registered.
+        ready: every task this one needs has registered (the training cluster; with a tf.data
+            service, the dispatcher: :mod:`orchestrator.backends.addresses`).
         address: ``host:port`` the task must serve at ("" when refused).
         tf_config: the task's TF_CONFIG as JSON when ready, else "".
         error: why the registration was refused ("" when it was not).
+        env: variables the task sets before it runs, when ready (the tf.data service's
+            registered addresses); empty without a service.
     """
 
     ready: bool
     address: str = ""
     tf_config: str = ""
     error: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 H = TypeVar("H", bound=TaskHandle)

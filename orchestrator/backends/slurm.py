@@ -27,7 +27,14 @@ and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
   be killed, move to the nodes left, least loaded first, within ``tasks_per_node``; when they do
   not fit the restart is refused and the job fails saying so.
 * **Shared run directory**: :meth:`SlurmBackend.open` writes a file into the runs directory and
-  reads it back on every node (one step); a directory the nodes do not share is bad input.
+  reads it back on every node (one step); a directory the nodes do not share is bad input. So
+  does :meth:`SlurmBackend.allocate` for the tf.data service's ``work_dir`` outside the runs
+  directory (the dispatcher's journal: a dispatcher restarted on another node must read it).
+* **tf.data service** (``--data-service N``): the dispatcher and data workers register their
+  addresses like every task; the dispatcher's reply is ready at once, a data worker's once the
+  dispatcher registered, a trainer's once the training cluster and the dispatcher did, each with
+  the dispatcher's address (:mod:`orchestrator.backends.addresses`). The supervisor's start waves
+  (dispatcher, data workers serving and registered, trainers) are the local backend's.
 * **Preemption** (:meth:`SlurmBackend.job_preempted`): the job's own record
   (:mod:`orchestrator.backends.slurm_job`: ``PreemptTime`` set, or a preempted state) confirms that
   every step SIGTERMed at once is the job being preempted, not task failures.
@@ -60,6 +67,7 @@ from orchestrator.backends.host import pidfd
 from orchestrator.backends.options import SLURM, SlurmOptions
 from orchestrator.backends.slurm_commands import (
     check_shared,
+    check_work_dir,
     command,
     node_answers,
     route_source,
@@ -171,6 +179,8 @@ class SlurmBackend(Backend[SlurmStep]):
         self.placement = place(tasks, nodes, self.tasks_per_node_option)
         self.cores_divided_for = spec if node_cpus_plan(spec, self.environ).nodes else None
         self.tasks_per_node = self.tasks_per_node_option or math.ceil(len(tasks) / len(nodes))
+        if self.run_dir is not None and self.nodes:  # the dispatcher's journal, on a file system every node shares
+            check_work_dir(self.environ, self.nodes, self.run_id, self.run_dir.parent, spec.data_service)
         self.book = AddressBook(spec, self.run_dir)
         return {task: f"{self.node_addr.get(node, node)}:0" for task, node in self.placement.items()}
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from orchestrator.backends.slurm_step import COMMAND_TIMEOUT_S, PROBE_TIMEOUT_S, SlurmStep
 from orchestrator.errors import LaunchError, SpecError
+from orchestrator.spec.dataservice import DataServiceSpec
 
 log = logging.getLogger("orchestrator.backends.slurm")
 
@@ -47,14 +48,23 @@ def route_source(node_host: str, port: int) -> str:
                           "give --health-host ADDRESS") from None
 
 
-def check_shared(environ: dict[str, str], nodes: list[str], run_id: str, runs_dir: Path) -> None:
+def check_shared(environ: dict[str, str], nodes: list[str], run_id: str, runs_dir: Path, *,
+                 field: str = "runs-dir", fix: str = "put --runs-dir on a file system every node mounts (NFS, "
+                 "Lustre, ...)") -> None:
     """Write a file into ``runs_dir`` here and read it on every node of ``nodes`` (one job step of run ``run_id``).
 
+    Args:
+        field, fix: what the error names (the runs directory; the tf.data service's ``work_dir``).
+
     Raises:
-        SpecError: a node cannot read it (the directory is not on a shared file system).
+        SpecError: a node cannot read it (the directory is not on a shared file system), or it
+            cannot be made here.
         LaunchError: the step could not run.
     """
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(field, str(runs_dir), f"cannot be made here: {exc.strerror or exc}", fix) from None
     token = secrets.token_hex(8)
     probe = runs_dir / f".shared-check-{run_id}-{token}"
     probe.write_text(token, encoding="utf-8")
@@ -75,8 +85,29 @@ def check_shared(environ: dict[str, str], nodes: list[str], run_id: str, runs_di
         raise LaunchError(f"could not run a step on every node to check the runs directory: "
                           f"{result.stderr.strip()[-300:]}")
     if bad:
-        raise SpecError("runs-dir", str(runs_dir), f"is not shared: node(s) {', '.join(bad)} cannot read a file "
-                        "written here", "put --runs-dir on a file system every node mounts (NFS, Lustre, ...)")
+        raise SpecError(field, str(runs_dir), f"is not shared: node(s) {', '.join(bad)} cannot read a file "
+                        "written here", fix)
+
+
+def check_work_dir(environ: dict[str, str], nodes: list[str], run_id: str, runs_dir: Path,
+                   service: DataServiceSpec | None) -> None:
+    """The tf.data service's ``work_dir`` (the dispatcher's journal; a dispatcher restarted on
+    another node must read it) must be shared by every node: under ``runs_dir`` (checked shared
+    when the backend opened), or read back on every node here (:func:`check_shared`). Relative
+    paths are the steps' (``srun --chdir`` this directory).
+
+    Raises:
+        SpecError: naming ``data_service.work_dir``, when a node cannot read a file written there.
+        LaunchError: the probe step could not run.
+    """
+    if service is None or service.work_dir is None:
+        return
+    work_dir = Path(service.work_dir).resolve()
+    if work_dir.is_relative_to(runs_dir.resolve()):
+        return
+    check_shared(environ, nodes, run_id, work_dir, field="data_service.work_dir",
+                 fix="put the dispatcher's journal on a file system every node mounts, or leave work_dir out "
+                     "(the run directory's data-service/)")
 
 
 def step_ids(environ: dict[str, str], job_id: str) -> dict[str, str]:

@@ -31,7 +31,6 @@ import shlex
 import sys
 from pathlib import Path
 
-from orchestrator.checks import check_data_service
 from orchestrator.cli import launch
 from orchestrator.errors import SpecError
 from orchestrator.resources.placement import place
@@ -201,7 +200,6 @@ def run_sbatch(args: argparse.Namespace) -> int:
     if args.dry_run:
         raise SpecError("dry-run", True, "sbatch writes a script and starts nothing anyway", "leave out --dry-run")
     spec = launch.spec_from_args(args)
-    check_data_service(spec, "slurm")
     program = list(getattr(args, "command_argv", None) or [])
     if getattr(args, "program_separator", False) and not program:
         raise SpecError("--", "", "no program after --", "write the program to run, e.g. -- python train.py")

@@ -121,7 +121,8 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
         loop = asyncio.get_running_loop()
         reply = await loop.run_in_executor(None, self._register, task, request.task.attempt, request.host,
                                            request.port, min(max(request.wait_s, 0.0), REGISTER_MAX_WAIT_S))
-        return pb.ClusterReply(ready=reply.ready, address=reply.address, tf_config=reply.tf_config, error=reply.error)
+        return pb.ClusterReply(ready=reply.ready, address=reply.address, tf_config=reply.tf_config, error=reply.error,
+                               env=dict(reply.env))
 
     async def GetStatus(self, request, context):  # noqa: N802 - gRPC name
         if self._status is None:

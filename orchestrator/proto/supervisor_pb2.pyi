@@ -145,16 +145,25 @@ class AddressRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class ClusterReply(_message.Message):
-    __slots__ = ("ready", "address", "tf_config", "error")
+    __slots__ = ("ready", "address", "tf_config", "error", "env")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     READY_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TF_CONFIG_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
     ready: bool
     address: str
     tf_config: str
     error: str
-    def __init__(self, ready: _Optional[bool] = ..., address: _Optional[str] = ..., tf_config: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, ready: _Optional[bool] = ..., address: _Optional[str] = ..., tf_config: _Optional[str] = ..., error: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("history", "history_since")

@@ -88,7 +88,9 @@ class SupervisorServicer:
         binds a free port on its own node and holds it, registers host:port, and
         calls again until the reply is ready (each call waits at most wait_s for
         the rest of the training cluster). The ready reply carries the task's
-        TF_CONFIG; the task then serves at `address` (a restarted task on the same
+        TF_CONFIG and, with a tf.data service, its addresses (`env`: the service's
+        dispatcher registers first and is ready at once; a data worker is ready once
+        the dispatcher registered; a trainer once both are known); the task then serves at `address` (a restarted task on the same
         node gets its earlier port back, so its peers' TF_CONFIG stays right), and
         releases its own socket right before TensorFlow binds the port.
         """

@@ -52,6 +52,28 @@ def start_wave(task_type: str) -> int:
     return {"dispatcher": 0, "data_worker": 1}.get(task_type, 2)
 
 
+def registration_needs(task_type: str, service: bool) -> tuple[str, ...]:
+    """What a task registering its own address (Slurm: :mod:`orchestrator.backends.addresses`)
+    waits for before its reply is ready, as the start waves order them (:func:`start_wave`):
+    the dispatcher waits for nobody (it starts first, and a trainer's TF_CONFIG does not name
+    it); a data worker for the dispatcher (its ``dispatcher_address``); every other task for the
+    training cluster (its TF_CONFIG) and, with a service, the dispatcher (its
+    ``ORCH_DATA_SERVICE_ADDRESS``).
+
+    Args:
+        task_type: the registering task's type.
+        service: the job has a tf.data service.
+
+    Returns:
+        ``"training"`` (every chief, worker and ps registered) and/or ``"dispatcher"``.
+    """
+    if task_type == "dispatcher":
+        return ()
+    if task_type == "data_worker":
+        return ("dispatcher",)
+    return ("training", "dispatcher") if service else ("training",)
+
+
 @dataclass(frozen=True)
 class DataServiceSpec:
     """The tf.data service of a job.

@@ -2,8 +2,9 @@
 
 The orchestrator cannot hold a port on another node, so the task does what the local backend
 does for it: it binds a free port on its own node and holds it, registers ``host:port``, waits
-until the whole training cluster is known, takes the TF_CONFIG of the reply, and closes its
-socket right before TensorFlow binds the port (``HeartbeatReporter.release_port``).
+until the whole training cluster is known (a tf.data service role: the dispatcher's address; the
+dispatcher: nothing), takes the TF_CONFIG and the service's addresses of the reply, and closes
+its socket right before TensorFlow binds the port (``HeartbeatReporter.release_port``).
 
 * ``host`` is this node's address on the network the orchestrator is reached through (the
   source address of a route to the health endpoint; no packet is sent), so peers on other
@@ -24,6 +25,7 @@ import random
 import socket
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from orchestrator.net import can_listen
 
@@ -84,7 +86,23 @@ def hold_port(port: int = 0, attempts: int = 200) -> tuple[socket.socket | None,
     )
 
 
-def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socket.socket | None]:
+class Registered(NamedTuple):
+    """What a ready registration gives the task.
+
+    Attributes:
+        tf_config: its TF_CONFIG (JSON).
+        sock: the socket holding its port: close it right before TensorFlow binds (None:
+            nothing is held).
+        env: variables to set before it runs (the tf.data service's registered addresses:
+            ``ORCH_DATA_SERVICE_ADDRESS``, a service role's ``ORCH_TASK_ADDRESS``); empty without one.
+    """
+
+    tf_config: str
+    sock: socket.socket | None
+    env: dict[str, str]
+
+
+def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> Registered:
     """Register this task's address and wait for the cluster (see the module docstring).
 
     Args:
@@ -92,8 +110,7 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
         timeout_s: bound on the whole registration, seconds.
 
     Returns:
-        ``(tf_config_json, held_socket)``: close the socket right before TensorFlow binds
-        (None: nothing is held).
+        :class:`Registered`: its TF_CONFIG, its held port, its service variables.
 
     Raises:
         RuntimeError: the orchestrator refused the registration, or gave no cluster within
@@ -142,4 +159,4 @@ def register(context, timeout_s: float = REGISTER_TIMEOUT_S) -> tuple[str, socke
                     sock.close()
                 sock, port = hold_port(given)
             if reply.ready:
-                return reply.tf_config, sock
+                return Registered(reply.tf_config, sock, dict(reply.env))

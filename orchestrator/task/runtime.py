@@ -85,7 +85,9 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
 
 def take_cluster(context: TaskContext, reporter: Any = None) -> TaskContext:
     """Register this task's address with the orchestrator and wait for the whole cluster
-    (:mod:`orchestrator.task.addressing`); sets ``TF_CONFIG`` in the environment to the reply's.
+    (:mod:`orchestrator.task.addressing`); sets ``TF_CONFIG`` in the environment to the reply's,
+    and the tf.data service's registered addresses the reply carries (``ORCH_DATA_SERVICE_ADDRESS``;
+    a service role's ``ORCH_TASK_ADDRESS``) over the plan's placeholders.
 
     Args:
         context: the task's context (its TF_CONFIG names the task only).
@@ -103,12 +105,15 @@ def take_cluster(context: TaskContext, reporter: Any = None) -> TaskContext:
 
     from orchestrator.task.addressing import register
 
-    tf_config, sock = register(context)
+    tf_config, sock, service_env = register(context)
     os.environ["TF_CONFIG"] = tf_config
+    os.environ.update(service_env)
     cluster = json.loads(tf_config)
     mine = cluster["cluster"].get(context.task_type, [])
     where = mine[context.task_index] if context.task_index < len(mine) else "(not in the training cluster)"
-    print(f"{context.name}: registered {where}; cluster {json.dumps(cluster['cluster'], sort_keys=True)}", flush=True)
+    service = f"; tf.data service {json.dumps(service_env, sort_keys=True)}" if service_env else ""
+    print(f"{context.name}: registered {where}; cluster {json.dumps(cluster['cluster'], sort_keys=True)}{service}",
+          flush=True)
     if reporter is not None:
         reporter.hold(sock)
     elif sock is not None:

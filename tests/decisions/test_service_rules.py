@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.spec.dataservice import registration_needs
 from orchestrator.supervisor.rules.service import (
     restarts_alone,
     start_wave,
@@ -53,3 +54,19 @@ def test_start_order(task_type: str, serving: set[str], may_start: bool) -> None
 def test_a_job_without_the_service_starts_at_once() -> None:
     assert startable("worker", [("worker-0", "worker"), ("worker-1", "worker")], set())
     assert [start_wave(t) for t in ("dispatcher", "data_worker", "chief", "evaluator")] == [0, 1, 2, 2]
+
+
+@pytest.mark.parametrize(
+    "task_type, service, needs",
+    [
+        ("dispatcher", True, ()),  # registers first, waits for nobody (Slurm: its reply is ready at once)
+        ("data_worker", True, ("dispatcher",)),  # its dispatcher_address
+        ("worker", True, ("training", "dispatcher")),  # its TF_CONFIG and ORCH_DATA_SERVICE_ADDRESS
+        ("chief", True, ("training", "dispatcher")),
+        ("evaluator", True, ("training", "dispatcher")),
+        ("worker", False, ("training",)),  # no service: the training cluster only, as before
+        ("ps", False, ("training",)),
+    ],
+)
+def test_what_a_registering_task_waits_for(task_type: str, service: bool, needs: tuple[str, ...]) -> None:
+    assert registration_needs(task_type, service) == needs

@@ -67,10 +67,10 @@ def test_a_restarted_task_gets_its_earlier_port_back(endpoint):
     for t in threads:
         t.join(30)
     port = first[1][1].getsockname()[1]
-    for _, sock in first.values():
+    for _, sock, _ in first.values():
         sock.close()
     backend.reserve_again(TaskId("worker", 1))  # what the supervisor does before a restart
-    tf_config, sock = register(_context(server.address, "secret", "worker", 1, attempt=1), timeout_s=20)
+    tf_config, sock, _ = register(_context(server.address, "secret", "worker", 1, attempt=1), timeout_s=20)
     assert json.loads(tf_config)["cluster"]["worker"][1] == f"127.0.0.1:{port}"
     assert sock is None or sock.getsockname()[1] == port
     if sock is not None:

@@ -89,8 +89,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
         ("--strategy", "hogwild", "--data-service", "1"),
         ("--strategy", "mirrored", "--data-service", "2"),
         ("--data-service", "-1"),
-        ("--backend", "slurm", "--data-service", "1"),
-        ("sbatch", "--data-service", "1"),
     ],
 )
 def test_bad_set_ups_are_one_line_and_exit_2_with_nothing_started(tmp_path, args):
@@ -100,6 +98,15 @@ def test_bad_set_ups_are_one_line_and_exit_2_with_nothing_started(tmp_path, args
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error:")
     assert "data_service" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sbatch_writes_a_script_with_the_roles_placed(tmp_path):
+    # issue 38: the Slurm backend runs the roles (it refused them before); the script asks for a node per task
+    result = run_cli("sbatch", "--runs-dir", str(tmp_path / "runs"), "-o", str(tmp_path / "job.sh"), "--workers", "2",
+                     "--data-service", "1")
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "job.sh").read_text()
+    assert "#SBATCH --nodes=4" in text and "--data-service 1" in text.strip().splitlines()[-1]
 
 
 def test_the_dry_run_lists_the_roles(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,78 @@ def test_sbatch_with_too_few_nodes_is_bad_input(tmp_path, capsys):
 def test_launch_argv_leaves_out_the_options_of_sbatch_itself():
     assert launch_argv(["-v", "sbatch", "--workers", "2", "-o", "job.sh", "--nodes=3", "--partition", "gpu",
                         "--epochs", "1"]) == ["--workers", "2", "--epochs", "1"]
+
+
+D0, DW0 = TaskId("dispatcher", 0), TaskId("data_worker", 0)
+
+
+def test_the_data_service_registers_in_its_start_order_and_every_reply_carries_the_dispatcher(tmp_path):
+    # issue 38 on Slurm: the dispatcher is ready alone, a data worker once the dispatcher is known,
+    # a trainer once the training cluster and the dispatcher are; the service's addresses ride in `env`
+    book = AddressBook(_spec(workers=2, data_service=1), tmp_path)
+    assert book.register(D0, 0, "10.0.0.1", 2000) == "10.0.0.1:2000"
+    reply = book.wait(D0, 0.0)
+    assert reply.ready and reply.env == {"ORCH_DATA_SERVICE_ADDRESS": "10.0.0.1:2000",
+                                         "ORCH_TASK_ADDRESS": "10.0.0.1:2000"}
+    assert json.loads(reply.tf_config) == {"cluster": {}, "task": {"type": "dispatcher", "index": 0},
+                                           "rpc_layer": "grpc"}
+    book.register(DW0, 0, "10.0.0.2", 2001)
+    assert book.wait(DW0, 0.0).env == {"ORCH_DATA_SERVICE_ADDRESS": "10.0.0.1:2000",
+                                       "ORCH_TASK_ADDRESS": "10.0.0.2:2001"}
+    book.register(W0, 0, "10.0.0.3", 2222)
+    assert not book.wait(W0, 0.0).ready  # worker-1 is missing
+    book.register(W1, 0, "10.0.0.1", 2223)
+    reply = book.wait(W1, 0.0)
+    assert reply.ready and reply.env == {"ORCH_DATA_SERVICE_ADDRESS": "10.0.0.1:2000"}
+    assert json.loads(reply.tf_config)["cluster"] == {"worker": ["10.0.0.3:2222", "10.0.0.1:2223"]}
+    assert json.loads((tmp_path / "cluster.json").read_text())["addresses"] == {
+        "dispatcher-0": "10.0.0.1:2000", "data_worker-0": "10.0.0.2:2001", "worker-0": "10.0.0.3:2222",
+        "worker-1": "10.0.0.1:2223"}
+
+
+def test_a_restarting_dispatcher_holds_back_data_workers_and_trainers_until_it_registers_again():
+    book = AddressBook(_spec(workers=1, data_service=1), None)
+    book.register(D0, 0, "10.0.0.1", 2000)
+    book.register(W0, 0, "10.0.0.3", 2222)
+    book.forget(D0)
+    assert not book.wait(DW0, 0.0).ready and not book.wait(W0, 0.0).ready
+    book.expect(D0, 1)
+    assert book.register(D0, 1, "10.0.0.1", 4444) == "10.0.0.1:2000"  # the same port: its clients reconnect
+    assert book.wait(W0, 0.0).env == {"ORCH_DATA_SERVICE_ADDRESS": "10.0.0.1:2000"}
+
+
+def _backend_in(tmp_path, work_dir: str, answer: str):
+    """A SlurmBackend opened on 2 nodes whose probe step prints ``answer`` for node 1 (a token or "missing")."""
+    import subprocess
+
+    from orchestrator.backends import slurm_commands
+    from orchestrator.backends.slurm import SlurmBackend, SlurmOptions
+
+    backend = SlurmBackend(SlurmOptions(environ={}))
+    backend.nodes, backend.run_id, backend.run_dir = ["n0", "n1"], "r", tmp_path / "runs" / "r"
+
+    def fake(environ, *argv, timeout_s=0.0):
+        probe = next(p for p in Path(work_dir).iterdir() if p.name.startswith(".shared-check-"))
+        token = probe.read_text()
+        return subprocess.CompletedProcess(argv, 0, f"0: {token}\n1: {token if answer == 'token' else answer}\n", "")
+
+    return backend, slurm_commands, fake
+
+
+def test_a_work_dir_the_nodes_do_not_share_is_bad_input_naming_the_field(tmp_path, monkeypatch):
+    work_dir = tmp_path / "node-local"
+    backend, slurm_commands, fake = _backend_in(tmp_path, str(work_dir), "missing")
+    monkeypatch.setattr(slurm_commands, "command", fake)
+    with pytest.raises(SpecError, match=r"data_service\.work_dir.*is not shared: node\(s\) n1"):
+        backend.allocate(_spec(workers=2, data_service={"workers": 1, "work_dir": str(work_dir)}))
+    assert not [p for p in work_dir.iterdir()]  # the probe file went
+
+
+def test_a_work_dir_in_the_runs_directory_or_read_back_everywhere_is_taken(tmp_path, monkeypatch):
+    work_dir = tmp_path / "nfs"
+    backend, slurm_commands, fake = _backend_in(tmp_path, str(work_dir), "token")
+    monkeypatch.setattr(slurm_commands, "command", fake)
+    addresses = backend.allocate(_spec(workers=2, data_service={"workers": 1, "work_dir": str(work_dir)}))
+    assert set(addresses) == {D0, DW0, W0, W1}
+    monkeypatch.setattr(slurm_commands, "command", None)  # under the runs directory: no probe at all
+    backend.allocate(_spec(workers=2, data_service={"workers": 1, "work_dir": str(tmp_path / "runs" / "journal")}))
