@@ -25,7 +25,8 @@ class Rehearsal:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self._faults = planned_faults(plan)
-        self._pending = [f for f in self._faults if f.trigger == "step"]
+        # a relayed fault's task sends no step by design: the gate's steps fire it
+        self._pending = [f for f in self._faults if f.trigger == "step" and not f.relay]
         self._fired: dict[int, bool] = {}  # index in _faults -> fired, once its attempt has ended
         self._open = list(range(len(self._faults)))  # indexes whose attempt has not ended yet
 

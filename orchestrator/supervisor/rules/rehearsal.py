@@ -50,14 +50,13 @@ class FaultRecord:
 
 def fault_name(fault: Fault) -> str:
     """``worker:0:kill@step=5`` (``,attempt=N`` after the first attempt), as ``--inject-fault`` takes it."""
-    kind = fault.kind + (f"={fault.exit_code}" if fault.kind == "exit" else "")
-    name = f"{fault.task}:{kind}@{fault.when}"
-    return name + (f",attempt={fault.attempt}" if fault.attempt else "")
+    return fault.name
 
 
 def planned_faults(plan: Plan) -> list[Fault]:
-    """Every injected fault of the plan (the ``ORCH_FAULTS`` of each task's env), in plan order."""
-    return [fault for tp in plan.tasks for fault in decode(tp.env.get(FAULTS_ENV, ""))]
+    """Every injected fault of the plan (the ``ORCH_FAULTS`` of each task's env, less the relayed
+    faults its gate holds to hand over), in plan order."""
+    return [fault for tp in plan.tasks for fault in decode(tp.env.get(FAULTS_ENV, "")) if fault.task == tp.task]
 
 
 def fired(plan: Plan, fault: Fault) -> bool:
