@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator import env
 from orchestrator.spec.faults import ENV, Fault, decode
@@ -137,16 +137,20 @@ class FaultInjector:
         if self._to_take and self._me is not None:
             threading.Thread(target=self._take_faults, name="fault-relay", daemon=True).start()
 
-    def on_step(self, step: int) -> None:
+    def on_step(self, step: int, report: Callable[[], None] | None = None) -> None:
         """Call after each training step; fires ``step=`` faults whose step has come, and as the
-        gate hands over those of other tasks, waiting until each was taken."""
+        gate hands over those of other tasks, waiting until each was taken. ``report``: sends
+        this step at once (called before a hand-over: the supervisor then knows the job's step
+        the fault landed at, even when the task it hits stops the training at once)."""
         for fault in list(self._step_faults):
             if step >= fault.at:
                 self._step_faults.remove(fault)
                 self._fire(fault)
-        for fault in list(self._to_hand):
-            if step >= fault.at:
-                self._hand_over(fault, step)
+        due = [fault for fault in self._to_hand if step >= fault.at]
+        if due and report is not None:
+            report()
+        for fault in due:
+            self._hand_over(fault, step)
 
     def _hand_over(self, fault: Fault, step: int) -> None:
         from orchestrator.task import relay
