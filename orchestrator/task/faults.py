@@ -76,7 +76,11 @@ def freeze(fields: dict[str, Any]) -> None:
     keeper = subprocess.Popen([sys.executable, "-m", "orchestrator.task.keeper"], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, env={**os.environ, env.KEEPER_FIELDS: json.dumps(fields)})
     assert keeper.stdout is not None
-    if not select.select([keeper.stdout], [], [], KEEPER_READY_S)[0]:
+    started = time.monotonic()
+    if select.select([keeper.stdout], [], [], KEEPER_READY_S)[0]:
+        print(f"hang: keeper (pid {keeper.pid}) heartbeats for this task; freezing (keeper ready in "
+              f"{time.monotonic() - started:.2f} s)", flush=True)
+    else:
         print(f"hang: the keeper gave no sign in {KEEPER_READY_S:g} s; freezing anyway", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)
 
