@@ -160,8 +160,9 @@ def untestable(fault: Fault, stepless: bool, user_program: bool, gate: TaskId | 
 
     * A ``step=N`` fault of a task that reports no step (``stepless``: a ps, a
       ParameterServerStrategy worker, the evaluator) is handed over by the job's gate at the
-      job's step N: a job without a trainer has none, and a user's program in that task takes
-      no fault handed over (its wrapper does not ask for them).
+      job's step N: a job without a trainer has none; a user's program in that task takes it in
+      its wrapper (:mod:`orchestrator.task.execwrap`), which fires it from outside the program
+      and so cannot ``hang`` or ``raise`` it.
     * A user's program's ``time=`` faults are fired by its wrapper, from outside the program:
       ``hang`` and ``raise`` cannot be (``kill``, ``exit=N``, ``stop``, ``term`` can).
 
@@ -184,9 +185,10 @@ def untestable(fault: Fault, stepless: bool, user_program: bool, gate: TaskId | 
         if gate is None:
             return (f"{name} never fires: {role} reports no training step and the job has no trainer whose step "
                     "is the job's; trigger it by time instead (@time=S)")
-        if user_program:
-            return (f"{name} never fires: {role} running your program takes no fault handed over at the job's step; "
-                    "trigger it by time instead (@time=S; kill, exit=N, stop, term)")
+        if user_program and fault.kind in ("hang", "raise"):
+            return (f"{name} tests nothing: {role} running your program takes the faults handed over at the job's "
+                    f"step in its wrapper, which cannot {fault.kind} the program from outside; use stop@step="
+                    f"{fault.at:g} (SIGSTOP freezes it) or kill, exit=N, term")
     if fault.trigger == "time" and user_program and fault.kind in ("hang", "raise"):
         return (f"{name} tests nothing: its wrapper fires time= faults from outside your program and cannot "
                 f"{fault.kind} it; use stop@time={fault.at:g} (SIGSTOP freezes the whole process) or a step trigger")

@@ -125,6 +125,11 @@ class FaultInjector:
         """This attempt's ``time=`` faults."""
         return list(self._time_faults)
 
+    @property
+    def to_take(self) -> list[Fault]:
+        """This attempt's ``step=`` faults that the gate hands over to this task."""
+        return list(self._to_take)
+
     @classmethod
     def from_env(cls) -> "FaultInjector":
         return cls(env.read(ENV), env.read_int(env.ATTEMPT), env.read(env.TASK))

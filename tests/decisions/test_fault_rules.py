@@ -19,7 +19,8 @@ CHIEF, W0 = TaskId("chief", 0), TaskId("worker", 0)
     ("worker:1:kill@step=20", True, False, CHIEF, None),         # a PSS worker: likewise
     ("evaluator:0:exit=3@step=5", True, False, W0, None),        # the evaluator: from worker 0's step
     ("evaluator:0:hang@step=5", True, False, None, "the job has no trainer"),
-    ("ps:0:kill@step=20", True, True, CHIEF, "running your program takes no fault handed over"),
+    ("ps:0:kill@step=20", True, True, CHIEF, None),             # its wrapper takes it and kills the program
+    ("ps:0:hang@step=20", True, True, CHIEF, "cannot hang the program from outside"),
     ("ps:0:kill@time=20", True, False, CHIEF, None),             # time triggers reach every task
     ("ps:0:hang@time=20", True, False, CHIEF, None),             # freezes the ps; a keeper heartbeats
     ("worker:0:hang@time=20", False, False, W0, None),           # freezes the trainer: a stall

@@ -83,3 +83,34 @@ def test_a_gate_sends_its_step_then_hands_over_and_a_task_fires_what_it_took(end
     assert fired == [("ps:0:exit=3@step=5", 5)]
     gate.on_step(6, lambda: sent.append(6))
     assert sent == [5]  # handed over once
+
+
+def test_a_users_ps_is_killed_at_the_chiefs_step(tmp_path):
+    """tests/programs/stepless_faults.py under PSS: ``ps:0:kill@step=8`` reaches the ps's wrapper at
+    the chief's step 8, before the chief's step 9 (main: it never fired, exit 3)."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, orchestrator_cmd, test_env
+
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--plain", "--strategy", "parameter_server", "--workers", "1", "--ps", "1",
+                         "--runs-dir", str(tmp_path), "--run-id", "ps", "--max-restarts", "0",
+                         "--inject-fault", "ps:0:kill@step=8",
+                         "--", sys.executable, str(REPO / "tests/programs/stepless_faults.py"), "20", "0.05"),
+        cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out  # the ps's SIGKILL failed the job: tested
+    summary = json.loads((tmp_path / "ps" / "summary.json").read_text())
+    assert summary["faults"] == [{"fault": "ps:0:kill@step=8", "fired": True}]
+    assert summary["root_cause"]["task"] == "ps:0"
+    fired = re.search(r"injecting fault: kill at step=8 \(unix ([\d.]+); handed over at job step (\d+)\)",
+                      (tmp_path / "ps/attempt-0/ps-0/stdout.log").read_text())
+    assert fired is not None and fired[2] == "8", out
+    chief = (tmp_path / "ps/attempt-0/chief-0/stdout.log").read_text()
+    steps = {int(m[1]): float(m[2]) for m in re.finditer(r"chief: step (\d+) \(unix ([\d.]+)\)", chief)}
+    # the ps was killed while the chief was at step 8: before its step 9 was reported
+    assert steps[7] < float(fired[1]) and (9 not in steps or float(fired[1]) < steps[9]), (fired[1], steps)
+    assert "fault relay: ps:0:kill@step=8 handed over at step 8: taken" in chief

@@ -214,10 +214,10 @@ def test_launch_hands_stepless_step_faults_to_the_gate_and_says_what_cannot_test
                                                                                ("evaluator:0", "chief:0")}
     assert [f["relay"] for f in faults["ps:0"]] == ["chief:0"]
     program = cli("launch", "--strategy", "parameter_server", "--workers", "1", "--dry-run",
-                  "--runs-dir", str(tmp_path / "runs"), "--inject-fault", "ps:0:kill@step=5",
+                  "--runs-dir", str(tmp_path / "runs"), "--inject-fault", "ps:0:hang@step=5",
                   "--", sys.executable, "-c", "pass")
     warnings = [line for line in program.stderr.splitlines() if line.startswith("warning:")]
-    assert any("ps:0:kill@step=5 never fires" in w and "takes no fault handed over" in w for w in warnings), \
+    assert any("ps:0:hang@step=5 tests nothing" in w and "cannot hang the program" in w for w in warnings), \
         program.stderr
 
 
