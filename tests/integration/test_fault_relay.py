@@ -114,3 +114,21 @@ def test_a_users_ps_is_killed_at_the_chiefs_step(tmp_path):
     # the ps was killed while the chief was at step 8: before its step 9 was reported
     assert steps[7] < float(fired[1]) and (9 not in steps or float(fired[1]) < steps[9]), (fired[1], steps)
     assert "fault relay: ps:0:kill@step=8 handed over at step 8: taken" in chief
+
+
+def test_a_fault_handed_over_by_a_gate_that_sends_no_step_is_said_never_to_fire(tmp_path):
+    """The chief of tests/programs/stepless_faults.py trains 0 steps: the ps's step fault, which the
+    chief's steps hand over, can never fire; said as soon as the chief ended, and exit 3."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, orchestrator_cmd, test_env
+
+    result = subprocess.run(
+        orchestrator_cmd("launch", "--plain", "--strategy", "parameter_server", "--workers", "1", "--ps", "1",
+                         "--runs-dir", str(tmp_path), "--inject-fault", "ps:0:kill@step=5",
+                         "--", sys.executable, str(REPO / "tests/programs/stepless_faults.py"), "0", "0"),
+        cwd=REPO, env=test_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "WARNING: the injected fault kill@step=5 of ps-0 will never fire: chief-0 (attempt 0) ended without " \
+           "ever sending a step (chief-0 is the job's gate" in result.stdout, result.stdout
