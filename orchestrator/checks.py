@@ -78,10 +78,11 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
     if commands and spec.supervision.spares:
         check_spare_program(commands, spec.supervision.spares, backend)
     for fault in faults:
-        if commands and fault.kind == "hang" and fault.trigger == "time":
-            raise SpecError("inject-fault", f"{fault.task}:hang@time={fault.at:g}",
-                            "a hang cannot be caused from outside a user's program",
-                            "use hang@step=N (fires in report() / keras_callback()), or stop@time=S to freeze the task")
+        if commands and fault.kind in ("hang", "raise") and fault.trigger == "time":
+            raise SpecError("inject-fault", f"{fault.task}:{fault.kind}@time={fault.at:g}",
+                            f"a {fault.kind} cannot be caused from outside a user's program",
+                            f"use {fault.kind}@step=N (fires in report() / keras_callback()), or stop@time=S to "
+                            "freeze the task")
     if engine.supports(Capability.HOST_PROCESSES) and not commands:
         check_memory(spec)
 

@@ -34,7 +34,10 @@ Variable                       Meaning
 ``PYTHONUNBUFFERED``           ``1``: log lines reach the files at once
 ``BENCH_TIMING``               not set by the orchestrator: ``python -m bench`` sets it so the task programs
                                print ``bench: mark LABEL (unix T)`` lines (where a start's time goes)
-``ORCH_FAULTS``                faults to inject into this task (``--inject-fault``), JSON
+``ORCH_FAULTS``                faults to inject into this task (``--inject-fault``), JSON; a gate's also
+                               holds the step faults it hands over (:mod:`orchestrator.task.relay`)
+``ORCH_KEEPER_FIELDS``         set by a task an injected ``hang`` freezes, for its keeper process: the
+                               heartbeat fields it goes on sending (:mod:`orchestrator.task.keeper`)
 ``ORCH_TASK_HEALTH_PORT``      containers: serve grpc.health.v1 on this port (the healthcheck probes it)
 ``ORCH_ORPHAN_TIMEOUT_S``      containers: kill the task once its orchestrator is unreachable this long
 ``ORCH_STAY_UNTIL_STOPPED``    ``1`` (Compose): a finished task waits for SIGTERM instead of exiting
@@ -193,6 +196,9 @@ JOBSET_LABELS = {
 ``JobSetNameKey``, ``ReplicatedJobNameKey``, ``JobIndexKey``; ``pkg/constants`` ``RestartsKey``),
 read through the downward API (``fieldRef: metadata.labels['...']``)."""
 ADDRESS_FROM_TASK = "ORCH_ADDRESS_FROM_TASK"
+KEEPER_FIELDS = "ORCH_KEEPER_FIELDS"
+"""JSON of the heartbeat fields a keeper sends for a task an injected ``hang`` froze
+(:mod:`orchestrator.task.keeper`)."""
 
 STOP_REQUESTED_FILE = "stop-requested"
 """Marker file in a task's directory: the orchestrator itself is stopping the task."""

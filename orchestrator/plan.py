@@ -24,7 +24,7 @@ from orchestrator.errors import SpecError
 from orchestrator.resources.cpus import CpuPlan
 from orchestrator.resources.placement import NO_GPUS, Placement, TaskGpus
 from orchestrator.rundir import ERROR_FILE, RunDir
-from orchestrator.spec.faults import Fault, untestable
+from orchestrator.spec.faults import Fault, gate_of, relayed, untestable
 from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, TaskId
@@ -321,6 +321,8 @@ def make_plan(
                         training_json=None if commands else training,  # the built-in program's options only
                         threads=threads, orchestrator_pid=orchestrator_pid, tls_dir=tls_dir)
     tasks = []
+    gate = gate_of(spec.trainers())
+    faults = [relayed(f, _stepless(spec, f.task), gate) for f in faults]
     config = ClusterConfig(addresses)  # the cluster once, not once per task (O(tasks^2))
     for task in spec.tasks():
         module = task_module(task.task_type)
@@ -330,7 +332,7 @@ def make_plan(
             argv = (python, "-m", EXECWRAP, "--", *user_program)
         else:
             argv = (python, "-m", module)
-        mine = [f for f in faults if f.task == task]
+        mine = [f for f in faults if f.task == task or f.relay == str(task)]  # the gate hands over relayed ones
         task_env = build_task_env(common, cluster=(config, task), task=task.name,
                                   gpus={**placement.env(task), **(cpus.env(task) if cpus else {})},
                                   faults=encode_faults(mine) if mine else None,
@@ -358,11 +360,16 @@ def make_plan(
         health_address=health_address,
         token=token,
         warnings=tuple(plan_warnings(spec, commands)) + placement.warnings + tuple(
-            w for f in faults if (w := untestable(f, spec.serves_forever(f.task),
-                                                  bool((commands or {}).get(f.task.task_type)))) is not None),
+            w for f in faults if (w := untestable(f, _stepless(spec, f.task),
+                                                  bool((commands or {}).get(f.task.task_type)), gate)) is not None),
         placement=placement,
         **({"cpus": cpus} if cpus is not None else {}),
     )
+
+
+def _stepless(spec: JobSpec, task: TaskId) -> bool:
+    """``task`` reports no training step: it serves (a ps, a PSS worker, the tf.data service's) or evaluates."""
+    return spec.serves_forever(task) or task.task_type == "evaluator"
 
 
 def attempt_env(plan: Plan, task: TaskId, attempt: int) -> dict[str, str]:

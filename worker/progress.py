@@ -55,12 +55,13 @@ class Progress:
     def step(self, step: int, loss=None) -> None:
         """Step ``step`` is done; ``loss`` (a float or a callable giving one) is read only when due."""
         self.step_now = step
-        self._faults.on_step(step)
+        self._faults.on_step(step, lambda: self.report(loss() if callable(loss) else loss, flush=True))
         if self.due():
             self.report(loss() if callable(loss) else loss)
 
-    def report(self, loss: float | None = None, epoch: int | None = None) -> None:
-        """Send what is known now; ``epoch`` = epochs completed."""
+    def report(self, loss: float | None = None, epoch: int | None = None, flush: bool = False) -> None:
+        """Send what is known now; ``epoch`` = epochs completed; ``flush``: before this returns
+        (bounded: :meth:`orchestrator.task.reporter.HeartbeatReporter.flush`)."""
         now = time.monotonic()
         if loss is not None:
             self.loss = float(loss)
@@ -68,7 +69,9 @@ class Progress:
         if self.step_now > self._last_step and now > self._last_time:
             rate = (self.step_now - self._last_step) * self._global_batch_size / (now - self._last_time)
             self._last_time, self._last_step = now, self.step_now
-        self._reporter.update(step=self.step_now, epoch=epoch, loss=self.loss, examples_per_second=rate)
+        self._reporter.update(step=self.step_now, epoch=epoch, loss=self.loss, examples_per_second=rate, now=flush)
+        if flush:
+            self._reporter.flush()
         if epoch is not None and env.is_set(env.BENCH_TIMING):
             print(f"bench: epoch {epoch} done at step {self.step_now} (unix {time.time():.3f})", flush=True)
 

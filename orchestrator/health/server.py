@@ -28,6 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchestrator import env
 from orchestrator.backends.base import Registration
+from orchestrator.health.faultbox import EARLY, TAKEN, FaultBox
 from orchestrator.health.loop import LoopThread
 from orchestrator.health.store import PULSE_S, HeartbeatStore
 from orchestrator.proto import supervisor_pb2 as pb
@@ -90,7 +91,8 @@ StopHandler = Callable[[str], tuple[bool, str]]
 
 class SupervisorServicer(pb_grpc.SupervisorServicer):
     """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port releases,
-    address registrations, status queries and stop requests."""
+    address registrations, status queries, stop requests and injected faults handed over
+    (:mod:`orchestrator.health.faultbox`)."""
 
     def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int],
                  register: RegisterFn = _refuse, status: StatusSource | None = None,
@@ -100,6 +102,7 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
         self._register = register
         self._status = status
         self._stop = stop
+        self._faults = FaultBox()
 
     async def StreamHeartbeats(self, request_iterator, context):  # noqa: N802 - gRPC name
         # the hot path (one pass per heartbeat): context.read() directly, not the request
@@ -137,6 +140,19 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this endpoint cannot stop its job")
         accepted, state = self._stop(request.reason or "stopped by a StopJob call")
         return pb.StopReply(accepted=accepted, state=state)
+
+    async def HandOverFault(self, request, context):  # noqa: N802 - gRPC name
+        task = TaskId(request.task.task_type, request.task.task_index)
+        outcome = await self._faults.hand_over(task, request.task.attempt, request.fault, request.job_step,
+                                               request.wait_s)
+        code = {TAKEN: pb.HANDOVER_TAKEN, EARLY: pb.HANDOVER_EARLY}.get(outcome, pb.HANDOVER_MISSED)
+        return pb.HandoverReply(outcome=code)
+
+    async def TakeFault(self, request, context):  # noqa: N802 - gRPC name
+        task = TaskId(request.task.task_type, request.task.task_index)
+        got = await self._faults.take(task, request.task.attempt, request.wait_s)
+        fault, job_step = got if got is not None else ("", 0)
+        return pb.FaultHandover(task=request.task, fault=fault, job_step=job_step)
 
 
 class HealthServer:

@@ -17,6 +17,13 @@ class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PHASE_SAVING: _ClassVar[Phase]
     PHASE_DONE: _ClassVar[Phase]
     PHASE_FINISHING: _ClassVar[Phase]
+
+class Handover(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HANDOVER_UNSPECIFIED: _ClassVar[Handover]
+    HANDOVER_TAKEN: _ClassVar[Handover]
+    HANDOVER_EARLY: _ClassVar[Handover]
+    HANDOVER_MISSED: _ClassVar[Handover]
 PHASE_UNSPECIFIED: Phase
 PHASE_INITIALIZING: Phase
 PHASE_SERVING: Phase
@@ -25,6 +32,10 @@ PHASE_EVALUATING: Phase
 PHASE_SAVING: Phase
 PHASE_DONE: Phase
 PHASE_FINISHING: Phase
+HANDOVER_UNSPECIFIED: Handover
+HANDOVER_TAKEN: Handover
+HANDOVER_EARLY: Handover
+HANDOVER_MISSED: Handover
 
 class TaskKey(_message.Message):
     __slots__ = ("task_type", "task_index", "attempt")
@@ -527,3 +538,29 @@ class StopReply(_message.Message):
     accepted: bool
     state: str
     def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
+
+class FaultHandover(_message.Message):
+    __slots__ = ("task", "fault", "job_step", "wait_s")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    FAULT_FIELD_NUMBER: _ClassVar[int]
+    JOB_STEP_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    task: TaskKey
+    fault: str
+    job_step: int
+    wait_s: float
+    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., fault: _Optional[str] = ..., job_step: _Optional[int] = ..., wait_s: _Optional[float] = ...) -> None: ...
+
+class HandoverReply(_message.Message):
+    __slots__ = ("outcome",)
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    outcome: Handover
+    def __init__(self, outcome: _Optional[_Union[Handover, str]] = ...) -> None: ...
+
+class FaultPoll(_message.Message):
+    __slots__ = ("task", "wait_s")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    task: TaskKey
+    wait_s: float
+    def __init__(self, task: _Optional[_Union[TaskKey, _Mapping]] = ..., wait_s: _Optional[float] = ...) -> None: ...

@@ -59,6 +59,16 @@ class SupervisorStub:
                 request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
                 response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
                 _registered_method=True)
+        self.HandOverFault = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/HandOverFault',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.FaultHandover.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.HandoverReply.FromString,
+                _registered_method=True)
+        self.TakeFault = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/TakeFault',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.FaultPoll.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.FaultHandover.FromString,
+                _registered_method=True)
 
 
 class SupervisorServicer:
@@ -118,6 +128,24 @@ class SupervisorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HandOverFault(self, request, context):
+        """Injected step faults of tasks that report no training step (a ps, a PSS worker, the
+        evaluator; orchestrator/task/relay.py). The job's gate, the trainer whose step is the job's,
+        hands one over when its step reaches the fault's, and waits (at most wait_s) until the task
+        took it: its next step waits too, so the fault lands within one step of the job's step.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TakeFault(self, request, context):
+        """A task's long poll for the faults handed over to it: answers at once when one is due, else
+        after wait_s (capped at 10 s) with an empty fault.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SupervisorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +173,16 @@ def add_SupervisorServicer_to_server(servicer, server):
                     servicer.StopJob,
                     request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.FromString,
                     response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.SerializeToString,
+            ),
+            'HandOverFault': grpc.unary_unary_rpc_method_handler(
+                    servicer.HandOverFault,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.FaultHandover.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.HandoverReply.SerializeToString,
+            ),
+            'TakeFault': grpc.unary_unary_rpc_method_handler(
+                    servicer.TakeFault,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.FaultPoll.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.FaultHandover.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -282,6 +320,60 @@ class Supervisor:
             '/tfcluster.v1.Supervisor/StopJob',
             orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
             orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandOverFault(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/HandOverFault',
+            orchestrator_dot_proto_dot_supervisor__pb2.FaultHandover.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.HandoverReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeFault(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/TakeFault',
+            orchestrator_dot_proto_dot_supervisor__pb2.FaultPoll.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.FaultHandover.FromString,
             options,
             channel_credentials,
             insecure,

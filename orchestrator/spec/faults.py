@@ -3,17 +3,22 @@
 Syntax: ``TASK:KIND@TRIGGER[,attempt=N]``
 
 * ``TASK``: ``worker:1``, ``chief:0``, ``ps:0`` ...
-* ``KIND``: ``kill`` (SIGKILL itself), ``exit=N`` (exit with code N at once),
-  ``raise`` (raise an exception in the training loop: an error file is written),
-  ``hang`` (block the training loop; heartbeats go on, steps stop),
+* ``KIND`` (each means the same on every role): ``kill`` (SIGKILL itself), ``exit=N`` (exit with
+  code N at once), ``raise`` (an uncaught exception: raised in the training loop, or, fired off
+  the main thread (a ps, a timer), recorded in the error file and exit 1 as one would end it),
+  ``hang`` (the task's work stops while its heartbeats go on: a trainer's loop blocks, and off
+  the main thread the whole process freezes (SIGSTOP) while a keeper process heartbeats for it,
+  so a ps stops serving and an evaluator stops evaluating),
   ``stop`` (SIGSTOP itself: the whole process freezes, heartbeats stop too),
   ``term`` (SIGTERM as a preemption sends it: from outside the orchestrator, without its
   stop marker; the task checkpoints at the next step and exits 143).
-* ``TRIGGER``: ``step=N`` (after training step N: chief/worker running the built-in
-  program, or a user's program reporting steps through :mod:`orchestrator.client`) or
-  ``time=S`` (S seconds after the task started; any task, not ``raise``; for a user's
-  program only ``kill``, ``exit=N``, ``stop`` and ``term``, fired by its wrapper
-  :mod:`orchestrator.task.execwrap`).
+* ``TRIGGER``: ``step=N`` (after the job's training step N, whoever receives it: a trainer
+  fires it on its own steps (the built-in program, or a user's program reporting steps through
+  :mod:`orchestrator.client`); a task that reports no step (a ps, a ParameterServerStrategy
+  worker, the evaluator, the tf.data service's) receives it from the job's *gate*, the trainer
+  whose step is the job's (:func:`gate_of`), at that step: :mod:`orchestrator.task.relay`) or
+  ``time=S`` (S seconds after the task started; any task; for a user's program only ``kill``,
+  ``exit=N``, ``stop`` and ``term``, fired by its wrapper :mod:`orchestrator.task.execwrap`).
 * ``attempt=N``: which attempt it hits (default 0, so a restarted task runs clean).
 
 Example: ``--inject-fault worker:1:kill@step=20``.
@@ -54,6 +59,8 @@ class Fault:
         trigger: ``step`` or ``time``.
         at: the step number, or seconds after the task started.
         attempt: the attempt it hits.
+        relay: for a ``step`` fault of a task that reports no step, the gate that hands it over
+            at the job's step N (``chief:0``; :func:`gate_of`); "" for a fault its task fires itself.
     """
 
     task: TaskId
@@ -62,6 +69,7 @@ class Fault:
     at: float
     exit_code: int = 0
     attempt: int = 0
+    relay: str = ""
 
     @classmethod
     def parse(cls, text: str) -> "Fault":
@@ -83,8 +91,6 @@ class Fault:
         code = int(m.group("code") or 0)
         if kind == "exit" and not 0 < code < 256:
             raise SpecError("inject-fault", text, "exit code must be 1..255", "e.g. exit=3")
-        if kind == "raise" and m.group("trigger") == "time":
-            raise SpecError("inject-fault", text, "raise needs a step trigger", "use raise@step=N")
         return cls(task, kind, m.group("trigger"), float(m.group("at")), code, int(m.group("attempt") or 0))
 
     def to_json(self) -> dict[str, Any]:
@@ -96,7 +102,13 @@ class Fault:
     def from_json(cls, d: Mapping[str, Any]) -> "Fault":
         """The fault of one :meth:`to_json` dict (an ``ORCH_FAULTS`` entry)."""
         return cls(TaskId.parse(str(d["task"]), "inject-fault"), str(d["kind"]), str(d["trigger"]), float(d["at"]),
-                   int(d.get("exit_code", 0)), int(d.get("attempt", 0)))
+                   int(d.get("exit_code", 0)), int(d.get("attempt", 0)), str(d.get("relay", "")))
+
+    @property
+    def name(self) -> str:
+        """``ps:0:kill@step=5`` (``,attempt=N`` after the first attempt), as ``--inject-fault`` takes it."""
+        kind = self.kind + (f"={self.exit_code}" if self.kind == "exit" else "")
+        return f"{self.task}:{kind}@{self.when}" + (f",attempt={self.attempt}" if self.attempt else "")
 
     @property
     def when(self) -> str:
@@ -124,34 +136,60 @@ def decode(raw: str) -> list[Fault]:
     return [Fault.from_json(d) for d in json.loads(raw)] if raw else []
 
 
-def untestable(fault: Fault, serves_forever: bool, user_program: bool) -> str | None:
+def gate_of(trainers: list[TaskId]) -> TaskId | None:
+    """The task whose training step is the job's step: the first trainer (the chief under
+    ParameterServerStrategy, whose steps the coordinator counts; the chief, else worker 0, under
+    MultiWorkerMirroredStrategy, whose trainers step together); None for a job without one.
+
+    Args:
+        trainers: the job's trainers in plan order (:meth:`orchestrator.spec.model.JobSpec.trainers`).
+    """
+    return trainers[0] if trainers else None
+
+
+def relayed(fault: Fault, stepless: bool, gate: TaskId | None) -> Fault:
+    """``fault`` as planned: a ``step`` fault of a task that reports no step (``stepless``) gets
+    the gate that hands it over (:func:`gate_of`); any other fault is unchanged."""
+    if fault.trigger != "step" or not stepless or gate is None or gate == fault.task:
+        return fault
+    return Fault(fault.task, fault.kind, fault.trigger, fault.at, fault.exit_code, fault.attempt, str(gate))
+
+
+def untestable(fault: Fault, stepless: bool, user_program: bool, gate: TaskId | None) -> str | None:
     """Why ``fault`` as asked cannot test anything, said at launch (a plan warning); None when it can.
 
-    * A ``step=N`` trigger fires from the steps the task itself reports: a ps, a
-      ParameterServerStrategy worker (both serve, ``serves_forever``) and the evaluator report
-      none, so it never fires and the rehearsal ends untested (exit 3).
-    * A ``hang`` with a ``time=S`` trigger blocks the timer thread that fires it: on a task whose
-      work is not that thread's (every task: the timer is a thread of its own), the task goes on
-      serving or evaluating and nothing is tested; ``stop`` (SIGSTOP: the whole process) is what
-      freezes it.
+    * A ``step=N`` fault of a task that reports no step (``stepless``: a ps, a
+      ParameterServerStrategy worker, the evaluator) is handed over by the job's gate at the
+      job's step N: a job without a trainer has none; a user's program in that task takes it in
+      its wrapper (:mod:`orchestrator.task.execwrap`), which fires it from outside the program
+      and so cannot ``hang`` or ``raise`` it.
     * A user's program's ``time=`` faults are fired by its wrapper, from outside the program:
-      ``hang`` cannot be (``kill``, ``exit=N``, ``stop``, ``term`` can).
+      ``hang`` and ``raise`` cannot be (``kill``, ``exit=N``, ``stop``, ``term`` can).
+
+    Every other fault tests something: a ``hang`` or ``raise`` fired off the task's main thread
+    (a timer, a handed-over fault) freezes the whole task while a keeper process goes on
+    heartbeating for it, or ends it as an uncaught exception would
+    (:mod:`orchestrator.task.faults`).
 
     Args:
         fault: the parsed fault.
-        serves_forever: its task only serves (a ps, a PSS worker).
+        stepless: its task reports no training step (a ps, a PSS worker, the evaluator, the
+            tf.data service's tasks).
         user_program: its task runs a user's program.
+        gate: the job's gate (:func:`gate_of`).
     """
     kind = f"exit={fault.exit_code}" if fault.kind == "exit" else fault.kind
     name = f"{fault.task}:{kind}@{fault.trigger}={fault.at:g}"
-    stepless = serves_forever or fault.task.task_type == "evaluator"
     if fault.trigger == "step" and stepless:
         role = "an evaluator" if fault.task.task_type == "evaluator" else f"a serving {fault.task.task_type}"
-        return (f"{name} never fires: {role} reports no training step, so the rehearsal would test nothing (exit "
-                f"3); trigger it by time instead (@time=S)")
-    if fault.kind == "hang" and fault.trigger == "time":
-        what = "its wrapper cannot hang the program" if user_program else \
-            "it blocks only the timer thread that fires it, and the task goes on"
-        return (f"{name} tests nothing: {what}; use stop@time={fault.at:g} (SIGSTOP freezes the whole process) "
-                f"or a step trigger on a training task")
+        if gate is None:
+            return (f"{name} never fires: {role} reports no training step and the job has no trainer whose step "
+                    "is the job's; trigger it by time instead (@time=S)")
+        if user_program and fault.kind in ("hang", "raise"):
+            return (f"{name} tests nothing: {role} running your program takes the faults handed over at the job's "
+                    f"step in its wrapper, which cannot {fault.kind} the program from outside; use stop@step="
+                    f"{fault.at:g} (SIGSTOP freezes it) or kill, exit=N, term")
+    if fault.trigger == "time" and user_program and fault.kind in ("hang", "raise"):
+        return (f"{name} tests nothing: its wrapper fires time= faults from outside your program and cannot "
+                f"{fault.kind} it; use stop@time={fault.at:g} (SIGSTOP freezes the whole process) or a step trigger")
     return None

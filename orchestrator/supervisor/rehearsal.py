@@ -39,16 +39,17 @@ class Rehearsal:
         texts: list[str] = []
         left: list[Fault] = []
         for fault in self._pending:
-            rt = by_task.get(fault.task)
+            # a relayed fault's task sends no step by design: its gate's steps hand it over
+            rt = by_task.get(TaskId.parse(fault.relay, "inject-fault") if fault.relay else fault.task)
             if rt is None:
                 continue
             a = rt.current
-            if a.number < fault.attempt or a.started_at is None:
+            if (a.number < fault.attempt and not fault.relay) or a.started_at is None:
                 left.append(fault)  # its attempt is still to come
                 continue
-            if a.number > fault.attempt or a.last_step is not None:
+            if (a.number > fault.attempt and not fault.relay) or a.last_step is not None:
                 continue  # its attempt is over, or it sends steps: the fault fires from them
-            text = never_fires(fault.task.name, fault, attempt=a.number, saw_step=False, ended=a.state.terminal,
+            text = never_fires(rt.task.name, fault, attempt=a.number, saw_step=False, ended=a.state.terminal,
                                ran_s=now - a.started_at)
             if text is None:
                 left.append(fault)

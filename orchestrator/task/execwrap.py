@@ -72,12 +72,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from orchestrator import env
 from orchestrator.net import can_listen
 from orchestrator.resources.pinning import pin_self
 from orchestrator.spec.faults import ENV as FAULTS_ENV
 from orchestrator.spec.faults import Fault
+from orchestrator.spec.model import TaskId
 from orchestrator.task.context import TaskContext
 from orchestrator.task.faults import FaultInjector, announce, without_time_faults
 from orchestrator.task.jobset import PeersUnresolved, ensure_tf_config, wait_for_jobset_peers
@@ -143,8 +145,9 @@ def _on_sigterm(_signum, _frame) -> None:
             pass
 
 
-def _fire(fault: Fault, program: subprocess.Popen[bytes]) -> None:
-    """Fire one ``time=`` fault on the program (from a timer thread)."""
+def _fire(fault: Fault, program: subprocess.Popen[bytes], job_step: int | None = None) -> None:
+    """Fire one ``time=`` fault, or one handed over at the gate's ``job_step``, on the program
+    (from a timer thread, or the thread that takes them: :func:`_take_faults`)."""
     if program.poll() is not None:
         return
     kind = fault.kind
@@ -152,7 +155,7 @@ def _fire(fault: Fault, program: subprocess.Popen[bytes]) -> None:
         print(f"execwrap: cannot inject {kind} at {fault.when} into a user's program "
               "from outside; skipped", file=sys.stderr, flush=True)
         return
-    announce(fault)
+    announce(fault, job_step)
     if kind == "kill":
         _kill_group()
     elif kind == "exit":
@@ -196,7 +199,8 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     orchestrator_pid = env.read_int(env.ORCHESTRATOR_PID)
-    time_faults = FaultInjector.from_env().time_faults
+    injector = FaultInjector.from_env()
+    time_faults, handed = injector.time_faults, injector.to_take
     pin_self()  # the task's cores (ORCH_CPUS): the program and what it starts inherit them
     if env.read_flag(env.ADDRESS_FROM_TASK):  # Slurm: register a port of this node, get TF_CONFIG
         try:
@@ -205,7 +209,7 @@ def main(argv: list[str]) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     try:
-        if orchestrator_pid <= 0 and not time_faults:
+        if orchestrator_pid <= 0 and not time_faults and not handed:
             os.execvp(argv[0], argv)
         _install_handlers()
         die_with_orchestrator(orchestrator_pid, signal.SIGUSR2)
@@ -215,7 +219,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"error: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
         return 127
-    return _supervise(program, time_faults)
+    return _supervise(program, time_faults, handed)
 
 
 def _install_handlers() -> None:
@@ -237,14 +241,32 @@ def _program_env(orchestrator_pid: int) -> dict[str, str]:
     return program_env
 
 
-def _supervise(program: subprocess.Popen[bytes], time_faults: list[Fault]) -> int:
-    """Fire the ``time=`` faults on the running program, wait for it, end what it left behind,
-    exit the way it did."""
+def _take_faults(program: subprocess.Popen[bytes], handed: list[Fault]) -> None:
+    """Take the ``step=`` faults the job's gate hands over to this task (a ps or an evaluator
+    running a user's program, which reports no step: :mod:`orchestrator.task.relay`) and fire
+    each on the program from outside."""
+    from orchestrator.task import relay
+
+    me = TaskId.parse(env.read(env.TASK), "task")
+    left = list(handed)
+    while left and program.poll() is None:
+        got = relay.take(me, env.read_int(env.ATTEMPT))
+        fault = next((f for f in left if got is not None and f.name == got[0]), None)
+        if fault is not None and got is not None:
+            left.remove(fault)
+            _fire(fault, program, got[1])
+
+
+def _supervise(program: subprocess.Popen[bytes], time_faults: list[Fault], handed: Sequence[Fault] = ()) -> int:
+    """Fire the ``time=`` faults and those handed over on the running program, wait for it, end
+    what it left behind, exit the way it did."""
     reap_orphans(program.pid)
     for fault in time_faults:
         timer = threading.Timer(fault.at, _fire, args=(fault, program))
         timer.daemon = True
         timer.start()
+    if handed:
+        threading.Thread(target=_take_faults, args=(program, list(handed)), name="fault-relay", daemon=True).start()
     code = program.wait()
     if _stop_timer is not None:
         _stop_timer.cancel()
@@ -334,7 +356,7 @@ def spare(argv: list[str]) -> int:
     assignment = json.loads(line)
     os.environ.update({str(k): str(v) for k, v in assignment["env"].items()})
     take_stdio(assignment)
-    time_faults = FaultInjector.from_env().time_faults
+    injector = FaultInjector.from_env()
     global _program
     _program = program
     _install_handlers()
@@ -346,7 +368,7 @@ def spare(argv: list[str]) -> int:
         program.stdin.close()
     except OSError:  # it died just now: its exit below is the task's
         pass
-    return _supervise(program, time_faults)
+    return _supervise(program, injector.time_faults, injector.to_take)
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

@@ -165,6 +165,13 @@ class HeartbeatReporter:
             if rejoined:
                 self._rejoined.update((name, int(count)) for name, count in rejoined.items())
 
+    def fields(self) -> dict:
+        """A copy of what the next heartbeat says (phase, message, step, epoch, loss, examples/s):
+        what a keeper process goes on sending for a task an injected ``hang`` froze
+        (:mod:`orchestrator.task.keeper`)."""
+        with self._cond:
+            return dict(self._fields)
+
     def flush(self, timeout_s: float = 1.0) -> bool:
         """Block (at most ``timeout_s`` seconds, the GIL released) until what was recorded so far
         went out in a heartbeat. Called where the caller is about to enter work that may hold the

@@ -104,13 +104,24 @@ def announce() -> None:
 
 
 def _on_step(step: int | None) -> None:
-    """Fire the step-triggered injected faults whose step has come (cheap when there are none)."""
+    """Fire the step-triggered injected faults whose step has come, and hand over those of tasks
+    that report no step when this task is the job's gate (cheap when there are none)."""
     global _faults
     if step is None:
         return
     if _faults is None:
         _faults = FaultInjector.from_env()
-    _faults.on_step(int(step))
+    _faults.on_step(int(step), lambda: _send_step(int(step)))
+
+
+def _send_step(step: int) -> None:
+    """Send ``step`` at once (before the gate hands a fault over at it)."""
+    reporter = _get()
+    if reporter is not None:
+        from orchestrator.proto import supervisor_pb2 as pb
+
+        reporter.update(phase=pb.PHASE_TRAINING, step=step, now=True)
+        reporter.flush()
 
 
 def report(step: int | None = None, loss: float | None = None, *, epoch: int | None = None,

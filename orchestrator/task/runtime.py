@@ -56,13 +56,13 @@ def run_task(body: Callable[[TaskContext, Any], None]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     install(context)
-    FaultInjector.from_env().start_timers()
     if env.is_set(env.TASK_HEALTH_PORT):  # containers: the healthcheck probes it
         from orchestrator.task.probe import serve_task_health  # grpc_health: containers only
 
         global _task_health  # keep a reference: a collected grpc.Server stops serving
         _task_health = serve_task_health(env.read_int(env.TASK_HEALTH_PORT))
     reporter = HeartbeatReporter.from_context(context).start()
+    FaultInjector.from_env().start(reporter)  # time= faults, and the poll for faults handed over
     env.bench_mark("reporter-started")
 
     def registered_then_body() -> None:

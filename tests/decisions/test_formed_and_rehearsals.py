@@ -118,6 +118,10 @@ STEP_FAULT = Fault.parse("worker:0:kill@step=5")
     (STEP_FAULT, 0, True, True, 3.0, None),  # it sent steps: the fault fires from them
     (STEP_FAULT, 1, False, True, 3.0, None),  # another attempt's
     (Fault.parse("worker:0:kill@time=5"), 0, False, True, 3.0, None),  # fired by the clock
+    # a ps's fault handed over by worker-0, the gate: its steps (any attempt of it) fire it
+    (Fault(Fault.parse("ps:0:kill@step=5").task, "kill", "step", 5, relay="worker:0"), 1, False, True, 3.0,
+     "of ps-0 will never fire: worker-0 (attempt 1) ended without ever sending a step (worker-0 is the job's gate"),
+    (Fault(Fault.parse("ps:0:kill@step=5").task, "kill", "step", 5, relay="worker:0"), 0, True, False, 40.0, None),
 ])
 def test_a_step_fault_that_cannot_fire_is_said_with_the_fix(fault, attempt, saw_step, ended, ran_s, says):
     text = never_fires("worker-0", fault, attempt=attempt, saw_step=saw_step, ended=ended, ran_s=ran_s)

@@ -197,19 +197,29 @@ def test_a_collective_hang_names_the_worker_stuck_in_its_input_and_its_frame(tmp
     assert_no_process_left(all_pids(summary))
 
 
-# -- item 7 (in part): a rehearsal that cannot test anything is said at launch ----------------------
+# -- item 7: rehearsals reach every role; what cannot test anything is said at launch -------------
 
 
-def test_launch_says_which_faults_cannot_test_anything(tmp_path: Path):
+def test_launch_hands_stepless_step_faults_to_the_gate_and_says_what_cannot_test_anything(tmp_path: Path):
     out = cli("launch", "--strategy", "parameter_server", "--workers", "2", "--evaluator", "--dry-run",
               "--runs-dir", str(tmp_path / "runs"), "--inject-fault", "ps:0:kill@step=5",
-              "--inject-fault", "worker:1:hang@time=3", "--inject-fault", "chief:0:kill@step=5")
+              "--inject-fault", "worker:1:hang@time=3", "--inject-fault", "evaluator:0:hang@step=7",
+              "--inject-fault", "chief:0:kill@step=5")
     assert out.returncode == 0, out.stderr
-    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
-    assert any("ps:0:kill@step=5 never fires" in w for w in warnings), out.stderr
-    assert any("worker:1:hang@time=3 tests nothing" in w and "stop@time=3" in w for w in warnings), out.stderr
-    assert not any("chief:0" in w for w in warnings)  # the coordinator reports steps: it fires
-    assert len(loads_strict(out.stdout)["warnings"]) == 2
+    plan = loads_strict(out.stdout)
+    # main: "ps:0:kill@step=5 never fires" and "worker:1:hang@time=3 tests nothing"; now every one can fire
+    assert plan["warnings"] == [], plan["warnings"]
+    faults = {t["task"]: json.loads(t["env"].get("ORCH_FAULTS", "[]")) for t in plan["tasks"]}
+    # the chief, whose step is the job's under PSS, holds the ps's and the evaluator's step faults to hand over
+    assert {(f["task"], f["relay"]) for f in faults["chief:0"] if f["relay"]} == {("ps:0", "chief:0"),
+                                                                               ("evaluator:0", "chief:0")}
+    assert [f["relay"] for f in faults["ps:0"]] == ["chief:0"]
+    program = cli("launch", "--strategy", "parameter_server", "--workers", "1", "--dry-run",
+                  "--runs-dir", str(tmp_path / "runs"), "--inject-fault", "ps:0:hang@step=5",
+                  "--", sys.executable, "-c", "pass")
+    warnings = [line for line in program.stderr.splitlines() if line.startswith("warning:")]
+    assert any("ps:0:hang@step=5 tests nothing" in w and "cannot hang the program" in w for w in warnings), \
+        program.stderr
 
 
 def test_stop_json_of_a_job_with_a_nan_loss_is_strict_json(tmp_path: Path):

@@ -97,7 +97,7 @@ def test_fault_syntax(text, expected):
 
 @pytest.mark.parametrize(
     "text", ["worker:1", "worker:1:boom@step=3", "worker:1:exit@step=3", "worker:1:kill=3@step=3",
-             "chief:0:raise@time=3", "worker:1:exit=300@step=1", "gpu:0:kill@step=1"]
+             "worker:1:exit=300@step=1", "gpu:0:kill@step=1"]
 )
 def test_bad_faults(text):
     with pytest.raises(SpecError) as info:

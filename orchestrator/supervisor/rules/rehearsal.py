@@ -50,14 +50,13 @@ class FaultRecord:
 
 def fault_name(fault: Fault) -> str:
     """``worker:0:kill@step=5`` (``,attempt=N`` after the first attempt), as ``--inject-fault`` takes it."""
-    kind = fault.kind + (f"={fault.exit_code}" if fault.kind == "exit" else "")
-    name = f"{fault.task}:{kind}@{fault.when}"
-    return name + (f",attempt={fault.attempt}" if fault.attempt else "")
+    return fault.name
 
 
 def planned_faults(plan: Plan) -> list[Fault]:
-    """Every injected fault of the plan (the ``ORCH_FAULTS`` of each task's env), in plan order."""
-    return [fault for tp in plan.tasks for fault in decode(tp.env.get(FAULTS_ENV, ""))]
+    """Every injected fault of the plan (the ``ORCH_FAULTS`` of each task's env, less the relayed
+    faults its gate holds to hand over), in plan order."""
+    return [fault for tp in plan.tasks for fault in decode(tp.env.get(FAULTS_ENV, "")) if fault.task == tp.task]
 
 
 def fired(plan: Plan, fault: Fault) -> bool:
@@ -76,18 +75,19 @@ def fired(plan: Plan, fault: Fault) -> bool:
 
 def never_fires(name: str, fault: Fault, *, attempt: int, saw_step: bool, ended: bool,
                 ran_s: float) -> str | None:
-    """Why the ``step=`` fault ``fault`` of task ``name`` can never fire, when that is known now;
-    None while it still may (or for a ``time=`` fault, or another attempt's).
+    """Why the ``step=`` fault ``fault`` can never fire, when that is known now; None while it
+    still may (or for a ``time=`` fault, or another attempt's).
 
     Args:
-        name: the task's name (``worker-0``).
+        name: the name (``worker-0``) of the task whose steps fire it: the fault's own, or for a
+            fault handed over (``fault.relay``), the job's gate's.
         fault: the fault.
-        attempt: the task's current attempt.
+        attempt: that task's current attempt (a gate's hands over to any attempt of the fault's task).
         saw_step: that attempt reported a training step.
         ended: that attempt has ended.
         ran_s: seconds since that attempt started.
     """
-    if fault.trigger != "step" or fault.attempt != attempt or saw_step:
+    if fault.trigger != "step" or (fault.attempt != attempt and not fault.relay) or saw_step:
         return None
     if ended:
         why = f"{name} (attempt {attempt}) ended without ever sending a step"
@@ -95,8 +95,10 @@ def never_fires(name: str, fault: Fault, *, attempt: int, saw_step: bool, ended:
         why = f"{name} has run {ran_s:.0f} s without sending a step"
     else:
         return None
-    return (f"WARNING: the injected fault {fault.kind}@{fault.when} of {name} will never fire: "
-            f"{why}, and step faults fire on the steps the program reports; report them "
+    owner = fault.task.name if fault.relay else name
+    via = f" ({name} is the job's gate: its steps hand {owner}'s step faults over)" if fault.relay else ""
+    return (f"WARNING: the injected fault {fault.kind}@{fault.when} of {owner} will never fire: "
+            f"{why}{via}, and step faults fire on the steps the program reports; report them "
             "(orchestrator.client.report(step=...) or keras_callback()), or use @time=SECONDS")
 
 
