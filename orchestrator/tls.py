@@ -238,14 +238,65 @@ def make_run_pki(run_dir: str | Path, run_id: str, hosts: Iterable[str], clients
     cert, key = signer.issue(SERVER_NAME, server_names=_names(hosts))
     _write(folder / "server.crt", cert, 0o644)
     _write(folder / "server.key", key, 0o600)
+    _write_clients(signer, folder, [USER, *_task_names(clients)])
+    return RunPki(folder)
+
+
+def _task_names(clients: Iterable[str]) -> list[str]:
+    """:data:`SHARED` (also for a task the plan did not name), then each task up to :data:`PER_TASK_LIMIT`."""
     names = list(dict.fromkeys(clients))
-    if len(names) > PER_TASK_LIMIT:
-        names = []
-    for name in dict.fromkeys([USER, SHARED, *names]):  # SHARED: also for a task the plan did not name
+    return [SHARED, *(names if len(names) <= PER_TASK_LIMIT else [])]
+
+
+def _write_clients(signer: _Signer, folder: Path, names: Iterable[str]) -> None:
+    for name in dict.fromkeys(names):
         cert, key = signer.issue(name)
         _write(folder / f"{name}.crt", cert, 0o644)
         _write(folder / f"{name}.key", key, 0o600)
-    return RunPki(folder)
+
+
+ENDPOINT_DIR = "endpoint"
+"""The subfolder of a Kubernetes rendering's certificates that stays out of its Secret."""
+
+
+def make_secret_files(folder: str | Path, job: str, tasks: Iterable[str]) -> Path:
+    """The certificates of a Kubernetes rendering (``render --format jobset|tfjob --tls-out``).
+
+    ``folder`` (created, mode 0700) gets what every pod of the job mounts from the job's Secret
+    and nothing else, since ``kubectl create secret generic NAME --from-file=FOLDER`` takes every
+    regular file of a folder (and skips its subfolders): ``ca.crt`` and each task's
+    ``<task>.crt`` / ``<task>.key`` (:data:`SHARED` for the rest, as :func:`make_run_pki`). The
+    endpoint's side, ``server.crt`` / ``server.key`` (naming :data:`SERVER_NAME` only) and
+    ``user.crt`` / ``user.key``, goes to ``folder/endpoint/``, which no pod gets. The CA's key
+    is never written.
+
+    Args:
+        folder: where to write; it must not exist or be empty.
+        job: the job's name (in the CA's subject).
+        tasks: the job's task names (``worker-1``, ``data_worker-0``).
+
+    Returns:
+        ``folder``.
+
+    Raises:
+        FileExistsError: ``folder`` has files already (they would join the Secret).
+        OSError: it cannot be written.
+    """
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()):
+        raise FileExistsError(f"{folder} is not empty")
+    endpoint = folder / ENDPOINT_DIR
+    endpoint.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    signer = _Signer(job)
+    for where in (folder, endpoint):
+        _write(where / CA_FILE, signer.ca_pem(), 0o644)
+    _write_clients(signer, folder, _task_names(tasks))
+    _write_clients(signer, endpoint, [USER])
+    cert, key = signer.issue(SERVER_NAME, server_names=_names([]))
+    _write(endpoint / "server.crt", cert, 0o644)
+    _write(endpoint / "server.key", key, 0o600)
+    return folder
 
 
 def remove(run_dir: str | Path) -> None:
