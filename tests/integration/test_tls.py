@@ -153,6 +153,8 @@ def test_a_task_s_certificate_reports_for_that_task_only(served, caplog):
         _denied(lambda: stub.ReleasePort(pb.PortRequest(task=key0), metadata=METADATA, timeout=3))
         _denied(lambda: stub.RegisterAddress(pb.AddressRequest(task=key0, host="127.0.0.1", port=1),
                                              metadata=METADATA, timeout=3))
+        switch = [pb.Heartbeat(task=pb.TaskKey(task_type="worker", task_index=i), sequence=1) for i in (1, 0)]
+        _denied(lambda: stub.StreamHeartbeats(iter(switch), metadata=METADATA, timeout=5))  # itself, then another
         assert store.get(TaskId("worker", 0), 0) is None
         assert _beat(channel, "worker", 1).received == 2
         assert stub.ReleasePort(pb.PortRequest(task=pb.TaskKey(task_type="worker", task_index=1)),
