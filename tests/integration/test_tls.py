@@ -205,3 +205,25 @@ def test_the_data_service_roles_report_with_their_own_certificates(tmp_path):
     finally:
         endpoint.stop()
     assert store.get(TaskId("dispatcher", 0), 0) is not None and store.get(TaskId("data_worker", 0), 0) is not None
+
+
+def test_a_task_presenting_another_task_s_certificate_is_refused_and_says_so(served, tmp_path, caplog):
+    """worker-1 whose folder holds worker-0's certificate under its own name: its heartbeats are
+    refused, the task logs the refusal once, and nothing of it is stored."""
+    import shutil
+
+    endpoint, store, pki = served
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(pki.ca, mixed / "ca.crt")
+    for ext in ("crt", "key"):
+        shutil.copy(pki.folder / f"worker-0.{ext}", mixed / f"worker-1.{ext}")
+    reporter = HeartbeatReporter(endpoint.address, TOKEN, "worker", 1, interval_s=0.05, tls_dir=str(mixed)).start()
+    try:
+        wait_until(lambda: any("refuses this task's heartbeats" in r.getMessage() for r in caplog.records), 10,
+                   what="the task's refusal line")
+    finally:
+        reporter.close(timeout_s=0.5)
+    said = [r.getMessage() for r in caplog.records if "refuses this task's heartbeats" in r.getMessage()]
+    assert len(said) == 1 and "'worker-0' may only report as task worker-0, not as worker-1" in said[0]
+    assert store.get(TaskId("worker", 1), 0) is None
