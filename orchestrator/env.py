@@ -17,7 +17,8 @@ Variable                       Meaning
 ``ORCH_JOB_TOKEN``             secret every health call carries as ``x-job-token`` metadata
 ``ORCH_TLS_DIR``               the run's certificates (``runs/<run-id>/tls``): the task presents
                                ``<ORCH_TASK>.crt``/``.key`` and trusts ``ca.crt``
-                               (:mod:`orchestrator.tls`); unset with ``--insecure``
+                               (:mod:`orchestrator.tls`); unset with ``--insecure``; a
+                               Kubernetes pod: ``/etc/tfcluster/tls``, the job's Secret
 ``ORCH_ORCHESTRATOR_PID``      pid of the orchestrator (local backend): the task dies with it
 ``ORCH_HEARTBEAT_INTERVAL_S``  seconds between two heartbeats
 ``ORCH_ERROR_FILE``            where the task writes a JSON record of an uncaught exception

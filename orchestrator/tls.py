@@ -15,7 +15,10 @@ At launch :func:`make_run_pki` creates, in ``runs/<run-id>/tls/`` (mode 0700, ev
 
 The server requires a client certificate signed by this CA on every call, ``grpc.health.v1``
 included (``require_client_auth``): a client without one, or with another run's, fails the TLS
-handshake and gets no answer at all; the job token is still checked on top. Clients check the
+handshake and gets no answer at all; the job token is still checked on top. Past the handshake
+the certificate's name decides what the call may do (:func:`report_refusal`,
+:func:`control_refusal`): a task's certificate reports for that task only, the user's calls
+``GetStatus`` and ``StopJob`` only; others get ``PERMISSION_DENIED``. Clients check the
 server against the run's CA and the name :data:`SERVER_NAME` (``grpc.ssl_target_name_override``),
 so the same certificate holds whatever address a task reaches the endpoint by (a Docker
 container's ``host.docker.internal``, a Slurm node's name). The folder is removed when the run
@@ -34,7 +37,7 @@ import ipaddress
 import os
 import shutil
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,6 +208,10 @@ class RunPki:
     def client(self, name: str) -> ClientFiles:
         return client_files(self.folder, name)
 
+    def has_own(self, name: str) -> bool:
+        """Task ``name`` has a certificate of its own here (not only :data:`SHARED`)."""
+        return name not in (USER, SHARED) and (self.folder / f"{name}.crt").exists()
+
 
 def make_run_pki(run_dir: str | Path, run_id: str, hosts: Iterable[str], clients: Iterable[str]) -> RunPki:
     """Create the run's CA and its server and client certificates in ``runs/<run-id>/tls``.
@@ -231,19 +238,120 @@ def make_run_pki(run_dir: str | Path, run_id: str, hosts: Iterable[str], clients
     cert, key = signer.issue(SERVER_NAME, server_names=_names(hosts))
     _write(folder / "server.crt", cert, 0o644)
     _write(folder / "server.key", key, 0o600)
+    _write_clients(signer, folder, [USER, *_task_names(clients)])
+    return RunPki(folder)
+
+
+def _task_names(clients: Iterable[str]) -> list[str]:
+    """:data:`SHARED` (also for a task the plan did not name), then each task up to :data:`PER_TASK_LIMIT`."""
     names = list(dict.fromkeys(clients))
-    if len(names) > PER_TASK_LIMIT:
-        names = []
-    for name in dict.fromkeys([USER, SHARED, *names]):  # SHARED: also for a task the plan did not name
+    return [SHARED, *(names if len(names) <= PER_TASK_LIMIT else [])]
+
+
+def _write_clients(signer: _Signer, folder: Path, names: Iterable[str]) -> None:
+    for name in dict.fromkeys(names):
         cert, key = signer.issue(name)
         _write(folder / f"{name}.crt", cert, 0o644)
         _write(folder / f"{name}.key", key, 0o600)
-    return RunPki(folder)
+
+
+ENDPOINT_DIR = "endpoint"
+"""The subfolder of a Kubernetes rendering's certificates that stays out of its Secret."""
+
+
+def make_secret_files(folder: str | Path, job: str, tasks: Iterable[str]) -> Path:
+    """The certificates of a Kubernetes rendering (``render --format jobset|tfjob --tls-out``).
+
+    ``folder`` (created, mode 0700) gets what every pod of the job mounts from the job's Secret
+    and nothing else, since ``kubectl create secret generic NAME --from-file=FOLDER`` takes every
+    regular file of a folder (and skips its subfolders): ``ca.crt`` and each task's
+    ``<task>.crt`` / ``<task>.key`` (:data:`SHARED` for the rest, as :func:`make_run_pki`). The
+    endpoint's side, ``server.crt`` / ``server.key`` (naming :data:`SERVER_NAME` only) and
+    ``user.crt`` / ``user.key``, goes to ``folder/endpoint/``, which no pod gets. The CA's key
+    is never written.
+
+    Args:
+        folder: where to write; it must not exist or be empty.
+        job: the job's name (in the CA's subject).
+        tasks: the job's task names (``worker-1``, ``data_worker-0``).
+
+    Returns:
+        ``folder``.
+
+    Raises:
+        FileExistsError: ``folder`` has files already (they would join the Secret).
+        OSError: it cannot be written.
+    """
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()):
+        raise FileExistsError(f"{folder} is not empty")
+    endpoint = folder / ENDPOINT_DIR
+    endpoint.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    signer = _Signer(job)
+    for where in (folder, endpoint):
+        _write(where / CA_FILE, signer.ca_pem(), 0o644)
+    _write_clients(signer, folder, _task_names(tasks))
+    _write_clients(signer, endpoint, [USER])
+    cert, key = signer.issue(SERVER_NAME, server_names=_names([]))
+    _write(endpoint / "server.crt", cert, 0o644)
+    _write(endpoint / "server.key", key, 0o600)
+    return folder
 
 
 def remove(run_dir: str | Path) -> None:
     """Delete the run's certificates and keys (the end of a run). Idempotent."""
     shutil.rmtree(tls_dir(run_dir), ignore_errors=True)
+
+
+def peer_identity(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
+    """The name a gRPC peer proved: its client certificate's common name (``worker-1``,
+    :data:`USER`, :data:`SHARED`), else its first subject alternative name; None without a
+    certificate (a plaintext ``--insecure`` endpoint).
+
+    Args:
+        auth_context: ``grpc.ServicerContext.auth_context()`` (``x509_common_name``,
+            ``x509_subject_alternative_name``: lists of bytes, set by gRPC's SSL transport).
+    """
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        for value in auth_context.get(key) or ():
+            return bytes(value).decode("utf-8", "replace")
+    return None
+
+
+def report_refusal(identity: str | None, task: str, own_certificate: bool) -> str | None:
+    """Why the peer ``identity`` may not report as ``task`` (heartbeats, ``RegisterAddress``,
+    ``ReleasePort``): None when it may.
+
+    The rule: a task's certificate (common name ``worker-1``) reports for that task only, in
+    any attempt (a restart, or a warm spare that became it, presents the same certificate);
+    :data:`SHARED` for a task without a certificate of its own (a job past
+    :data:`PER_TASK_LIMIT` tasks, a task the plan did not name: :func:`files_for`); the user's
+    certificate (:data:`USER`) never. Without a certificate (plaintext) only the job token counts.
+
+    Args:
+        identity: :func:`peer_identity`.
+        task: the task the call reports for (``worker-0``).
+        own_certificate: ``task`` has a certificate of its own in the run's folder.
+
+    Returns:
+        One line naming the certificate, the task and the rule; None when allowed.
+    """
+    if identity is None or identity == task or (identity == SHARED and not own_certificate):
+        return None
+    if identity == USER:
+        return (f"the user's certificate ({USER!r}) may call GetStatus and StopJob, not report as task {task}")
+    if identity == SHARED:
+        return f"the shared task certificate ({SHARED!r}) may not report as {task}, which has a certificate of its own"
+    return f"certificate {identity!r} may only report as task {identity}, not as {task}"
+
+
+def control_refusal(identity: str | None, method: str) -> str | None:
+    """Why the peer ``identity`` may not call ``method`` (``GetStatus``, ``StopJob``: the user's
+    own commands): None when it may (the user's certificate, or plaintext: the token only)."""
+    if identity is None or identity == USER:
+        return None
+    return f"{method} is for the user's certificate ({USER!r}), not a task's ({identity!r})"
 
 
 CHANNEL_NAME_OPTION = ("grpc.ssl_target_name_override", SERVER_NAME)

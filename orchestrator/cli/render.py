@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 
 import yaml
 
@@ -19,6 +20,7 @@ from orchestrator.errors import SpecError
 from orchestrator.render.jobset import jobset_manifest
 from orchestrator.render.kubernetes import tfjob_manifest, with_queue
 from orchestrator.render.networkpolicy import network_policy
+from orchestrator.render.secret import MOUNT_PATH, create_command, default_secret, with_tls_secret
 from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, parse_size
@@ -67,6 +69,14 @@ def add_parser(subparsers) -> None:
     k8s.add_argument("--isolate-network", action="store_true", default=None,
                      help="also a NetworkPolicy admitting to the job's pods only the job's own pods (TensorFlow's "
                      "ports answer anyone otherwise; docs/security.md)")
+    k8s.add_argument("--tls-secret", default=None, metavar="NAME",
+                     help="the Secret every pod mounts its certificates from, read-only at "
+                     f"{MOUNT_PATH} (ORCH_TLS_DIR; default <name>-tls; docs/security.md)")
+    k8s.add_argument("--tls-out", default=None, metavar="DIR",
+                     help="write the job's certificates into DIR (new or empty) for: kubectl create secret generic "
+                     "NAME --from-file=DIR")
+    k8s.add_argument("--insecure", action="store_true", default=None,
+                     help="no certificates and no Secret")
     p.set_defaults(func=run_render)
 
 
@@ -166,14 +176,60 @@ def run_render(args: argparse.Namespace) -> int:
                          if args.shm_size is None else parse_size("shm-size", args.shm_size, "e.g. --shm-size 1Gi"))
         if args.queue is not None:
             manifest = with_queue(manifest, args.queue)
+        secret = _tls_secret(args)
+        if secret is not None:
+            manifest = with_tls_secret(manifest, secret)
+            _tls_files(spec, args, secret)
         print(manifest_yaml(manifest), end="")
         if args.isolate_network:
             print("---\n" + manifest_yaml(network_policy(args.name, args.format)), end="")
         return 0
-    for flag in ("image", "volume_claim", "cpu", "memory", "shm_size", "queue", "isolate_network"):
+    for flag in ("image", "volume_claim", "cpu", "memory", "shm_size", "queue", "isolate_network", "tls_secret",
+                 "tls_out", "insecure"):
         if getattr(args, flag) is not None:
             raise SpecError(flag.replace("_", "-"), getattr(args, flag), "only for --format tfjob or jobset",
                             "drop it, or add --format jobset")
     addresses = addresses_for(spec, args.host, args.base_port)
     print(render(spec, addresses, args.format, only))
     return 0
+
+
+def _tls_secret(args: argparse.Namespace) -> str | None:
+    """The Secret the pods mount (``--tls-secret``, default ``<name>-tls``); None with ``--insecure``.
+
+    Raises:
+        SpecError: ``--insecure`` with ``--tls-secret`` or ``--tls-out``.
+    """
+    if not args.insecure:
+        return args.tls_secret or default_secret(args.name)
+    for flag in ("tls_secret", "tls_out"):
+        if getattr(args, flag) is not None:
+            raise SpecError(flag.replace("_", "-"), getattr(args, flag), "--insecure renders no certificates",
+                            f"drop --{flag.replace('_', '-')} or --insecure")
+    print("warning: --insecure: the pods get no certificates and mount no Secret", file=sys.stderr)
+    return None
+
+
+def _tls_files(spec: JobSpec, args: argparse.Namespace, secret: str) -> None:
+    """Write ``--tls-out``'s certificates, then say on stderr how to make the Secret (or how to
+    get the files, without ``--tls-out``).
+
+    Raises:
+        SpecError: ``--tls-out`` names a folder with files in it, or one that cannot be written.
+    """
+    if args.tls_out is None:
+        print(f"note: the pods mount the Secret {secret} (the job's certificates): render again with --tls-out DIR "
+              f"to write them, then {create_command(secret, 'DIR')}; or --insecure for none", file=sys.stderr)
+        return
+    from orchestrator.tls import make_secret_files
+
+    try:
+        make_secret_files(args.tls_out, args.name, [t.name for t in spec.tasks()])
+    except FileExistsError:
+        raise SpecError("tls-out", args.tls_out, "has files already, and every file in it would join the Secret",
+                        "give a new or empty folder") from None
+    except OSError as exc:
+        raise SpecError("tls-out", args.tls_out, f"cannot be written ({exc.strerror})", "give a writable folder") \
+            from None
+    print(f"wrote the job's certificates to {args.tls_out} (the endpoint's own in {args.tls_out}/endpoint); "
+          f"before kubectl apply, in the job's namespace: {create_command(secret, args.tls_out)}", file=sys.stderr)

@@ -99,6 +99,7 @@ class HeartbeatReporter:
         self._rejoined: dict[str, int] = {}
         self._dirty = True
         self._closing = False
+        self._refused = False  # the orchestrator said PERMISSION_DENIED (said once on stderr)
         self._exiting = False
         self._sequence = 0
         self._handed = -1  # sequence of the last heartbeat gRPC took (it asks for the next once that one went out)
@@ -348,6 +349,10 @@ class HeartbeatReporter:
                 if self._sent_final.is_set() or self._closing:
                     return
                 log.debug("heartbeat stream broke (%s); reconnecting in %.1f s", exc, backoff_s)
+                if (not self._refused and isinstance(exc, grpc.RpcError)
+                        and exc.code() == grpc.StatusCode.PERMISSION_DENIED):
+                    self._refused = True
+                    log.error("the orchestrator refuses this task's heartbeats: %s", exc.details())
                 if self._reached and self._lost_at is None:
                     self._lost_at = time.monotonic()
                 self._check_orchestrator()

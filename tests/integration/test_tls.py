@@ -127,3 +127,105 @@ def test_a_task_the_plan_did_not_name_uses_the_shared_certificate_and_the_folder
     tls.remove(pki.folder.parent)
     assert not pki.folder.exists()
     tls.remove(pki.folder.parent)  # idempotent
+
+
+def _beat(channel: grpc.Channel, task_type: str, task_index: int, count: int = 2) -> pb.StreamSummary:
+    beats = [pb.Heartbeat(task=pb.TaskKey(task_type=task_type, task_index=task_index), sequence=i + 1)
+             for i in range(count)]
+    return pb_grpc.SupervisorStub(channel).StreamHeartbeats(iter(beats), metadata=METADATA, timeout=5)
+
+
+def _denied(call) -> str:
+    with pytest.raises(grpc.RpcError) as err:
+        call()
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, err.value
+    return str(err.value.details())
+
+
+def test_a_task_s_certificate_reports_for_that_task_only(served, caplog):
+    """worker-1's certificate sending heartbeats, a port release or a registration as worker-0 is
+    refused (PERMISSION_DENIED, logged once) and nothing of it is recorded; as itself it is taken."""
+    endpoint, store, pki = served
+    key0 = pb.TaskKey(task_type="worker", task_index=0)
+    with tls.channel(endpoint.address, pki.client("worker-1")) as channel:
+        stub = pb_grpc.SupervisorStub(channel)
+        details = _denied(lambda: _beat(channel, "worker", 0))
+        assert "'worker-1' may only report as task worker-1, not as worker-0" in details
+        _denied(lambda: _beat(channel, "worker", 0))
+        _denied(lambda: stub.ReleasePort(pb.PortRequest(task=key0), metadata=METADATA, timeout=3))
+        _denied(lambda: stub.RegisterAddress(pb.AddressRequest(task=key0, host="127.0.0.1", port=1),
+                                             metadata=METADATA, timeout=3))
+        switch = [pb.Heartbeat(task=pb.TaskKey(task_type="worker", task_index=i), sequence=1) for i in (1, 0)]
+        _denied(lambda: stub.StreamHeartbeats(iter(switch), metadata=METADATA, timeout=5))  # itself, then another
+        assert store.get(TaskId("worker", 0), 0) is None
+        assert _beat(channel, "worker", 1).received == 2
+        assert stub.ReleasePort(pb.PortRequest(task=pb.TaskKey(task_type="worker", task_index=1)),
+                                metadata=METADATA, timeout=3).port == 0
+    assert store.get(TaskId("worker", 1), 0) is not None
+    refusals = [r for r in caplog.records if "not as worker-0" in r.getMessage()]
+    assert len(refusals) == 1, [r.getMessage() for r in refusals]
+
+
+def test_the_user_s_certificate_queries_and_stops_but_never_reports(served):
+    endpoint, store, pki = served
+    with tls.channel(endpoint.address, pki.client(tls.USER)) as channel:
+        assert "user's certificate" in _denied(lambda: _beat(channel, "worker", 0))
+        assert _status(channel).status_json == '{"ok": 1}'
+    with tls.channel(endpoint.address, pki.client("worker-0")) as channel:
+        stub = pb_grpc.SupervisorStub(channel)
+        assert "GetStatus is for the user's certificate" in _denied(lambda: _status(channel))
+        _denied(lambda: stub.StopJob(pb.StopRequest(reason="x"), metadata=METADATA, timeout=3))
+    assert store.get(TaskId("worker", 0), 0) is None
+
+
+def test_the_shared_certificate_reports_only_for_tasks_without_their_own(served):
+    """A task the plan did not name (worker-7) reports with tasks.crt; tasks.crt cannot stand in
+    for worker-0, which has its own; a restarted attempt keeps its task's certificate."""
+    endpoint, store, pki = served
+    with tls.channel(endpoint.address, pki.client(tls.SHARED)) as channel:
+        assert _beat(channel, "worker", 7).received == 2
+        assert "certificate of its own" in _denied(lambda: _beat(channel, "worker", 0))
+    with tls.channel(endpoint.address, pki.client("worker-0")) as channel:
+        beat = pb.Heartbeat(task=pb.TaskKey(task_type="worker", task_index=0, attempt=3), sequence=1)
+        assert pb_grpc.SupervisorStub(channel).StreamHeartbeats(iter([beat]), metadata=METADATA,
+                                                                timeout=5).received == 1
+    assert store.get(TaskId("worker", 7), 0) is not None and store.get(TaskId("worker", 0), 3) is not None
+
+
+def test_the_data_service_roles_report_with_their_own_certificates(tmp_path):
+    pki = tls.make_run_pki(tmp_path / "run", "run-d", tls.server_hosts("127.0.0.1"),
+                           ["worker-0", "dispatcher-0", "data_worker-0"])
+    store = HeartbeatStore()
+    endpoint = HealthEndpoint("127.0.0.1", token=TOKEN, store=store)
+    endpoint.tls = pki
+    endpoint.start()
+    try:
+        for task_type in ("dispatcher", "data_worker"):
+            with tls.channel(endpoint.address, tls.files_for(pki.folder, f"{task_type}-0")) as channel:
+                assert _beat(channel, task_type, 0).received == 2
+                _denied(lambda channel=channel: _beat(channel, "worker", 0))
+    finally:
+        endpoint.stop()
+    assert store.get(TaskId("dispatcher", 0), 0) is not None and store.get(TaskId("data_worker", 0), 0) is not None
+
+
+def test_a_task_presenting_another_task_s_certificate_is_refused_and_says_so(served, tmp_path, caplog):
+    """worker-1 whose folder holds worker-0's certificate under its own name: its heartbeats are
+    refused, the task logs the refusal once, and nothing of it is stored."""
+    import shutil
+
+    endpoint, store, pki = served
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(pki.ca, mixed / "ca.crt")
+    for ext in ("crt", "key"):
+        shutil.copy(pki.folder / f"worker-0.{ext}", mixed / f"worker-1.{ext}")
+    reporter = HeartbeatReporter(endpoint.address, TOKEN, "worker", 1, interval_s=0.05, tls_dir=str(mixed)).start()
+    try:
+        wait_until(lambda: any("refuses this task's heartbeats" in r.getMessage() for r in caplog.records), 10,
+                   what="the task's refusal line")
+    finally:
+        reporter.close(timeout_s=0.5)
+    said = [r.getMessage() for r in caplog.records if "refuses this task's heartbeats" in r.getMessage()]
+    assert len(said) == 1 and "'worker-0' may only report as task worker-0, not as worker-1" in said[0]
+    assert store.get(TaskId("worker", 1), 0) is None

@@ -26,6 +26,8 @@ every independent check we can get, each returning a list of problems (empty: va
 * :func:`labels`: every ``metadata.labels`` key and value against apimachinery's rules
   (``validation.IsQualifiedName``, ``IsValidLabelValue``): the schemas type labels as a
   plain string map.
+* :func:`tls_secret`: the job's certificates, where a pod has ``ORCH_TLS_DIR``: one Secret for
+  every pod, mounted read-only there, files at most 0440.
 * :func:`tfjob_semantics` / :func:`jobset_semantics`: what the operator or the JobSet
   webhook and controller enforce that no schema says, and what this project relies on
   (a container named ``tensorflow``, targets that exist, the JobSet env that
@@ -169,6 +171,50 @@ def _diff(a: Any, b: Any, path: str, errs: list[str], what: str) -> None:
         errs.append(f"model: {path}: {a!r} came back as {b!r}")
 
 
+def _pod_specs(doc: dict) -> Iterator[tuple[str, dict]]:
+    spec = doc.get("spec") or {}
+    for rtype, replica in (spec.get("tfReplicaSpecs") or {}).items():
+        yield rtype, ((replica.get("template") or {}).get("spec") or {})
+    for rjob in spec.get("replicatedJobs") or []:
+        job = (rjob.get("template") or {}).get("spec") or {}
+        yield str(rjob.get("name")), ((job.get("template") or {}).get("spec") or {})
+
+
+def tls_secret(doc: dict) -> list[str]:
+    """The job's certificates (``render``'s default, :mod:`orchestrator.render.secret`): where a
+    pod's ``tensorflow`` container has ``ORCH_TLS_DIR``, a volume from a Secret (a DNS-1123
+    subdomain) is mounted there read-only, its files readable by owner and group at most
+    (``defaultMode`` within 0440); every pod of the job mounts the same Secret, or none does."""
+    from orchestrator import env
+
+    errs, secrets = [], {}
+    for where, pod in _pod_specs(doc):
+        tf = [c for c in pod.get("containers") or [] if c.get("name") == "tensorflow"]
+        path = next((e.get("value") for e in (tf[0].get("env") if tf else None) or []
+                     if e.get("name") == env.TLS_DIR), None)
+        if path is None:
+            secrets[where] = None
+            continue
+        mounts = [m for m in tf[0].get("volumeMounts") or [] if m.get("mountPath") == path]
+        if len(mounts) != 1:
+            errs.append(f"semantics: {where}: {env.TLS_DIR}={path} but no one volume is mounted there")
+            continue
+        if mounts[0].get("readOnly") is not True:
+            errs.append(f"semantics: {where}: the certificates at {path} must be mounted readOnly")
+        volume = next((v for v in pod.get("volumes") or [] if v.get("name") == mounts[0].get("name")), {})
+        secret = volume.get("secret") or {}
+        name = str(secret.get("secretName", ""))
+        if not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+            errs.append(f"semantics: {where}: the volume at {path} is not from a named Secret: {volume}")
+        mode = secret.get("defaultMode", 0o644)
+        if not isinstance(mode, int) or mode & ~0o440:
+            errs.append(f"semantics: {where}: the certificates' defaultMode {mode!r} allows more than 0440")
+        secrets[where] = name
+    if len(set(secrets.values())) > 1:
+        errs.append(f"semantics: the pods do not share one Secret: {secrets}")
+    return errs
+
+
 # --- TFJob -----------------------------------------------------------------------------------
 
 
@@ -214,7 +260,7 @@ def tfjob_semantics(doc: dict) -> list[str]:
 
 def validate_tfjob(doc: dict) -> list[str]:
     """Every check of a TFJob: semantics, SDK round trip, strict pod templates, quantities, labels."""
-    errs = tfjob_semantics(doc) + tfjob_model_roundtrip(doc) + quantities(doc) + labels(doc)
+    errs = tfjob_semantics(doc) + tfjob_model_roundtrip(doc) + quantities(doc) + labels(doc) + tls_secret(doc)
     for rtype, rs in ((doc.get("spec") or {}).get("tfReplicaSpecs") or {}).items():
         errs += [f"{rtype}: {e}" for e in strict_pod_template(rs.get("template", {}))]
     return errs
@@ -348,7 +394,7 @@ def validate_jobset(doc: dict) -> list[str]:
     """Every check of a JobSet: semantics, CRD schema, model round trip, strict Job and pod
     templates, quantities, labels."""
     errs = (jobset_semantics(doc) + jobset_crd_schema(doc) + jobset_model_roundtrip(doc)
-            + quantities(doc) + labels(doc))
+            + quantities(doc) + labels(doc) + tls_secret(doc))
     errs += pod_and_job_schemas(doc)
     return errs
 

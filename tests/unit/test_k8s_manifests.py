@@ -12,18 +12,23 @@ JobSet controller and this project's pods rely on.
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from pathlib import Path
 from typing import Callable
 
+import grpc
 import pytest
 import yaml
 
-from orchestrator import env
+from orchestrator import env, tls
 from orchestrator.errors import SpecError
+from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.render.jobset import jobset_manifest
 from orchestrator.render.kubernetes import tfjob_manifest
-from orchestrator.spec import JobSpec
+from orchestrator.render.networkpolicy import POD_LABEL
+from orchestrator.render.secret import MOUNT_PATH, with_tls_secret
+from orchestrator.spec import JobSpec, TaskId
 from orchestrator.spec.loader import build_spec, read_spec_file
 from orchestrator.spec.supervision import SupervisionSpec
 from orchestrator.task.jobset import tf_config_from_jobset
@@ -103,6 +108,143 @@ def test_render_isolate_network_adds_a_valid_network_policy_admitting_only_the_j
         planted = copy.deepcopy(policy)
         planted["spec"].update(broken)
         assert validate_network_policy(planted, "digits", label), broken
+
+
+def _render(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(orchestrator_cmd("render", "--format", *args), capture_output=True, text=True, timeout=60,
+                          cwd=REPO, env=test_env())
+
+
+def _pods(doc: dict) -> list[tuple[str, dict]]:
+    spec = doc["spec"]
+    if "tfReplicaSpecs" in spec:
+        return [(r, s["template"]["spec"]) for r, s in spec["tfReplicaSpecs"].items()]
+    return [(r["name"], r["template"]["spec"]["template"]["spec"]) for r in spec["replicatedJobs"]]
+
+
+@pytest.mark.parametrize("fmt, extra", [("tfjob", ()), ("jobset", ()), ("jobset", ("--data-service", "2"))])
+def test_render_mounts_the_job_s_secret_and_writes_what_it_holds(fmt, extra, tmp_path):
+    """Every pod mounts the one Secret of the job read-only (0400) at ORCH_TLS_DIR; --tls-out writes
+    exactly the Secret's files (the CA and every task's certificate, no server or user key, no CA
+    key) and says how to create it; the manifest, with the NetworkPolicy, passes every validator."""
+    out = tmp_path / "certs"
+    result = _render(fmt, "--spec", "cluster_specs/pss-2ps-3workers-chief.yaml", *extra, "--image", "reg/tfo:1",
+                     "--name", "digits", "--tls-out", str(out), "--isolate-network")
+    assert result.returncode == 0, result.stderr
+    job, policy = yaml.safe_load_all(result.stdout)
+    assert (validate_jobset if fmt == "jobset" else validate_tfjob)(job) == []
+    assert validate_network_policy(policy, "digits", POD_LABEL[fmt]) == []
+    for role, pod in _pods(job):
+        assert _tls_volume(pod)["secret"] == {"secretName": "digits-tls", "defaultMode": 0o400}, role
+        (tf,) = pod["containers"]
+        assert _tls_mount(tf)["readOnly"] is True and _tls_env(tf)["value"] == MOUNT_PATH
+    assert f"kubectl create secret generic digits-tls --from-file={out}" in result.stderr
+    tasks = read_spec(extra)
+    secret_files = sorted(p.name for p in out.iterdir() if p.is_file())  # what kubectl --from-file=DIR takes
+    assert secret_files == sorted(["ca.crt", "tasks.crt", "tasks.key",
+                                   *(f"{t}.{x}" for t in tasks for x in ("crt", "key"))])
+    assert all(oct(p.stat().st_mode & 0o777) == oct(0o600) for p in out.glob("*.key"))
+    assert sorted(p.name for p in (out / "endpoint").iterdir()) == ["ca.crt", "server.crt", "server.key", "user.crt",
+                                                                    "user.key"]
+    assert not list(out.rglob("ca.key"))
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    for task in tasks:  # the file a task picks by its own name: its own certificate, signed by the job's CA
+        files = tls.files_for(out, task)
+        assert files is not None and files.cert.name == f"{task}.crt"
+        cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == task
+        cert.verify_directly_issued_by(ca)
+
+
+def read_spec(extra: tuple[str, ...]) -> list[str]:
+    """The task names of pss-2ps-3workers-chief.yaml (with ``--data-service N``: its roles too)."""
+    service = ["dispatcher-0", *(f"data_worker-{i}" for i in range(int(extra[1])))] if extra else []
+    return [*service, "chief-0", "worker-0", "worker-1", "worker-2", "ps-0", "ps-1"]
+
+
+def test_each_jobset_pod_finds_its_own_certificate_and_a_real_endpoint_takes_only_its_reports(tmp_path):
+    """The task side as a pod runs it: each JobSet pod's TaskContext (from the rendered env) picks its
+    own certificate from the mounted Secret; with the endpoint's half of --tls-out, a real server
+    takes worker-1's heartbeats and refuses them as worker-0."""
+    from orchestrator.health.endpoint import HealthEndpoint
+    from orchestrator.health.store import HeartbeatStore
+    from orchestrator.proto import supervisor_pb2 as pb
+    from orchestrator.task.context import TaskContext
+    from orchestrator.task.reporter import HeartbeatReporter
+    from tests.conftest import wait_until
+
+    out = tmp_path / "certs"
+    result = _render("jobset", "--workers", "2", "--ps", "1", "--strategy", "parameter_server", "--image", "r/t:1",
+                     "--name", "digits", "--tls-out", str(out))
+    assert result.returncode == 0, result.stderr
+    (doc,) = yaml.safe_load_all(result.stdout)
+    names = set()
+    for rjob in doc["spec"]["replicatedJobs"]:
+        for i in range(rjob["template"]["spec"]["completions"]):
+            environ = _pod_env(doc, rjob, i)
+            environ["TF_CONFIG"] = json.dumps(tf_config_from_jobset(environ))
+            context = TaskContext.from_env(environ)
+            assert context.tls_dir == MOUNT_PATH
+            files = tls.files_for(str(out), context.name)  # the mount, here
+            assert files is not None and files.cert.name == f"{context.name}.crt"
+            names.add(context.name)
+    assert names == {"chief-0", "worker-0", "worker-1", "ps-0"}  # PSS adds a chief
+    store = HeartbeatStore()
+    endpoint = HealthEndpoint("127.0.0.1", token="t", store=store)
+    endpoint.tls = tls.RunPki(out / "endpoint")
+    endpoint.start()
+    try:
+        reporter = HeartbeatReporter(endpoint.address, "t", "worker", 1, interval_s=0.05, tls_dir=str(out)).start()
+        try:
+            wait_until(lambda: store.get(TaskId("worker", 1), 0), 10, what="worker-1's heartbeat")
+        finally:
+            reporter.close(pb.PHASE_DONE, timeout_s=2.0)
+        with tls.channel(endpoint.address, tls.files_for(out, "worker-1")) as channel:
+            beat = pb.Heartbeat(task=pb.TaskKey(task_type="worker", task_index=0), sequence=1)
+            with pytest.raises(grpc.RpcError) as err:
+                pb_grpc.SupervisorStub(channel).StreamHeartbeats(
+                    iter([beat]), metadata=((env.TOKEN_METADATA_KEY, "t"),), timeout=5)
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        endpoint.stop()
+
+
+@pytest.mark.parametrize("fmt", ["tfjob", "jobset"])
+def test_render_insecure_has_no_secret_and_the_default_says_how_to_make_it(fmt, tmp_path):
+    result = _render(fmt, "--workers", "2", "--image", "reg/tfo:1", "--name", "digits", "--insecure")
+    assert result.returncode == 0, result.stderr
+    (doc,) = yaml.safe_load_all(result.stdout)
+    assert (validate_jobset if fmt == "jobset" else validate_tfjob)(doc) == []
+    assert "tls" not in result.stdout.lower() and env.TLS_DIR not in result.stdout
+    assert "--insecure" in result.stderr
+    result = _render(fmt, "--workers", "2", "--image", "reg/tfo:1", "--name", "digits", "--tls-secret", "team.certs")
+    assert result.returncode == 0, result.stderr
+    (doc,) = yaml.safe_load_all(result.stdout)
+    assert {_tls_volume(pod)["secret"]["secretName"] for _, pod in _pods(doc)} == {"team.certs"}
+    assert "kubectl create secret generic team.certs --from-file=DIR" in result.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--insecure", "--tls-out", "x"),
+     "error: tls-out='x': --insecure renders no certificates; drop --tls-out or --insecure"),
+    (("--tls-secret", "Team_Certs"), "error: tls-secret='Team_Certs': not a Kubernetes Secret name; use lowercase "
+     "letters, digits, - and ., e.g. --tls-secret digits-tls"),
+    (("--tls-out", "."), "error: tls-out='.': has files already, and every file in it would join the Secret; give a "
+     "new or empty folder"),
+])
+def test_render_bad_tls_input_is_one_line_and_exit_2(args, line):
+    result = _render("jobset", "--workers", "2", "--image", "reg/tfo:1", *args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [line]
+
+
+def test_tls_flags_are_for_kubernetes_formats_only():
+    result = subprocess.run(orchestrator_cmd("render", "--workers", "2", "--tls-secret", "x"),
+                            capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert result.returncode == 2 and "tls-secret" in result.stderr
 
 
 def test_isolate_network_is_for_kubernetes_formats_only():
@@ -274,6 +416,43 @@ def _rename(mapping: dict, old: str, new: str) -> None:
     mapping[new] = mapping.pop(old)
 
 
+def _tls_volume(pod: dict) -> dict:
+    (v,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    return v
+
+
+def _tls_mount(container: dict) -> dict:
+    (m,) = [m for m in container["volumeMounts"] if m["mountPath"] == MOUNT_PATH]
+    return m
+
+
+def _tls_env(container: dict) -> dict:
+    (e,) = [e for e in container["env"] if e["name"] == env.TLS_DIR]
+    return e
+
+
+def _tfjob_pod(d: dict, replica: str = "Worker") -> dict:
+    return d["spec"]["tfReplicaSpecs"][replica]["template"]["spec"]
+
+
+TLS_PLANTED: dict[str, tuple[Callable[[dict, dict], None], set[str]]] = {
+    # (pod, tensorflow container) -> mutation; validators that must catch it
+    "certificates mounted writable": (lambda p, c: _tls_mount(c).pop("readOnly"), {"semantics"}),
+    "certificates world-readable (defaultMode 0644)": (
+        lambda p, c: _tls_volume(p)["secret"].__setitem__("defaultMode", 0o644), {"semantics"}),
+    "defaultMode as a string ('0400')": (
+        lambda p, c: _tls_volume(p)["secret"].__setitem__("defaultMode", "0400"), {"schema", "semantics"}),
+    "unknown field in the secret volume (secretname)": (
+        lambda p, c: _rename(_tls_volume(p)["secret"], "secretName", "secretname"), {"schema", "semantics"}),
+    "certificates from an emptyDir, not a Secret": (
+        lambda p, c: _tls_volume(p).update({"emptyDir": {}}) or _tls_volume(p).pop("secret"), {"semantics"}),
+    "ORCH_TLS_DIR where nothing is mounted": (
+        lambda p, c: _tls_env(c).__setitem__("value", "/etc/tls"), {"semantics"}),
+    "one role's pods mount another Secret": (
+        lambda p, c: _tls_volume(p)["secret"].__setitem__("secretName", "other-tls"), {"semantics"}),
+}
+
+
 TFJOB_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
     # kind of error: (mutation, validators that must catch it)
     "unknown field in a container (imagePullPolicyy)": (
@@ -300,6 +479,8 @@ TFJOB_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
         lambda d: _rename(d["spec"]["tfReplicaSpecs"], "Worker", "worker"), {"semantics"}),
     "two chiefs": (
         lambda d: d["spec"]["tfReplicaSpecs"]["Chief"].__setitem__("replicas", 2), {"semantics"}),
+    **{kind: ((lambda d, f=f: f(_tfjob_pod(d), _tf_container(d))), caught)
+       for kind, (f, caught) in TLS_PLANTED.items()},
 }
 
 
@@ -361,6 +542,9 @@ JOBSET_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
         {"schema", "crd", "model"}),
     "backoffLimit not an integer (1.5)": (
         lambda d: _js_job(d).__setitem__("backoffLimit", 1.5), {"schema", "crd", "model"}),
+    **{kind: ((lambda d, f=f: f(_js_job(d)["template"]["spec"], _js_container(d))),
+              caught | {"crd"} if "schema" in caught else caught)  # the CRD embeds the pod schema too
+       for kind, (f, caught) in TLS_PLANTED.items()},
 }
 
 
@@ -375,12 +559,14 @@ def _caught_by(errs: list[str]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def tfjob_base() -> dict:
-    return tfjob_manifest(_spec(**{**PSS, "chief": 1}), name="digits", image="reg/tfo:1", cpu="1", memory="2Gi")
+    return with_tls_secret(tfjob_manifest(_spec(**{**PSS, "chief": 1}), name="digits", image="reg/tfo:1", cpu="1",
+                                          memory="2Gi"), "digits-tls")
 
 
 @pytest.fixture(scope="module")
 def jobset_base() -> dict:
-    return jobset_manifest(_spec(**PSS), name="digits", image="reg/tfo:1", cpu="1", memory="2Gi")
+    return with_tls_secret(jobset_manifest(_spec(**PSS), name="digits", image="reg/tfo:1", cpu="1", memory="2Gi"),
+                           "digits-tls")
 
 
 @pytest.mark.parametrize("kind", list(TFJOB_PLANTED))
