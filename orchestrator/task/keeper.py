@@ -34,8 +34,10 @@ def main() -> int:
                                  context.attempt, context.heartbeat_interval_s, 0, 0.0, context.tls_dir)
     fields = json.loads(env.read(env.KEEPER_FIELDS) or "{}")
     phase, message = fields.pop("phase", None), fields.pop("message", None)
+    values: dict[str, float] = {k: v for k, v in fields.items() if isinstance(v, (int, float))}
+    rejoined = fields.get("rejoined")
     reporter.update(phase=phase, message=message, now=True,
-                    **{k: v for k, v in fields.items() if isinstance(v, (int, float))})
+                    rejoined=rejoined if isinstance(rejoined, dict) else None, **values)
     reporter.start()
     reporter.flush(10.0)
     print("keeper: heartbeating", flush=True)
