@@ -159,7 +159,7 @@ def prepare(
             the next life, attempts counting on, the restart budget and failures carried over.
             The caller passes the run's own spec (:func:`orchestrator.resume.resumed_spec`).
         wait_for_resources_s: most seconds to wait while other runs of this machine lease the
-            cores or GPUs it needs (:mod:`orchestrator.resources.leases`); None: until free; 0: not at all.
+            cores, GPUs or ports it needs (:mod:`orchestrator.resources.leases`); None: until free; 0: not at all.
         insecure: plaintext on the health endpoint (the job token only); default: mutual TLS
             with the run's own certificates (:mod:`orchestrator.tls`).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
@@ -201,12 +201,14 @@ def prepare(
     server = web_server = lock = lease = None
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
+        ports = len(spec.tasks()) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else 0
         lease = leases.acquire(spec, run_id, discover() if engine.supports(Capability.HOST_GPUS) else None,
                                allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
-                               wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent))  # waits while others hold it
+                               wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent),
+                               ports=ports)  # waits while others hold it
         placement = lease.placement or placement
         engine.open(run_id, run_dir)  # docker: engine, image, the job's network
-        addresses = engine.allocate(spec)
+        addresses = engine.allocate(spec, lease.ports) if lease.ports else engine.allocate(spec)  # inside its block
         bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
         lock = lock or runlock.create_and_hold(rd)  # a new run: its directory, made and locked at once

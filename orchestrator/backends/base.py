@@ -20,8 +20,8 @@ against the backend's declaration when its class is created):
 * placement on other machines (:class:`PlacementHooks`): ``register_address``, ``prepare_restart``;
 * exit events (:class:`ExitHooks`): ``exit_fd``;
 
-and three facts without hooks (:attr:`Capability.HOST_PROCESSES`, :attr:`Capability.HOST_FILES`,
-:attr:`Capability.HOST_GPUS`).
+and facts without hooks (:attr:`Capability.HOST_PROCESSES`, :attr:`Capability.HOST_FILES`,
+:attr:`Capability.HOST_GPUS`, :attr:`Capability.HOST_CPUS`, :attr:`Capability.HOST_PORTS`).
 Each backend also declares its options (:attr:`Backend.options_type`, a frozen dataclass the CLI
 builds its flags from: :mod:`orchestrator.backends.options`), and the class attributes
 :attr:`Backend.python`, :attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
@@ -182,7 +182,7 @@ class Capability(enum.Enum):
 
     The first six group optional hooks (:data:`HOOKS`): a backend declares such a capability
     exactly when it overrides at least one of its hooks (checked when the class is created).
-    The last three are facts about where the tasks run, with no hooks.
+    The last five are facts about where the tasks run, with no hooks.
     """
 
     LIFECYCLE = "lifecycle"
@@ -215,6 +215,10 @@ class Capability(enum.Enum):
     HOST_CPUS = "host-cpus"
     """Tasks run on this machine's cores: the orchestrator pins each training task to its own
     (:func:`orchestrator.resources.cpus.assign_cores` over this process's affinity; ``--no-pin`` turns it off)."""
+    HOST_PORTS = "host-ports"
+    """Tasks bind this machine's ports: a launch leases a block of them for its run, disjoint from every other
+    live run's (:mod:`orchestrator.resources.portblocks`), and :meth:`Backend.allocate` draws the tasks' ports
+    inside it. Without it the tasks' ports are not this machine's (containers on their own network, other nodes)."""
 
 
 class LifecycleHooks:
@@ -410,8 +414,12 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
 
     # -- required ----------------------------------------------------------------------------
     @abc.abstractmethod
-    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+    def allocate(self, spec: JobSpec, ports: tuple[int, int] | None = None) -> dict[TaskId, str]:
         """``host:port`` of every task of ``spec`` (side-effect free apart from holding ports).
+
+        ``ports``: ``[low, high)``, the run's block of this machine's ports from the lease ledger
+        (given only to a backend with :attr:`Capability.HOST_PORTS`, for a spec without fixed
+        addresses): draw the tasks' ports inside it. Others ignore it.
 
         Raises:
             SpecError: a fixed address the backend cannot use.

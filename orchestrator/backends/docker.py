@@ -172,9 +172,10 @@ class DockerBackend(Backend[Container]):
             self.close()
             raise LaunchError(f"cannot create the job's network tfjob-{run_id}: {exc}") from None
 
-    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
-        """Service-name addresses (:func:`addresses`); nothing to reserve. Fixed addresses
-        of a spec file (``127.0.0.1:62221``) are replaced: containers are addressed by name."""
+    def allocate(self, spec: JobSpec, ports: tuple[int, int] | None = None) -> dict[TaskId, str]:
+        """Service-name addresses (:func:`addresses`); nothing to reserve (no ``ports`` block: each
+        container binds in its own network namespace, and nothing is published on this machine).
+        Fixed addresses of a spec file (``127.0.0.1:62221``) are replaced: containers are addressed by name."""
         if getattr(spec, "addresses", None):
             log.warning("the spec's addresses are replaced by service names (worker-0:%d) in containers", TF_PORT)
         return addresses(spec)

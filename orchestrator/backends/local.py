@@ -41,6 +41,7 @@ from orchestrator.errors import LaunchError, SpecError
 from orchestrator.net import can_listen
 from orchestrator.resources.gpus import VISIBLE_ENV, uuids_in
 from orchestrator.resources.gpus import sample as sample_gpus
+from orchestrator.resources.portblocks import PortBlock
 from orchestrator.spec.address import LOOPBACK_IPV4, Address, localhost_as_ipv4, parse_address
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -94,7 +95,7 @@ class LocalBackend(Backend[LocalProcess]):
     summary = LOCAL.summary
     capabilities = frozenset({Capability.LIFECYCLE, Capability.PORTS, Capability.DIAGNOSTICS, Capability.SPARES,
                               Capability.EXIT_EVENTS, Capability.HOST_PROCESSES, Capability.HOST_FILES,
-                              Capability.HOST_GPUS, Capability.HOST_CPUS})
+                              Capability.HOST_GPUS, Capability.HOST_CPUS, Capability.HOST_PORTS})
 
     options_type = LocalOptions
 
@@ -105,8 +106,9 @@ class LocalBackend(Backend[LocalProcess]):
         self.ports = PortReservations()
         self._spares = SparePool(wrap=lambda argv: _in_netns(self._netns, argv))  # a spare lives where its task will
 
-    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
-        """Reserve one port per task and return ``127.0.0.1:<port>`` addresses.
+    def allocate(self, spec: JobSpec, ports: PortBlock | None = None) -> dict[TaskId, str]:
+        """Reserve one port per task and return ``127.0.0.1:<port>`` addresses, drawn inside
+        ``ports`` (``[low, high)``, the run's block of the lease ledger) when given.
 
         With fixed addresses (``spec.addresses``, from a spec file) exactly those ports are
         reserved; they must all be loopback (this backend runs every task on this machine),
@@ -119,7 +121,7 @@ class LocalBackend(Backend[LocalProcess]):
         """
         fixed = _check_addresses(spec)
         if not fixed:
-            return {task: f"{LOOPBACK}:{self.ports.reserve(task)}" for task in spec.tasks()}
+            return {task: f"{LOOPBACK}:{self.ports.reserve(task, block=ports)}" for task in spec.tasks()}
         for task, address in fixed.items():
             try:
                 self.ports.reserve(task, address.port)

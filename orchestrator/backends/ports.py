@@ -9,8 +9,11 @@ draws another.
 
 Ports are drawn below the kernel's ephemeral range (``ip_local_port_range``), so neither
 ``bind(0)`` nor outgoing connections of other programs are handed a released port in the
-short window before TensorFlow binds it. The reservation socket sets neither
-``SO_REUSEADDR`` nor ``SO_REUSEPORT`` (TensorFlow's gRPC server refuses to share a port).
+short window before TensorFlow binds it. A launch draws them inside the block of ports the
+lease ledger gives its run (:mod:`orchestrator.resources.portblocks`), disjoint from every other
+live run's on this machine; a port of the block that a process outside the ledger holds is
+skipped. The reservation socket sets neither ``SO_REUSEADDR`` nor ``SO_REUSEPORT``
+(TensorFlow's gRPC server refuses to share a port).
 """
 
 from __future__ import annotations
@@ -18,24 +21,14 @@ from __future__ import annotations
 import random
 import socket
 import threading
-from pathlib import Path
 
 from orchestrator.errors import LaunchError
+from orchestrator.resources.portblocks import PortBlock, format_block, port_range
 from orchestrator.spec.model import TaskId
 
-DEFAULT_LOW = 20000
+__all__ = ["PortReservations", "port_holder", "port_range"]
+
 _ATTEMPTS = 200
-
-
-def port_range() -> tuple[int, int]:
-    """``[low, high)`` of ports to draw from: 20000 up to the start of the ephemeral range."""
-    try:
-        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32768
-    high = max(ephemeral_low, DEFAULT_LOW + 1000)
-    low = DEFAULT_LOW if ephemeral_low > DEFAULT_LOW + 1000 else 10000
-    return low, high
 
 
 def port_holder(port: int) -> str:
@@ -83,17 +76,33 @@ class PortReservations:
         self._held: dict[TaskId, socket.socket] = {}
         self._ports: dict[TaskId, int] = {}
 
-    def reserve(self, task: TaskId, port: int | None = None) -> int:
+    def reserve(self, task: TaskId, port: int | None = None, block: PortBlock | None = None) -> int:
         """Bind and hold a port for ``task``; ``port`` asks for that one port.
+
+        Args:
+            task: the task.
+            port: this port (a fixed address, or the task's port again before a restart).
+            block: ``[low, high)``: draw only inside it (the run's block of the lease ledger), each
+                of its ports at most once, in random order; None: random draws over
+                :func:`port_range` (no lease).
 
         Returns:
             The reserved port.
 
         Raises:
-            LaunchError: when no port could be bound (or the requested one is taken).
+            LaunchError: when no port could be bound (or the requested one is taken, or every
+                free port of ``block`` is held by other processes or other tasks of the run).
         """
-        low, high = port_range()
-        candidates = [port] if port else [self._rng.randrange(low, high) for _ in range(_ATTEMPTS)]
+        low, high = block or port_range()
+        if port:
+            candidates = [port]
+        elif block:
+            with self._lock:
+                mine = set(self._ports.values())
+            candidates = [p for p in range(low, high) if p not in mine]
+            self._rng.shuffle(candidates)
+        else:
+            candidates = [self._rng.randrange(low, high) for _ in range(_ATTEMPTS)]
         for candidate in candidates:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
@@ -110,6 +119,9 @@ class PortReservations:
             return candidate
         if port:
             raise LaunchError(f"port {port} for {task} is in use; free it or let the orchestrator choose")
+        if block:
+            raise LaunchError(f"no free port for {task} in {format_block(block)}, this run's block of ports (other "
+                              "processes hold the rest): stop them, or launch again for another block")
         raise LaunchError(f"no free port in {low}..{high - 1} after {_ATTEMPTS} tries for {task}")
 
     def release(self, task: TaskId) -> int:

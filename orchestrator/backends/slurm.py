@@ -165,9 +165,10 @@ class SlurmBackend(Backend[SlurmStep]):
                             "on every interface", "give this machine's address on the cluster network")
         check_shared(self.environ, self.nodes, self.run_id, run_dir.parent)
 
-    def allocate(self, spec: JobSpec) -> dict[TaskId, str]:
+    def allocate(self, spec: JobSpec, ports: tuple[int, int] | None = None) -> dict[TaskId, str]:
         """Place every task on a node (:func:`place`); addresses read ``NODE_ADDRESS:0`` until the
-        tasks register their ports. Fixed addresses of a spec file are replaced.
+        tasks register their ports. Fixed addresses of a spec file are replaced. No ``ports``
+        block: each task binds a port on its node, not this machine's (no lease is taken).
 
         Raises:
             SpecError: the tasks do not fit on the allocation's nodes.

@@ -86,9 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
                      "restart budget and failure history (flags given must agree with the run's, but --deadline)")
     run.add_argument("--wait-for-resources", type=float, default=None, metavar="S",
-                     help="when other runs on this machine lease the cores or GPUs this run needs, wait for them at "
-                     "most S seconds, then exit 2 naming the run that holds them (default: until free; 0: at once; "
-                     "docs/several-jobs.md)")
+                     help="when other runs on this machine lease the cores or GPUs this run needs (or wait for them "
+                     "first: first come, first served), wait for them at most S seconds, then exit 2 naming the runs "
+                     "that hold them (default: until free; 0: at once; docs/several-jobs.md)")
     run.add_argument("--threads-per-task", type=int, default=None,
                      help="TF intra-op threads per task (default: a training task's cores, docs/local.md)")
     run.add_argument("--no-pin", action="store_true", default=None,

@@ -1,4 +1,4 @@
-"""Several runs on one machine: leases of cores and GPUs in a machine-wide ledger (issue 36).
+"""Several runs on one machine: leases of cores, GPUs and ports in a machine-wide ledger (issue 36).
 
 Each ``launch`` on this machine (local and docker backends) leases what its tasks are pinned
 to before it starts them, and returns the lease when its life ends:
@@ -20,11 +20,23 @@ to before it starts them, and returns the lease when its life ends:
   the even split that would get a GPU alone waits for one rather than run without. Idle devices
   are dealt first (NVML's utilisation and memory, :func:`busy`); a busy device no run leases
   (another user's process) is used last, with a warning.
+* **Ports**: a run whose tasks bind this machine's ports (the local backend, without fixed
+  addresses in its spec) leases a block of them (:mod:`orchestrator.resources.portblocks`),
+  disjoint from every other run's; its tasks' ports are drawn inside it. The block is part of the
+  run's entry, so it is returned and reclaimed with its cores and GPUs.
 * **Waiting**: when what it needs is held, the run says which run holds it, once per change
-  (``waiting for cores 0-1, held by run 20261204-... (pid 4242)``), is listed as waiting in
-  the ledger (``list`` shows it), and tries again every :data:`POLL_S` seconds, for at most
-  ``--wait-for-resources S`` (None: until free; 0: refused at once). Refused: that line as bad
-  input (exit 2), nothing started.
+  (``waiting for cores 0-1, held by run 20261204-... (pid 4242, ports 20016-20031)``), is
+  listed as waiting in the ledger (``list`` shows it), and tries again every :data:`POLL_S`
+  seconds, for at most ``--wait-for-resources S`` (None: until free; 0: refused at once).
+  Refused: that line as bad input (exit 2), nothing started.
+* **First come, first served**: a waiting entry carries the time it started waiting and what it
+  claims: of each kind it waits for, the whole pool it could be dealt from (every core it may run
+  on, every GPU of the node, every port), of the others what it would be dealt now. A run (a new
+  one, or a later waiter) treats the claims of the runs that waited before it as held, so what an
+  earlier waiter wants goes to it first, however the polls of the waiters interleave; what no
+  earlier waiter wants (disjoint cores of another affinity, a run that pins nothing) is dealt at
+  once. As Slurm's and Kueue's ``StrictFIFO`` queues, an earlier waiter is never overtaken on what
+  it waits for (:func:`ahead`).
 
 The decision is a pure function (:func:`decide`, table-tested in ``tests/decisions``); the
 ledger's file I/O is :class:`Ledger`.
@@ -36,6 +48,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -51,6 +64,7 @@ from orchestrator.errors import SpecError
 from orchestrator.resources.cores import assign_cores, format_cpus, training_roles
 from orchestrator.resources.gpus import GpuUsage, Inventory
 from orchestrator.resources.placement import Placement, place
+from orchestrator.resources.portblocks import PortBlock, block_size, format_block, free_block, port_range
 from orchestrator.spec.model import JobSpec
 
 LEDGER_FILE = "leases.json"
@@ -82,6 +96,11 @@ class Holder:
         gpus: the UUIDs of the devices it leases.
         waiting: what it waits for ("" when it holds its lease).
         runs_dir: its runs directory (for ``list``).
+        ports: ``[low, high)``, the block of this machine's ports it leases; None: none.
+        since: when it started waiting (unix seconds; its place in line); 0 for a holder.
+
+    A waiting entry's ``cores``, ``gpus`` and ``ports`` are its claims (see the module docstring),
+    a holder's its lease.
     """
 
     run_id: str
@@ -91,15 +110,20 @@ class Holder:
     gpus: tuple[str, ...] = ()
     waiting: str = ""
     runs_dir: str = ""
+    ports: PortBlock | None = None
+    since: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "pid": self.pid, "started": self.started, "cores": list(self.cores),
-                "gpus": list(self.gpus), "waiting": self.waiting, "runs_dir": self.runs_dir}
+                "gpus": list(self.gpus), "ports": list(self.ports) if self.ports else None, "waiting": self.waiting,
+                "since": self.since, "runs_dir": self.runs_dir}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Holder:
+        ports = d.get("ports")
         return cls(str(d["run_id"]), int(d["pid"]), float(d["started"]), tuple(int(c) for c in d.get("cores", ())),
-                   tuple(str(g) for g in d.get("gpus", ())), str(d.get("waiting", "")), str(d.get("runs_dir", "")))
+                   tuple(str(g) for g in d.get("gpus", ())), str(d.get("waiting", "")), str(d.get("runs_dir", "")),
+                   (int(ports[0]), int(ports[1])) if ports else None, float(d.get("since") or 0.0))
 
     @property
     def key(self) -> tuple[int, float, str]:
@@ -107,7 +131,9 @@ class Holder:
         return (self.pid, self.started, self.run_id)
 
     def named(self) -> str:
-        return f"run {self.run_id} (pid {self.pid})"
+        """``run ID (pid N)``, with ``, ports LOW-HIGH`` when it holds a block of ports."""
+        ports = f", ports {format_block(self.ports)}" if self.ports and not self.waiting else ""
+        return f"run {self.run_id} (pid {self.pid}{ports})"
 
 
 def start_time(pid: int) -> float | None:
@@ -152,6 +178,9 @@ class Decision:
         placement: its GPUs over the devices no other run leases (None: no device lease).
         waiting: ``cores 0-1, held by run ... (pid N)`` when not granted.
         warnings: busy devices it uses (one line each).
+        ports: the block of ports it leases (None: none).
+        claims: when not granted, what its waiting entry claims (cores, GPU UUIDs, ports):
+            of a kind it waits for the whole pool, of the others what it would be dealt now.
     """
 
     granted: bool
@@ -160,6 +189,8 @@ class Decision:
     placement: Placement | None = None
     waiting: str = ""
     warnings: tuple[str, ...] = ()
+    ports: PortBlock | None = None
+    claims: tuple[tuple[int, ...], tuple[str, ...], PortBlock | None] = ((), (), None)
 
     @property
     def leased_gpus(self) -> tuple[str, ...]:
@@ -168,13 +199,27 @@ class Decision:
         return tuple(dict.fromkeys(g.uuid for t in self.placement.tasks.values() for g in t.devices))
 
 
-def _held_by(what: str, listing: str, holders: Sequence[Holder]) -> str:
-    names = ", ".join(h.named() for h in holders) or "another run"
-    return f"{what} {listing}, held by {names}"
+def _held_by(what: str, listing: str, holders: Sequence[Holder], first: Sequence[Holder] = ()) -> str:
+    """``cores 0-1, held by run a (pid 7), first in line: run w (pid 9)``."""
+    said = [f"held by {', '.join(h.named() for h in holders)}"] if holders else []
+    said += [f"first in line: {', '.join(h.named() for h in first)}"] if first else []
+    return f"{what} {listing}, {', '.join(said) or 'held by another run'}"
+
+
+def ahead(others: Sequence[Holder], since: float) -> list[Holder]:
+    """The runs of ``others`` waiting in line before a run whose place is ``since`` (unix seconds
+    it started waiting; ``inf``: a run that has not asked yet, behind every waiter), oldest first.
+
+    Their claims are held for it: first come, first served (Slurm's and Kueue's ``StrictFIFO``).
+    Two entries of the same second order by their float; an equal one is not ahead (each of two
+    runs with one place may go: no deadlock).
+    """
+    return sorted((h for h in others if h.waiting and h.since < since), key=lambda h: (h.since, h.key))
 
 
 def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, usage: Mapping[str, GpuUsage],
-           others: Sequence[Holder], host_cpus: bool = True) -> Decision:
+           others: Sequence[Holder], host_cpus: bool = True, *, since: float = float("inf"), ports: int = 0,
+           port_span: PortBlock = (20000, 32768), port_start: int = 0) -> Decision:
     """What a run of ``spec`` may lease now, beside the live runs ``others`` (the rules of the
     module docstring; pure).
 
@@ -183,13 +228,22 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
         allowed: the cores this orchestrator may run on (:func:`orchestrator.resources.cores.allowed_cores`).
         inventory: the node's GPUs; None when the backend's scheduler assigns them.
         usage: device UUID -> its utilisation and memory now (NVML; {} when unknown).
-        others: the other live runs of the ledger (waiting ones hold nothing).
+        others: the other live runs of the ledger: holders hold their lease, the waiters
+            :func:`ahead` of it their claims, later waiters nothing.
         host_cpus: the backend pins on this machine's cores.
+        since: its place in line (:func:`ahead`).
+        ports: how many ports of this machine its tasks bind (0: it leases no block).
+        port_span: the ports blocks are dealt from (:func:`orchestrator.resources.portblocks.port_range`).
+        port_start: the aligned start tried first (:func:`orchestrator.resources.portblocks.free_block`).
 
     Returns:
         The decision.
     """
     holding = [h for h in others if not h.waiting]
+    first = ahead(others, since)
+    taking = holding + first
+    claim_cores: tuple[int, ...] = ()
+    claim_gpus: tuple[str, ...] = ()
     roles = training_roles(spec)
     tasks = spec.tasks()
     training = [t for t in tasks if t.task_type in roles]
@@ -198,7 +252,7 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
     cores: tuple[int, ...] | None = None
     leased_cores: tuple[int, ...] = ()
     if host_cpus and spec.pin_cpus and training and len(allowed) >= len(training):
-        taken = {c for h in holding for c in h.cores}
+        taken = {c for h in taking for c in h.cores}
         free = [c for c in allowed if c not in taken]
         keep = 1 if rest and len(allowed) > len(training) else 0
         if spec.threads_per_task:
@@ -209,17 +263,20 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
             grant = free
         if len(free) < need:
             wanted = [c for c in allowed if c in taken]
-            blocked.append(_held_by("cores", format_cpus(wanted), [h for h in holding if set(h.cores) & set(wanted)]))
+            blocked.append(_held_by("cores", format_cpus(wanted), [h for h in holding if set(h.cores) & set(wanted)],
+                                    [h for h in first if set(h.cores) & set(wanted)]))
+            claim_cores = tuple(allowed)
         else:
             plan = assign_cores(grant, training, rest, threads=spec.threads_per_task)
             cores = tuple(grant)
             leased_cores = tuple(sorted({c for cs in plan.tasks.values() for c in cs} | set(plan.service)))
+            claim_cores = leased_cores
     placement = None
     warnings: list[str] = []
     if inventory is not None and inventory.gpus:
         alone = place(spec, inventory)  # bad input (more than the node has) raised before: see acquire
         if alone.any:
-            taken_gpus = {g for h in holding for g in h.gpus}
+            taken_gpus = {g for h in taking for g in h.gpus}
             free_gpus = sorted((g for g in inventory.gpus if g.uuid not in taken_gpus),
                                key=lambda g: _busyness(usage.get(g.uuid), g.index))
             try:
@@ -230,11 +287,15 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
                 mine = None  # a task that gets a GPU alone would run without: wait for one instead
             if mine is None:
                 held = [g for g in inventory.gpus if g.uuid in taken_gpus]
+                uuids = {g.uuid for g in held}
                 blocked.append(_held_by("GPUs", ", ".join(f"{g.index} ({g.uuid})" for g in held),
-                                        [h for h in holding if set(h.gpus) & {g.uuid for g in held}]))
+                                        [h for h in holding if set(h.gpus) & uuids],
+                                        [h for h in first if set(h.gpus) & uuids]))
+                claim_gpus = tuple(g.uuid for g in inventory.gpus)
             else:
                 placement = mine
                 used = {g.uuid: g for t in mine.tasks.values() for g in t.devices}
+                claim_gpus = tuple(used)
                 for uuid, gpu in used.items():
                     u = usage.get(uuid)
                     if busy(u) and u is not None:
@@ -245,9 +306,17 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
                             "memory")
     if placement is not None and warnings:
         placement = replace(placement, warnings=placement.warnings + tuple(warnings))
+    block: PortBlock | None = None
+    if ports > 0:
+        size = block_size(ports)
+        block = free_block(port_span, size, [h.ports for h in taking if h.ports], port_start)
+        if block is None:
+            blocked.append(_held_by("ports", f"{format_block(port_span)} (a block of {size})",
+                                    [h for h in holding if h.ports], [h for h in first if h.ports]))
     if blocked:
-        return Decision(False, waiting="; ".join(blocked))
-    return Decision(True, cores, leased_cores, placement, warnings=tuple(warnings))
+        claim_ports = port_span if ports > 0 and block is None else block
+        return Decision(False, waiting="; ".join(blocked), claims=(claim_cores, claim_gpus, claim_ports))
+    return Decision(True, cores, leased_cores, placement, warnings=tuple(warnings), ports=block)
 
 
 class Ledger:
@@ -293,10 +362,6 @@ class Ledger:
         except (OSError, ValueError, KeyError, TypeError):
             return []
 
-    def waiting(self) -> list[Holder]:
-        """The live runs waiting for resources (``list``)."""
-        return [h for h in self.read() if h.waiting and live(h)]
-
 
 @dataclass
 class Lease:
@@ -307,12 +372,14 @@ class Lease:
         placement: its GPUs (None: as without leases).
         warnings: busy devices it uses.
         waited_s: how long it waited.
+        ports: ``[low, high)``, its block of this machine's ports (None: draw as without leases).
     """
 
     cores: tuple[int, ...] | None = None
     placement: Placement | None = None
     warnings: tuple[str, ...] = ()
     waited_s: float = 0.0
+    ports: PortBlock | None = None
     _key: tuple[int, float, str] | None = None
     _ledger: Ledger | None = field(default=None, repr=False)
 
@@ -335,7 +402,7 @@ def _say(line: str) -> None:
 def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed: Sequence[int],
             host_cpus: bool, wait_s: float | None = None, runs_dir: str = "", ledger: Ledger | None = None,
             sample: Callable[[Sequence[str]], Sequence[GpuUsage]] | None = None,
-            say: Callable[[str], None] = _say) -> Lease:
+            say: Callable[[str], None] = _say, ports: int = 0) -> Lease:
     """Lease what a run of ``spec`` needs on this machine, waiting while other runs hold it.
 
     Args:
@@ -349,16 +416,18 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
         ledger: the ledger (default: :func:`ledger_dir`'s).
         sample: device UUIDs -> their usage now (default :func:`orchestrator.resources.gpus.sample`).
         say: where a ``waiting for ...`` line goes (default stderr).
+        ports: how many ports of this machine its tasks bind (a block is leased for them; 0: none).
 
     Returns:
-        The lease; an empty one when nothing is pinned and no device is dealt.
+        The lease; an empty one when nothing is pinned, no device is dealt and no port is bound
+        here (or when the ledger cannot be used: a warning says so).
 
     Raises:
         SpecError: naming ``wait-for-resources``: still held after ``wait_s`` seconds (the line
             names what, and which run holds it).
     """
     pins = host_cpus and spec.pin_cpus
-    if not pins and (inventory is None or not inventory.gpus):
+    if not pins and (inventory is None or not inventory.gpus) and ports <= 0:
         return Lease()  # nothing on this machine to lease: no ledger read
     if sample is None:
         from orchestrator.resources.gpus import sample as sample_gpus
@@ -367,17 +436,24 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
     ledger = ledger or Ledger()
     me = os.getpid()
     started = start_time(me) or 0.0
-    t0 = time.monotonic()
+    t0, since = time.monotonic(), time.time()  # its place in line: when it first asked
     said = ""
     uuids = [g.uuid for g in inventory.gpus] if inventory is not None else []
+    span, start = port_range(), random.SystemRandom().randrange(1 << 30)  # a random block: see free_block
     while True:
         usage = {u.uuid: u for u in sample(uuids)} if uuids else {}
         try:
             with ledger.transaction() as entries:
                 others = [h for h in entries if h.key != (me, started, run_id)]
-                decision = decide(spec, allowed, inventory, usage, others, host_cpus=host_cpus)
-                entry = Holder(run_id, me, started, decision.leased_cores, decision.leased_gpus,
-                               "" if decision.granted else decision.waiting, str(runs_dir))
+                decision = decide(spec, allowed, inventory, usage, others, host_cpus=host_cpus, since=since,
+                                  ports=ports, port_span=span, port_start=start)
+                if decision.granted:
+                    entry = Holder(run_id, me, started, decision.leased_cores, decision.leased_gpus,
+                                   runs_dir=str(runs_dir), ports=decision.ports)
+                else:
+                    claimed_cores, claimed_gpus, claimed_ports = decision.claims
+                    entry = Holder(run_id, me, started, claimed_cores, claimed_gpus, decision.waiting, str(runs_dir),
+                                   claimed_ports, since)
                 waited = time.monotonic() - t0
                 expired = not decision.granted and wait_s is not None and waited >= wait_s
                 entries[:] = others + ([] if expired else [entry])
@@ -386,7 +462,8 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
                 f"nothing (set {env.LEASES_DIR} to a directory you can write)")
             return Lease()
         if decision.granted:
-            return Lease(decision.cores, decision.placement, decision.warnings, waited, (me, started, run_id), ledger)
+            return Lease(decision.cores, decision.placement, decision.warnings, waited, decision.ports,
+                         (me, started, run_id), ledger)
         line = f"waiting for {decision.waiting}"
         if expired:
             shown = int(wait_s) if wait_s is not None and float(wait_s).is_integer() else wait_s

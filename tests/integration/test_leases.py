@@ -26,10 +26,14 @@ PROGRAM = [sys.executable, "-m", "tests.programs.task"]
 pytestmark = pytest.mark.skipif(len(TWO) < 2, reason="two runs pinned apart need two cores")
 
 
+def _cmd(runs: Path, run_id: str, *extra: str) -> list[str]:
+    return orchestrator_cmd("launch", "--runs-dir", str(runs), "--run-id", run_id, "--workers", "1",
+                            "--threads-per-task", "1", "--spares", "0", "--plain", *extra, "--", *PROGRAM)
+
+
 def _launch(runs: Path, run_id: str, *extra: str, behavior: str = "succeed-when:go:1") -> subprocess.Popen:
     return subprocess.Popen(
-        orchestrator_cmd("launch", "--runs-dir", str(runs), "--run-id", run_id, "--workers", "1",
-                         "--threads-per-task", "1", "--spares", "0", "--plain", *extra, "--", *PROGRAM),
+        _cmd(runs, run_id, *extra),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env={**test_env(), "TEST_BEHAVIOR": behavior}, preexec_fn=lambda: os.sched_setaffinity(0, TWO))
 
@@ -58,14 +62,14 @@ def test_two_launches_side_by_side_pin_disjoint_cores_and_a_third_waits_for_them
         planned = {n: json.loads((runs / n / "plan.json").read_text())["cpus"]["tasks"]["worker-0"] for n in procs}
         assert {n: parse_cpus(c) for n, c in planned.items()} == seen
 
-        refused = subprocess.run(_launch(runs, "c", "--wait-for-resources", "0").args, capture_output=True,
+        refused = subprocess.run(_cmd(runs, "c", "--wait-for-resources", "0"), capture_output=True,
                                  text=True, timeout=60, cwd=REPO, env=test_env(),
                                  preexec_fn=lambda: os.sched_setaffinity(0, TWO))
         assert refused.returncode == 2, refused.stdout + refused.stderr
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: wait-for-resources=0: waiting for cores "
                                                        f"{TWO[0]}-{TWO[1]}, held by run "), lines
-        assert all(f"run {n} (pid {p.pid})" in lines[0] for n, p in procs.items()), lines
+        assert all(f"run {n} (pid {p.pid}, ports " in lines[0] for n, p in procs.items()), lines  # with its block
         assert not (runs / "c").exists()  # nothing started, nothing written
 
         waiter = _launch(runs, "d", behavior="succeed")  # waits until free (the default)
@@ -73,7 +77,7 @@ def test_two_launches_side_by_side_pin_disjoint_cores_and_a_third_waits_for_them
         rows = wait_until(lambda: [r for r in _list(runs) if r["run_id"] == "d"], 60, what="list to show d waiting")
         assert rows[0]["status"] == "Waiting" and rows[0]["pid"] == waiter.pid
         assert rows[0]["waiting"].startswith(f"cores {TWO[0]}-{TWO[1]}, held by run ")
-        assert all(f"run {n} (pid {procs[n].pid})" in rows[0]["waiting"] for n in ("a", "b")), rows
+        assert all(f"run {n} (pid {procs[n].pid}, ports " in rows[0]["waiting"] for n in ("a", "b")), rows
         assert waiter.poll() is None and not (runs / "d").exists()
         for name in ("a", "b"):
             (runs / name / "go").write_text("")

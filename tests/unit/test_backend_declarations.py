@@ -55,7 +55,8 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
         Capability.LIFECYCLE: ("open", "close"), Capability.PORTS: ("release_port", "reserve_again"),
         Capability.DIAGNOSTICS: ("sample", "dump_stacks", "oom_killed", "memory_total_bytes"),
         Capability.SPARES: ("keep_spares", "spares"), Capability.EXIT_EVENTS: ("exit_fd",),
-        Capability.HOST_PROCESSES: (), Capability.HOST_FILES: (), Capability.HOST_GPUS: (), Capability.HOST_CPUS: ()}
+        Capability.HOST_PROCESSES: (), Capability.HOST_FILES: (), Capability.HOST_GPUS: (), Capability.HOST_CPUS: (),
+        Capability.HOST_PORTS: ()}
     assert docker.capabilities == {Capability.LIFECYCLE: ("open", "close"),
                                    Capability.DIAGNOSTICS: ("dump_stacks", "oom_killed"), Capability.HOST_GPUS: (),
                                    Capability.HOST_CPUS: ()}
