@@ -19,6 +19,7 @@ from orchestrator.report.summary import format_final
 from orchestrator.resume import check_program as resumed_program
 from orchestrator.resume import check_resumable, resumed_spec
 from orchestrator.rundir import RunDir
+from orchestrator.spec.elastic import BATCH_POLICIES, LR_SCALINGS, parse_workers
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
@@ -49,7 +50,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     topo.add_argument("--strategy", default=None,
                       help="multi_worker_mirrored (default), parameter_server, mirrored (one task, --replicas "
                       "devices), or hogwild (one task, --threads threads training one shared model without locks)")
-    topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
+    topo.add_argument("--workers", default=None, metavar="N|MIN:MAX", type=_workers,
+                      help="worker tasks (default 4; 2 with parameter_server); MIN:MAX: elastic workers "
+                      "(multi_worker_mirrored, parameter_server): the job starts at MAX, and a resumed run may "
+                      "continue at any size in between (--resume RUN_ID --workers N; docs/elastic.md)")
+    topo.add_argument("--batch-policy", default=None, choices=BATCH_POLICIES,
+                      help="with --workers MIN:MAX: keep-global (default: the global batch is --batch-size x the "
+                      "replicas at MAX at every size, per-replica = global / replicas; sizes that do not divide "
+                      "it are refused) or keep-per-replica (--batch-size per replica at every size)")
+    topo.add_argument("--lr-scaling", default=None, choices=LR_SCALINGS,
+                      help="with --batch-policy keep-per-replica: linear (the learning rate x global batch / the "
+                      "global batch at MAX) or none (default)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None,
                       help="add a chief task (always present with parameter_server)")
@@ -184,6 +195,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     web.add_argument("--web-linger", type=float, default=10.0, metavar="S",
                      help="after the job ended, keep serving until open pages have its final state, at most S seconds "
                      "(default 10; returns at once when no page is open)")
+
+
+def _workers(text: str) -> int | dict:
+    """``--workers``: a count, or ``MIN:MAX`` (:func:`orchestrator.spec.elastic.parse_workers`)."""
+    try:
+        return parse_workers(text)  # type: ignore[return-value]
+    except SpecError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (give N or MIN:MAX)") from None
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:

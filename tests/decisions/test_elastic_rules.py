@@ -1,0 +1,140 @@
+"""Elastic workers (issue 34, first slice): ``--workers MIN:MAX`` and its batch policies, as tables
+over the pure rules of :mod:`orchestrator.spec.elastic` (parse the flag, the batch facts at a size,
+the sizes keep-global allows, the one-line refusals), then through the spec loader and the resume
+check (``launch --resume RUN --workers N``)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.resume import resumed_spec
+from orchestrator.spec.elastic import BatchFacts, ElasticSpec, batch_facts, facts_at, parse_workers, valid_sizes
+from orchestrator.spec.fields import spec_fields
+from orchestrator.spec.loader import build_spec, overrides_from_flags
+
+MWMS, PSS = "multi_worker_mirrored", "parameter_server"
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("4", 4), (3, 3), ("2:4", {"min": 2, "max": 4}), (" 1 : 2 ", {"min": 1, "max": 2}), (None, None),
+])
+def test_the_workers_flag_is_a_count_or_a_range(text, parsed):
+    assert parse_workers(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["2-4", "a:b", "1:", "-1", "2:4:6"])
+def test_any_other_workers_text_is_refused_naming_the_field(text):
+    with pytest.raises(SpecError) as exc:
+        parse_workers(text)
+    assert exc.value.field == "workers" and "MIN:MAX" in str(exc.value)
+
+
+@pytest.mark.parametrize("policy, scaling, strategy, chief, workers, facts", [
+    # keep-global: the global batch of MAX (16 x 2 replicas) at every size, per-replica = global / replicas
+    ("keep-global", "none", MWMS, 0, 2, BatchFacts(32, 16, 1.0)),
+    ("keep-global", "none", MWMS, 0, 1, BatchFacts(32, 32, 1.0)),
+    # a chief holds a replica too: MAX 2 workers + chief = 3 replicas, 48 examples; at 1 worker 2 replicas
+    ("keep-global", "none", MWMS, 1, 1, BatchFacts(48, 24, 1.0)),
+    # keep-per-replica: the global batch follows the size; linear scales the learning rate with it
+    ("keep-per-replica", "none", MWMS, 0, 1, BatchFacts(16, 16, 1.0)),
+    ("keep-per-replica", "linear", MWMS, 0, 1, BatchFacts(16, 16, 0.5)),
+    ("keep-per-replica", "linear", MWMS, 0, 2, BatchFacts(32, 16, 1.0)),
+    # PSS: a step runs on one worker whatever their count
+    ("keep-global", "none", PSS, 1, 1, BatchFacts(16, 16, 1.0)),
+    ("keep-per-replica", "linear", PSS, 1, 1, BatchFacts(16, 16, 1.0)),
+])
+def test_the_batch_facts_at_a_size(policy, scaling, strategy, chief, workers, facts):
+    assert facts_at(ElasticSpec(1, 2, policy, scaling), strategy, chief, workers, 16) == facts
+
+
+@pytest.mark.parametrize("bounds, policy, strategy, chief, per_replica, sizes", [
+    ((2, 4), "keep-global", MWMS, 0, 16, [2, 4]),       # 64 examples: 3 workers cannot share them
+    ((2, 4), "keep-global", MWMS, 0, 12, [2, 3, 4]),    # 48 examples: every size
+    ((1, 3), "keep-global", MWMS, 1, 16, [1, 3]),       # 64 over chief + n: 2 and 4 replicas
+    ((2, 4), "keep-per-replica", MWMS, 0, 16, [2, 3, 4]),
+    ((1, 5), "keep-global", PSS, 1, 16, [1, 2, 3, 4, 5]),
+])
+def test_the_sizes_keep_global_allows(bounds, policy, strategy, chief, per_replica, sizes):
+    assert valid_sizes(ElasticSpec(*bounds, policy), strategy, chief, per_replica) == sizes
+
+
+@pytest.mark.parametrize("raw, field, says", [
+    ({"workers": {"min": 2, "max": 4}}, "workers", "valid sizes: 2, 4"),
+    ({"workers": {"min": 3, "max": 2}}, "workers", "MIN is larger than MAX"),
+    ({"workers": {"min": 0, "max": 2}}, "workers.min", ">= 1"),
+    ({"workers": {"max": 2}}, "workers.min", "both bounds"),
+    ({"workers": {"min": 1, "max": 2, "start": 3}}, "workers", "outside the job's elastic range 1..2"),
+    ({"workers": {"min": 1, "max": 2, "batch_policy": "keep-all"}}, "workers.batch_policy", "unknown batch policy"),
+    ({"workers": {"min": 1, "max": 2, "lr_scaling": "sqrt", "batch_policy": "keep-per-replica"}},
+     "workers.lr_scaling", "unknown"),
+    ({"workers": {"min": 1, "max": 2, "lr_scaling": "linear"}}, "workers.lr_scaling", "keep-global keeps"),
+    ({"workers": {"min": 1, "max": 2, "maximum": 3}}, "workers.maximum", "unknown key"),
+    ({"strategy": "mirrored", "workers": {"min": 1, "max": 1}}, "workers", "no elastic workers"),
+    ({"workers": {"min": 1, "max": 2}, "addresses": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}}, "workers",
+     "fixed addresses"),
+])
+def test_bad_elastic_specs_are_refused_in_one_line_naming_the_field(raw, field, says):
+    with pytest.raises(SpecError) as exc:
+        build_spec(raw)
+    assert exc.value.field == field, str(exc.value)
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_range_starts_at_max_and_keeps_its_fields_through_plan_json():
+    spec = build_spec({"workers": {"min": 1, "max": 2}})
+    assert (spec.workers, spec.elastic, spec.global_batch_size) == (2, ElasticSpec(1, 2), 32)
+    assert build_spec(spec_fields(spec)) == spec
+    plain = build_spec({"workers": 2})
+    assert plain.elastic is None and "start" not in str(spec_fields(plain)["workers"])
+
+
+def _flags(**given) -> argparse.Namespace:
+    return argparse.Namespace(**{"workers": None, "batch_policy": None, "lr_scaling": None, **given})
+
+
+@pytest.mark.parametrize("flags, workers", [
+    ({"workers": "1:2"}, {"min": 1, "max": 2}),
+    ({"workers": "3"}, 3),
+    ({"workers": "1:2", "batch_policy": "keep-per-replica", "lr_scaling": "linear"},
+     {"min": 1, "max": 2, "batch_policy": "keep-per-replica", "lr_scaling": "linear"}),
+    ({"batch_policy": "keep-per-replica"}, {"batch_policy": "keep-per-replica"}),  # onto a spec file's range
+])
+def test_the_flags_become_the_workers_field(flags, workers):
+    assert overrides_from_flags(_flags(**flags)).get("workers") == workers
+
+
+def test_a_batch_policy_with_a_plain_count_is_refused():
+    with pytest.raises(SpecError) as exc:
+        overrides_from_flags(_flags(workers="3", batch_policy="keep-global"))
+    assert exc.value.field == "batch-policy"
+
+
+def _plan(**workers) -> dict:
+    return {"spec": spec_fields(build_spec({"workers": {"min": 1, "max": 2, **workers}, "training": {"epochs": 3}}))}
+
+
+@pytest.mark.parametrize("given, workers, global_batch, per_replica", [
+    ({"workers": 1}, 1, 32, 32),
+    ({"workers": 2}, 2, 32, 16),
+    ({}, 2, 32, 16),
+])
+def test_a_resumed_elastic_run_may_continue_at_another_size_in_its_range(given, workers, global_batch, per_replica):
+    spec = resumed_spec(_plan(), given)
+    facts = batch_facts(spec)
+    assert (spec.workers, facts.global_batch_size, facts.per_replica_batch_size) == (workers, global_batch, per_replica)
+
+
+@pytest.mark.parametrize("plan, given, field, says", [
+    (_plan(), {"workers": 3}, "workers", "outside the job's elastic range 1..2"),
+    (_plan(), {"workers": {"min": 1, "max": 3}}, "workers.max", "differs from the resumed run's 2"),
+    (_plan(), {"training": {"epochs": 4}}, "training.epochs", "differs"),
+    ({"spec": spec_fields(build_spec({"workers": 2}))}, {"workers": 1}, "workers", "differs from the resumed run's 2"),
+    (_plan(batch_policy="keep-per-replica"), {"workers": 1}, "workers", "keep-per-replica"),
+])
+def test_a_resume_at_another_size_is_refused_outside_the_range_or_with_other_flags(plan, given, field, says):
+    with pytest.raises(SpecError) as exc:
+        resumed_spec(plan, given)
+    assert exc.value.field == field and says in str(exc.value), str(exc.value)
