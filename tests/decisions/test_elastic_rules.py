@@ -138,3 +138,39 @@ def test_a_resume_at_another_size_is_refused_outside_the_range_or_with_other_fla
     with pytest.raises(SpecError) as exc:
         resumed_spec(plan, given)
     assert exc.value.field == field and says in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize("workers, want", [
+    ("1:2", {"ORCH_WORKERS_MIN": "1", "ORCH_WORKERS_MAX": "2", "ORCH_BATCH_POLICY": "keep-global",
+             "ORCH_GLOBAL_BATCH_SIZE": "32", "ORCH_PER_REPLICA_BATCH_SIZE": "16", "ORCH_LEARNING_RATE_FACTOR": "1.0"}),
+    ("2", {}),
+])
+def test_every_task_of_an_elastic_job_gets_its_batch_facts_a_plain_job_none(workers, want):
+    from orchestrator.taskenv import common_env
+
+    spec = build_spec({}, overrides_from_flags(_flags(workers=workers)))
+    for training_json in ('{"epochs": 1}', None):  # the built-in program's, a user's program's
+        got = common_env(spec, run_id="r", run_dir="/tmp/r", training_json=training_json, threads=None)
+        assert {k: v for k, v in got.items() if k in want or "BATCH" in k or "WORKERS_M" in k} == want
+
+
+def test_a_resumed_elastic_job_at_one_worker_gets_the_same_global_batch_twice_the_per_replica_one():
+    from orchestrator.taskenv import elastic_env
+
+    got = elastic_env(resumed_spec(_plan(), {"workers": 1}))
+    assert (got["ORCH_GLOBAL_BATCH_SIZE"], got["ORCH_PER_REPLICA_BATCH_SIZE"]) == ("32", "32")
+
+
+@pytest.mark.parametrize("environ, replicas, per_replica, learning_rate", [
+    ({}, 2, 16, 0.005),                                                            # not elastic: as given
+    ({"ORCH_GLOBAL_BATCH_SIZE": "32", "ORCH_PER_REPLICA_BATCH_SIZE": "32"}, 1, 32, 0.005),
+    ({"ORCH_GLOBAL_BATCH_SIZE": "32", "ORCH_PER_REPLICA_BATCH_SIZE": "16"}, 2, 16, 0.005),
+    ({"ORCH_GLOBAL_BATCH_SIZE": "16", "ORCH_LEARNING_RATE_FACTOR": "0.5"}, 1, 16, 0.0025),
+    ({"ORCH_GLOBAL_BATCH_SIZE": "32", "ORCH_PER_REPLICA_BATCH_SIZE": "16"}, 3, 16, 0.005),  # cannot split: planned
+])
+def test_the_built_in_program_trains_with_the_sizes_batch(environ, replicas, per_replica, learning_rate):
+    from orchestrator.spec.model import TrainingSpec
+    from worker.elastic import elastic_options
+
+    got = elastic_options(TrainingSpec(batch_size_per_replica=16), replicas, environ)
+    assert (got.batch_size_per_replica, got.learning_rate) == (per_replica, pytest.approx(learning_rate))

@@ -1,0 +1,47 @@
+"""The batch facts of elastic workers in the built-in program (docs/elastic.md).
+
+With ``--workers MIN:MAX`` the orchestrator gives each task its batch facts at the job's size
+(:func:`orchestrator.taskenv.elastic_env`): ``ORCH_GLOBAL_BATCH_SIZE`` (under ``keep-global``
+the same at every size, so step k covers the same examples and a checkpoint's (epoch, step)
+index stays valid) and ``ORCH_LEARNING_RATE_FACTOR``. The program batches its dataset with the
+global batch, splits it among the replicas its strategy formed, and shards by DATA (never by
+FILE: which files a worker reads would change with the size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Mapping
+
+from orchestrator import env
+from orchestrator.spec.model import TrainingSpec
+
+
+def is_elastic(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the job's workers are elastic (``ORCH_WORKERS_MIN`` is set)."""
+    return env.is_set(env.WORKERS_MIN, environ)
+
+
+def elastic_options(options: TrainingSpec, replicas: int, environ: Mapping[str, str] | None = None) -> TrainingSpec:
+    """``options`` at this size: ``batch_size_per_replica`` = ``ORCH_GLOBAL_BATCH_SIZE`` / ``replicas``
+    (the replicas in sync the strategy formed), the learning rate times ``ORCH_LEARNING_RATE_FACTOR``;
+    ``options`` unchanged without elastic workers. A global batch the replicas cannot share evenly
+    (a strategy that formed another cluster than planned: the supervisor's cluster check says so)
+    keeps the planned per-replica batch, with a warning on stderr.
+
+    Raises:
+        ValueError: a variable that is not a number.
+    """
+    global_batch = env.read_int(env.GLOBAL_BATCH_SIZE, 0, environ)
+    if not global_batch:
+        return options
+    per_replica = env.read_int(env.PER_REPLICA_BATCH_SIZE, options.batch_size_per_replica, environ)
+    if global_batch % max(1, replicas) == 0:
+        per_replica = global_batch // max(1, replicas)
+    else:
+        print(f"warning: the global batch {global_batch} cannot be split among {replicas} replicas in sync; "
+              f"training with {per_replica} per replica", file=sys.stderr, flush=True)
+    factor = float(env.read(env.LEARNING_RATE_FACTOR, "1.0", environ) or 1.0)
+    return dataclasses.replace(options, batch_size_per_replica=per_replica,
+                               learning_rate=options.learning_rate * factor)
