@@ -174,3 +174,41 @@ def test_the_built_in_program_trains_with_the_sizes_batch(environ, replicas, per
 
     got = elastic_options(TrainingSpec(batch_size_per_replica=16), replicas, environ)
     assert (got.batch_size_per_replica, got.learning_rate) == (per_replica, pytest.approx(learning_rate))
+
+
+def _life(number, workers, per_replica, *, resumed=None, last=None, lost=None, reported=None):
+    from orchestrator.supervisor.records.lives import Life
+
+    size = {"workers": workers, "global_batch_size": 32, "per_replica_batch_size": per_replica,
+            "learning_rate_factor": 1.0}
+    return Life(number, 0.0, resumed_from_step=resumed, last_step=last, steps_lost=lost, global_batch_size=reported,
+                size=size)
+
+
+@pytest.mark.parametrize("lives, want", [
+    # one size, one life
+    ((_life(1, 2, 16, last=135),), [(2, 16, 0, 135, "launched", None, [1])]),
+    # preempted at 70 (saved: 0 lost), resumed at 1 worker: two segments, the second from the saved step
+    ((_life(1, 2, 16, last=70, lost=0), _life(2, 1, 32, resumed=70, last=135)),
+     [(2, 16, 0, 70, "launched", 0, [1]), (1, 32, 70, 135, "resumed at another size", None, [2])]),
+    # the last steps saved before they were reported: the segment ends at the step the next resumed from
+    ((_life(1, 2, 16, last=45, lost=0), _life(2, 1, 32, resumed=47, last=135)),
+     [(2, 16, 0, 47, "launched", 0, [1]), (1, 32, 47, 135, "resumed at another size", None, [2])]),
+    # killed at 75, resumed at the same size from 70: one segment of two lives, 5 steps lost
+    ((_life(1, 2, 16, last=75, lost=5), _life(2, 2, 16, resumed=70, last=135)),
+     [(2, 16, 0, 135, "launched", 5, [1, 2])]),
+])
+def test_segments_are_one_per_size_the_run_trained_at(lives, want):
+    from orchestrator.supervisor.records.lives import segments
+
+    got = [(g["workers"], g["per_replica_batch_size"], g["first_step"], g["last_step"], g["cause"], g["steps_lost"],
+            g["lives"]) for g in segments(lives)]
+    assert got == want
+
+
+def test_the_title_shows_the_size_now_against_the_range():
+    from orchestrator.report.status import title
+
+    status = {"run_id": "r", "strategy": MWMS, "status": "Running", "elapsed_s": 1.0, "global_batch_size": 32,
+              "elastic": {"min": 1, "max": 2, "workers": 1, "batch_policy": "keep-global", "lr_scaling": "none"}}
+    assert title(status).endswith("global batch 32 · workers 1 of 1..2")
