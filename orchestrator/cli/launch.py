@@ -96,7 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--resume", default=None, metavar="RUN_ID",
                      help="continue the run RUN_ID (under --runs-dir) in its own directory after a preemption, a time "
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
-                     "restart budget and failure history (flags given must agree with the run's, but --deadline)")
+                     "restart budget and failure history (flags given must agree with the run's, but --deadline, "
+                     "and --workers N within the range of a run launched with --workers MIN:MAX: docs/elastic.md)")
     run.add_argument("--wait-for-resources", type=float, default=None, metavar="S",
                      help="when other runs on this machine lease the cores or GPUs this run needs, wait for them at "
                      "most S seconds, then exit 2 naming the run that holds them (default: until free; 0: at once; "
