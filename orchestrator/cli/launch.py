@@ -298,6 +298,7 @@ def run_launch(args: argparse.Namespace) -> int:
     else:
         shown = view
     if isinstance(view, LinesView):
+        spec = job.plan.spec  # elastic workers: the size placed (docs/elastic.md)
         what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
                 else f", program {' '.join(job.plan.user_program)}")
         print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())

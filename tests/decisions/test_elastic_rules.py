@@ -212,3 +212,27 @@ def test_the_title_shows_the_size_now_against_the_range():
     status = {"run_id": "r", "strategy": MWMS, "status": "Running", "elapsed_s": 1.0, "global_batch_size": 32,
               "elastic": {"min": 1, "max": 2, "workers": 1, "batch_policy": "keep-global", "lr_scaling": "none"}}
     assert title(status).endswith("global batch 32 · workers 1 of 1..2")
+
+
+@pytest.mark.parametrize("workers, gpus, placed, warned", [
+    ("1:4", 4, 4, False),    # MAX fits: the job starts there
+    ("1:4", 2, 2, True),     # 2 GPUs, 1 per worker: the largest size that can be placed
+    ("2:4", 3, 3, True),
+    ("3:4", 2, None, None),  # not even MIN fits: refused as a fixed count would be
+    ("2", 1, None, None),    # a fixed count is never shrunk
+])
+def test_elastic_workers_start_at_the_largest_size_the_gpus_asked_allow(workers, gpus, placed, warned):
+    from orchestrator.resources.gpus import Gpu, Inventory
+    from orchestrator.resources.placement import place_elastic
+
+    inventory = Inventory(tuple(Gpu(i, f"GPU-{i}", "Fake L4", 24 << 30) for i in range(gpus)), "fake", "fake:test")
+    spec = build_spec({"training": {"batch_size_per_replica": 12}},  # global 48: every size in 1..4 divides it
+                      {**overrides_from_flags(_flags(workers=workers)), "gpus_per_task": 1})
+    if placed is None:
+        with pytest.raises(SpecError) as exc:
+            place_elastic(spec, inventory)
+        assert exc.value.field == "gpus-per-task"
+        return
+    got, placement = place_elastic(spec, inventory)
+    assert got.workers == placed and len(got.tasks()) == placed
+    assert any("the job starts at" in w for w in placement.warnings) == warned
