@@ -12,14 +12,14 @@ from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.cli.requeue import SlurmContinuation
 from orchestrator.cli.requeue import check as check_continue
-from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags
+from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags, workers_arg
 from orchestrator.errors import SpecError
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.report.summary import format_final
 from orchestrator.resume import check_program as resumed_program
 from orchestrator.resume import check_resumable, resumed_spec
 from orchestrator.rundir import RunDir
-from orchestrator.spec.elastic import BATCH_POLICIES, LR_SCALINGS, parse_workers
+from orchestrator.spec.elastic import BATCH_POLICIES, LR_SCALINGS
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     topo.add_argument("--strategy", default=None,
                       help="multi_worker_mirrored (default), parameter_server, mirrored (one task, --replicas "
                       "devices), or hogwild (one task, --threads threads training one shared model without locks)")
-    topo.add_argument("--workers", default=None, metavar="N|MIN:MAX", type=_workers,
+    topo.add_argument("--workers", default=None, metavar="N|MIN:MAX", type=workers_arg,
                       help="worker tasks (default 4; 2 with parameter_server); MIN:MAX: elastic workers "
                       "(multi_worker_mirrored, parameter_server): the job starts at MAX, and a resumed run may "
                       "continue at any size in between (--resume RUN_ID --workers N; docs/elastic.md)")
@@ -196,14 +196,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     web.add_argument("--web-linger", type=float, default=10.0, metavar="S",
                      help="after the job ended, keep serving until open pages have its final state, at most S seconds "
                      "(default 10; returns at once when no page is open)")
-
-
-def _workers(text: str) -> int | dict:
-    """``--workers``: a count, or ``MIN:MAX`` (:func:`orchestrator.spec.elastic.parse_workers`)."""
-    try:
-        return parse_workers(text)  # type: ignore[return-value]
-    except SpecError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (give N or MIN:MAX)") from None
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
