@@ -353,7 +353,10 @@ class Job:
             self.log_policy(policy)
         save_freq = self.options.checkpoint_every or "epoch"
         if self.preemption_supported:
-            backup = PreemptionBackupAndRestore(self.backup_dir, save_freq, self.termination_config)
+            facts = ((self.global_batch, self.steps_per_epoch)
+                     if env.read(env.BATCH_POLICY) == "keep-per-replica" else None)  # docs/elastic.md
+            backup = PreemptionBackupAndRestore(self.backup_dir, save_freq, self.termination_config, facts,
+                                                chief=self.is_chief)
         else:  # PSS: BackupAndRestore saves per epoch only; TF has no preemption handler
             backup = keras.callbacks.BackupAndRestore(backup_dir=self.backup_dir, save_freq=save_freq)
         callbacks = [

@@ -132,7 +132,8 @@ def test_a_resumed_elastic_run_may_continue_at_another_size_in_its_range(given, 
     (_plan(), {"workers": {"min": 1, "max": 3}}, "workers.max", "differs from the resumed run's 2"),
     (_plan(), {"training": {"epochs": 4}}, "training.epochs", "differs"),
     ({"spec": spec_fields(build_spec({"workers": 2}))}, {"workers": 1}, "workers", "differs from the resumed run's 2"),
-    (_plan(batch_policy="keep-per-replica"), {"workers": 1}, "workers", "keep-per-replica"),
+    ({"spec": spec_fields(build_spec({"workers": {"min": 1, "max": 2, "batch_policy": "keep-per-replica"},
+                                      "training": {"loop": "custom"}}))}, {"workers": 1}, "workers", "custom loop"),
 ])
 def test_a_resume_at_another_size_is_refused_outside_the_range_or_with_other_flags(plan, given, field, says):
     with pytest.raises(SpecError) as exc:
@@ -236,3 +237,22 @@ def test_elastic_workers_start_at_the_largest_size_the_gpus_asked_allow(workers,
     got, placement = place_elastic(spec, inventory)
     assert got.workers == placed and len(got.tasks()) == placed
     assert any("the job starts at" in w for w in placement.warnings) == warned
+
+
+def test_a_keep_per_replica_fit_run_may_resume_at_another_size_its_step_converted_by_the_program():
+    spec = resumed_spec(_plan(batch_policy="keep-per-replica"), {"workers": 1})
+    assert (spec.workers, spec.global_batch_size) == (1, 16)
+
+
+@pytest.mark.parametrize("epoch, batch, before, now, want", [
+    (1, 1, (32, 45), (16, 90), (1, 3)),     # step 47 at 32 = 1504 examples = step 94 at 16: epoch 1, batch 3 done
+    (1, 3, (16, 90), (32, 45), (1, 1)),     # and back: step 94 at 16 = step 47 at 32
+    (1, 4, (16, 90), (32, 45), (1, 1)),     # step 95 at 16: half a step at 32, trained again
+    (0, 44, (32, 45), (16, 90), (0, 89)),   # an epoch's end stays an epoch's end
+    (0, 0, (16, 90), (32, 45), (0, -1)),    # half a step at the bigger batch: none done, from the start
+    (2, 10, (32, 45), (32, 45), (2, 10)),   # the same batch: the same index
+])
+def test_a_checkpoint_index_converts_through_the_examples_seen(epoch, batch, before, now, want):
+    from worker.elastic import converted_position
+
+    assert converted_position(epoch, batch, before, now) == want

@@ -57,3 +57,26 @@ def test_an_elastic_mwms_run_preempted_at_2_workers_resumes_at_1_with_the_same_g
     resumed_log = (first.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text()
     assert "1 replica(s) in sync, per-replica batch 32, global batch 32" in resumed_log
     assert "sharded by DATA" in resumed_log or "DATA" in resumed_log
+
+
+def test_a_keep_per_replica_run_resumed_at_1_worker_converts_its_step_through_the_examples_seen(tmp_path, launches):  # noqa: F811
+    first = start(launches, tmp_path, "per-replica", "--workers", "1:2", "--batch-policy", "keep-per-replica",
+                  "--lr-scaling", "linear", "--epochs", "2", "--spares", "0")
+    log = first.run_dir / "attempt-0" / "worker-0" / "stdout.log"
+    wait_until(lambda: log.exists() and "Epoch 2/2\n" in log.read_text(), 300, what="Epoch 2/2 started")
+    first.proc.send_signal(signal.SIGTERM)
+    code, summary = first.finish()
+    assert code == 75, "".join(first.lines[-30:])
+    saved = _saved_step(first.run_dir)  # at global batch 32, 45 steps per epoch
+
+    second = start(launches, tmp_path, "per-replica", "--resume", "per-replica", "--workers", "1")
+    code, summary = second.finish()
+    assert code == 0, "".join(second.lines[-30:])
+    one, two = summary["segments"]
+    assert (one["workers"], one["global_batch_size"], one["per_replica_batch_size"], one["learning_rate_factor"]) == \
+        (2, 32, 16, 1.0)
+    # the same examples seen: step s at 32 examples is step 2s at 16; 90 steps per epoch now
+    assert (two["workers"], two["global_batch_size"], two["per_replica_batch_size"], two["learning_rate_factor"],
+            two["first_step"], two["last_step"]) == (1, 16, 16, 0.5, 2 * saved, 180)
+    resumed_log = (first.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text()
+    assert "(global batch 16): the same examples seen" in resumed_log
