@@ -256,3 +256,16 @@ def test_a_checkpoint_index_converts_through_the_examples_seen(epoch, batch, bef
     from worker.elastic import converted_position
 
     assert converted_position(epoch, batch, before, now) == want
+
+
+@pytest.mark.parametrize("elastic, want", [
+    ({"min": 1, "max": 2, "workers": 1, "batch_policy": "keep-global", "lr_scaling": "none"},
+     {"tfjob_workers": 1.0, "tfjob_workers_min": 1.0, "tfjob_workers_max": 2.0}),
+    (None, {}),
+])
+def test_metrics_show_the_size_now_against_the_range(elastic, want):
+    from orchestrator.web.metrics import job_metrics
+
+    status = {"run_id": "r", "strategy": MWMS, "status": "Running", "live": True, "elastic": elastic, "tasks": []}
+    got = {s.name: s.value for m in job_metrics(status) for s in m.samples if s.name.startswith("tfjob_workers")}
+    assert got == want
