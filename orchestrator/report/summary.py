@@ -291,7 +291,7 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
                        width)
     batches = [(life["global_batch_size"], life["life"]) for life in summary.get("lives") or []
                if life.get("global_batch_size") is not None]
-    if len({b for b, _ in batches}) > 1:
+    if len({b for b, _ in batches}) > 1 and not summary.get("elastic"):  # elastic: the sizes line says it
         lines += _wrap("WARNING", "the global batch changed between lives: "
                        + ", ".join(f"{b} (life {n})" for b, n in batches), width)
     for text in summary.get("warnings", []):

@@ -269,3 +269,20 @@ def test_metrics_show_the_size_now_against_the_range(elastic, want):
     status = {"run_id": "r", "strategy": MWMS, "status": "Running", "live": True, "elastic": elastic, "tasks": []}
     got = {s.name: s.value for m in job_metrics(status) for s in m.samples if s.name.startswith("tfjob_workers")}
     assert got == want
+
+
+@pytest.mark.parametrize("before, now, warned", [
+    ((2, 32, 32), (1, 16, 16), False),  # keep-per-replica at another size: planned
+    ((2, 32, 32), (2, 48, 32), True),   # the same size, another batch than planned (a user's program)
+    ((2, 32, 32), (1, 24, 16), True),   # reported 24 where 16 was planned
+])
+def test_a_global_batch_change_warns_unless_a_size_change_planned_it(before, now, warned):
+    from orchestrator.supervisor.records.lives import Carried, Life, LifeBook
+
+    def life(number, workers, reported, planned):
+        return Life(number, 0.0, global_batch_size=reported, size={"workers": workers, "global_batch_size": planned})
+
+    book = LifeBook(Carried(lives=(life(1, *before),)), 0.0, 1)
+    book.life = life(2, now[0], None, now[2])
+    book.coordinator_beat(1, None, 0.0, global_batch_size=now[1])
+    assert bool(book.take_warnings()) == warned

@@ -254,6 +254,17 @@ def _add(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
 
 
+def planned_change(earlier: tuple[Life, ...], life: Life) -> bool:
+    """Whether ``life``'s global batch is the one its size plans and the latest earlier life that
+    reported one trained at its own size's: elastic workers under ``keep-per-replica`` resumed at
+    another size (docs/elastic.md), a change the user asked for, not a warning."""
+    before = next((e for e in reversed(earlier) if e.global_batch_size is not None), None)
+    return (before is not None and before.size is not None and life.size is not None
+            and before.global_batch_size == before.size.get("global_batch_size")
+            and life.global_batch_size == life.size.get("global_batch_size")
+            and before.size.get("workers") != life.size.get("workers"))
+
+
 class LifeBook:
     """This life of the run as it goes: what it carried over, the step it resumed from, the
     coordinator's last step, when the record was last persisted.
@@ -287,7 +298,7 @@ class LifeBook:
         if global_batch_size is not None and int(global_batch_size) != self.life.global_batch_size:
             self.life = replace(self.life, global_batch_size=int(global_batch_size))
             change = batch_change(self.carried.lives, self.life.global_batch_size)
-            if change:
+            if change and not planned_change(self.carried.lives, self.life):
                 self._warnings.append(change)
             due = True
         if resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
