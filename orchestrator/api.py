@@ -40,7 +40,7 @@ from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
 from orchestrator.resources.gpus import discover
-from orchestrator.resources.placement import Placement, place
+from orchestrator.resources.placement import Placement, place_elastic
 from orchestrator.resume import carried_over, check_resumable
 from orchestrator.rundir import RunDir, write_json_atomic, write_private
 from orchestrator.spec.faults import Fault
@@ -85,14 +85,16 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
     return plan
 
 
-def place_gpus(spec: JobSpec, engine: Backend[Any]) -> Placement:
+def place_gpus(spec: JobSpec, engine: Backend[Any]) -> tuple[JobSpec, Placement]:
     """Every task's GPUs on the backend's node (:func:`orchestrator.resources.placement.place`): checked
-    before anything is opened or started.
+    before anything is opened or started; elastic workers that cannot all be placed start at the
+    largest size down to MIN that can (:func:`~orchestrator.resources.placement.place_elastic`: the
+    spec returned is at that size).
 
     Raises:
         SpecError: GPUs asked that the node does not have (``--gpus-per-task``).
     """
-    return place(spec, discover() if engine.supports(Capability.HOST_GPUS) else None)
+    return place_elastic(spec, discover() if engine.supports(Capability.HOST_GPUS) else None)
 
 
 def dry_run(
@@ -115,7 +117,7 @@ def dry_run(
     check_job(spec, backend=backend, faults=faults, commands=commands, run_id=run_id)
     engine = get_backend(backend, backend_options)
     run_id = run_id or new_run_id()
-    placement = place_gpus(spec, engine)
+    spec, placement = place_gpus(spec, engine)
     addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
     return _assemble(spec, engine, addresses, run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
                      health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True,
@@ -184,7 +186,7 @@ def prepare(
     elif run_dir.exists():
         raise runlock.exists(rd)
     engine = get_backend(backend, backend_options)
-    placement = place_gpus(spec, engine)  # before the engine opens anything
+    spec, placement = place_gpus(spec, engine)  # before the engine opens anything
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
     recorder = Recorder(view)

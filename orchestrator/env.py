@@ -24,6 +24,15 @@ Variable                       Meaning
 ``ORCH_ERROR_FILE``            where the task writes a JSON record of an uncaught exception
 ``ORCH_STRATEGY``              ``multi_worker_mirrored`` or ``parameter_server``
 ``ORCH_TRAINING``              JSON of the training options (epochs, batch size, ...)
+``ORCH_WORKERS_MIN``           elastic workers (``--workers MIN:MAX``) only: MIN; unset otherwise (docs/elastic.md)
+``ORCH_WORKERS_MAX``           elastic workers only: MAX (the job starts there; ``TF_CONFIG`` says the size now)
+``ORCH_BATCH_POLICY``          elastic workers only: ``keep-global`` or ``keep-per-replica``
+``ORCH_GLOBAL_BATCH_SIZE``     elastic workers only: examples per training step at this size (under
+                               ``keep-global`` the same at every size); a user's program batches its
+                               dataset with it (MWMS splits it among the replicas)
+``ORCH_PER_REPLICA_BATCH_SIZE`` elastic workers only: ``ORCH_GLOBAL_BATCH_SIZE`` / the replicas in sync
+``ORCH_LEARNING_RATE_FACTOR``  elastic workers only: multiply the learning rate by it (``--lr-scaling
+                               linear``: global batch now / global batch at MAX; else ``1.0``)
 ``ORCH_BACKUP_DIR``            BackupAndRestore directory, shared by the job
 ``ORCH_MODEL_DIR``             where the chief exports the final SavedModel
 ``TF_NUM_INTRAOP_THREADS``     per-task thread limit, so tasks do not oversubscribe the cores
@@ -155,6 +164,12 @@ STRATEGY = "ORCH_STRATEGY"
 TRAINING = "ORCH_TRAINING"
 BACKUP_DIR = "ORCH_BACKUP_DIR"
 MODEL_DIR = "ORCH_MODEL_DIR"
+WORKERS_MIN = "ORCH_WORKERS_MIN"
+WORKERS_MAX = "ORCH_WORKERS_MAX"
+BATCH_POLICY = "ORCH_BATCH_POLICY"
+GLOBAL_BATCH_SIZE = "ORCH_GLOBAL_BATCH_SIZE"
+PER_REPLICA_BATCH_SIZE = "ORCH_PER_REPLICA_BATCH_SIZE"
+LEARNING_RATE_FACTOR = "ORCH_LEARNING_RATE_FACTOR"
 TASK_HEALTH_PORT = "ORCH_TASK_HEALTH_PORT"
 ORPHAN_TIMEOUT_S = "ORCH_ORPHAN_TIMEOUT_S"
 STAY_UNTIL_STOPPED = "ORCH_STAY_UNTIL_STOPPED"

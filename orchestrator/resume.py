@@ -13,7 +13,11 @@ The rules (bad input is one line, exit 2, nothing started, nothing in the run di
   other life may hold its lock (:mod:`orchestrator.resources.runlock`, taken for the life);
 * the spec is the run's own (``plan.json``); flags, a spec file or a program given with
   ``--resume`` must agree with it in everything but ``--deadline`` (a resumed run of another
-  shape would restore a checkpoint it cannot use).
+  shape would restore a checkpoint it cannot use), and, for elastic workers (``--workers
+  MIN:MAX``), ``--workers N`` within the run's MIN..MAX: under ``keep-global`` the global batch
+  and so the checkpoint's (epoch, step) index stay valid at any size (docs/elastic.md); under
+  ``keep-per-replica`` the built-in ``fit`` loop converts the index through the examples seen
+  (:func:`worker.elastic.converted_position`), its custom loop does not yet (refused).
 """
 
 from __future__ import annotations
@@ -32,15 +36,16 @@ from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec
 from orchestrator.supervisor.records.lives import Carried
 
-CHANGEABLE = frozenset({"supervision.deadline_s"})
-"""Spec fields a resumed run may change: the job deadline (each life's own)."""
+CHANGEABLE = frozenset({"supervision.deadline_s", "workers.start"})
+"""Spec fields a resumed run may change: the job deadline (each life's own), and the size of
+elastic workers (within MIN..MAX, checked by :func:`orchestrator.spec.elastic.check_elastic`)."""
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and key in ("training", "supervision", "restart_policy", "addresses"):
+        if isinstance(value, Mapping) and key in ("training", "supervision", "restart_policy", "addresses", "workers"):
             out.update(_flatten(value, name + "."))
         else:
             out[name] = value
@@ -84,7 +89,16 @@ def resumed_spec(plan: Mapping[str, Any], given: Mapping[str, Any]) -> JobSpec:
         SpecError: naming the first field given that differs from the run's.
     """
     original = plan["spec"]
+    if isinstance(original.get("workers"), Mapping) and isinstance(given.get("workers"), int):
+        given = {**given, "workers": {"start": given["workers"]}}  # elastic: continue at another size
     spec = build_spec(original, given)
+    elastic, before = spec.elastic, original.get("workers")
+    before_size = before.get("start") if isinstance(before, Mapping) else before
+    if (elastic is not None and elastic.batch_policy != "keep-global" and spec.workers != before_size
+            and spec.strategy.value == "multi_worker_mirrored" and spec.training.loop == "custom"):
+        raise SpecError("workers", spec.workers, "under keep-per-replica a resume at another size converts the "
+                        "step through the examples seen, which the custom loop does not do yet",
+                        f"resume at its size ({before_size}), or launch with --loop fit or --batch-policy keep-global")
     before, after = _flatten(original), _flatten(spec_fields(spec))
     for name in sorted(set(before) | set(after)):
         if name not in CHANGEABLE and before.get(name) != after.get(name):

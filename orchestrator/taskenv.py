@@ -14,6 +14,7 @@ from pathlib import Path
 
 from orchestrator import env
 from orchestrator.rundir import RunDir
+from orchestrator.spec.elastic import batch_facts
 from orchestrator.spec.model import JobSpec, Strategy, TaskId
 from orchestrator.spec.tfconfig import ClusterConfig
 
@@ -71,7 +72,20 @@ def common_env(
         out[env.ORCHESTRATOR_PID] = str(orchestrator_pid)
     if spec.strategy is Strategy.PARAMETER_SERVER:
         out["GRPC_FAIL_FAST"] = "use_caller"
+    out.update(elastic_env(spec))
     return out
+
+
+def elastic_env(spec: JobSpec) -> dict[str, str]:
+    """The batch facts of elastic workers at the spec's size (``ORCH_WORKERS_MIN``, ...,
+    ``ORCH_LEARNING_RATE_FACTOR``: :mod:`orchestrator.spec.elastic`); empty without them."""
+    if spec.elastic is None:
+        return {}
+    facts = batch_facts(spec)
+    return {env.WORKERS_MIN: str(spec.elastic.min), env.WORKERS_MAX: str(spec.elastic.max),
+            env.BATCH_POLICY: spec.elastic.batch_policy, env.GLOBAL_BATCH_SIZE: str(facts.global_batch_size),
+            env.PER_REPLICA_BATCH_SIZE: str(facts.per_replica_batch_size),
+            env.LEARNING_RATE_FACTOR: repr(facts.learning_rate_factor)}
 
 
 class TaskEnv(Mapping[str, str]):

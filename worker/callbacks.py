@@ -76,16 +76,29 @@ class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
         termination_config: ``termination_config(cleanup)`` -> a
             ``tf.distribute.experimental.TerminationConfig`` whose ``exit_fn`` calls
             ``cleanup()`` first.
+        batch_facts: elastic workers under ``keep-per-replica``: ``(global batch, steps per epoch)``
+            now; a checkpoint of another global batch is continued at the index that has seen the
+            same examples (:func:`worker.elastic.converted_position`). None: as restored.
+        chief: this task writes the backup (it records ``batch_facts`` beside it).
     """
 
-    def __init__(self, backup_dir: str, save_freq, termination_config) -> None:
+    def __init__(self, backup_dir: str, save_freq, termination_config, batch_facts=None, chief: bool = False) -> None:
         super().__init__(backup_dir, save_freq=save_freq, save_before_preemption=True)
         self._termination_config = termination_config
+        self._batch_facts = batch_facts  # keep-per-replica elastic workers: (global batch, steps/epoch) now
+        self._facts_written = not chief  # the chief records them, once
 
     def on_train_begin(self, logs=None) -> None:
         super().on_train_begin(logs)  # restores (model, epoch, batch) from the chief's backup
         mark("restored")
         state = self._training_state
+        self._install_handler(state)
+        if self._batch_facts is not None:  # after the handler: making it restores the checkpoint again
+            self._convert_position(state)
+
+    def _install_handler(self, state) -> None:
+        """TF's ``PreemptionCheckpointHandler`` on the callback's checkpoint managers (not on Google
+        Cloud, where tf-keras made its own)."""
         if state._enable_save_before_preemption:
             return  # Google Cloud: tf-keras made its own handler
         import tensorflow as tf
@@ -108,6 +121,34 @@ class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
         from orchestrator.task.sigterm import route_sigterm
 
         route_sigterm()  # the orchestrator's own SIGTERM before TF's handler
+
+    def _convert_position(self, state) -> None:
+        """Elastic workers under keep-per-replica resumed at another size: the restored (epoch,
+        batch) index counted in the old global batch becomes the index that has seen the same
+        examples (:func:`worker.elastic.converted_position`)."""
+        from worker.elastic import converted_position, read_saved_facts
+
+        before = read_saved_facts(self.backup_dir)
+        epoch, batch = int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
+        if before is None or before == tuple(self._batch_facts) or epoch < 0:
+            return
+        if batch < 0:  # an epoch-end save: every batch of it done
+            batch = before[1] - 1
+        new_epoch, new_batch = converted_position(epoch, batch, before, tuple(self._batch_facts))
+        state._ckpt_saved_epoch.assign(new_epoch)
+        state._ckpt_saved_batch.assign(new_batch)
+        print(f"elastic: the checkpoint at epoch {epoch} batch {batch} (global batch {before[0]}) continues at "
+              f"epoch {new_epoch} batch {new_batch} (global batch {self._batch_facts[0]}): the same examples seen",
+              flush=True)
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        super().on_train_batch_end(batch, logs)
+        if self._batch_facts is not None and not self._facts_written:
+            # after the first step every worker is past its restore (the step's all-reduce waited for them)
+            self._facts_written = True
+            from worker.elastic import write_saved_facts
+
+            write_saved_facts(self.backup_dir, *self._batch_facts)
 
 
 class EvaluationCallback(keras.callbacks.Callback):

@@ -145,7 +145,7 @@ def _load_tfrecord_dir(path: str) -> Data:
                 train_files=train, test_files=test)
 
 
-def train_dataset(tf, data: Data, batch_size: int, seed: int | None, workers: int = 1):
+def train_dataset(tf, data: Data, batch_size: int, seed: int | None, workers: int = 1, by_file: bool = True):
     """A repeated, shuffled, batched training ``tf.data.Dataset`` and its auto-shard policy.
 
     Args:
@@ -155,13 +155,15 @@ def train_dataset(tf, data: Data, batch_size: int, seed: int | None, workers: in
         seed: shuffle seed; under MWMS identical in every task (DATA sharding needs the same
             order everywhere); None for an unseeded order (each PSS worker its own).
         workers: input pipelines the data is split across (MWMS workers).
+        by_file: whether FILE sharding may be chosen (False with elastic workers: DATA keeps step k
+            on the same examples at any worker count).
 
     Returns:
         ``(dataset, policy)``: policy ``"FILE"`` when there are at least as many TFRecord
         train files as workers, else ``"DATA"`` (tensorflow#35878), set as the dataset's
         auto-shard policy for ``tf.distribute`` to apply.
     """
-    by_file = bool(data.train_files) and len(data.train_files) >= workers
+    by_file = by_file and bool(data.train_files) and len(data.train_files) >= workers
     if data.arrays is not None:
         ds = tf.data.Dataset.from_tensor_slices((data.arrays[0], data.arrays[1]))
         ds = ds.shuffle(len(data.arrays[0]), seed=seed)

@@ -4,7 +4,8 @@ Strategies (``ORCH_STRATEGY``):
 
 * ``mirrored``: one task, ``replicas`` logical CPU devices
   (``tf.config.set_logical_device_configuration``), synchronous gradient averaging.
-* ``multi_worker_mirrored``: every chief/worker trains (all-reduce); DATA/FILE sharding.
+* ``multi_worker_mirrored``: every chief/worker trains (all-reduce); DATA/FILE sharding (DATA
+  only with elastic workers: :mod:`worker.elastic`).
 * ``parameter_server``: the chief runs the ``ClusterCoordinator``; workers and ps only
   serve (:func:`ps.server.serve`).
 
@@ -58,6 +59,7 @@ from orchestrator.task.formed import strategy_facts
 from orchestrator.task.sigterm import exit_preempted, route_sigterm
 from ps.server import configure_threads, serve
 from worker import data as datasets
+from worker.elastic import elastic_options, is_elastic
 from worker.loops import CustomLoops
 from worker.peers import wait_for_coordination_leader, wait_for_servers
 from worker.progress import Progress, mark
@@ -165,6 +167,7 @@ class Job:
         self.data = data = datasets.load(options.data, options.seed)
         mark("data")
         self.replicas: int = self.strategy.num_replicas_in_sync
+        self.options = options = elastic_options(options, self.replicas)  # --workers MIN:MAX: the size's batch
         self.global_batch = options.batch_size_per_replica * self.replicas
         self.steps_per_epoch = options.steps_per_epoch or math.ceil(data.num_train / self.global_batch)
         self.is_chief = context.is_chief or context.strategy in (Strategy.MIRRORED, Strategy.HOGWILD)
@@ -327,7 +330,8 @@ class Job:
         the tf.data service (:func:`worker.data.through_service`: policy ``SERVICE-<sharding>``)."""
         cluster = self.context.tf_config.get("cluster", {})
         pipelines = len(cluster.get("chief", [])) + len(cluster.get("worker", [])) or 1
-        ds, policy = datasets.train_dataset(self.tf, self.data, self.global_batch, shuffle_seed, pipelines)
+        ds, policy = datasets.train_dataset(self.tf, self.data, self.global_batch, shuffle_seed, pipelines,
+                                            by_file=not is_elastic())  # step k: the same examples at any size
         address = env.read(env.DATA_SERVICE_ADDRESS)
         if address:
             sharding = env.read(env.DATA_SERVICE_SHARDING, "dynamic")
@@ -349,7 +353,10 @@ class Job:
             self.log_policy(policy)
         save_freq = self.options.checkpoint_every or "epoch"
         if self.preemption_supported:
-            backup = PreemptionBackupAndRestore(self.backup_dir, save_freq, self.termination_config)
+            facts = ((self.global_batch, self.steps_per_epoch)
+                     if env.read(env.BATCH_POLICY) == "keep-per-replica" else None)  # docs/elastic.md
+            backup = PreemptionBackupAndRestore(self.backup_dir, save_freq, self.termination_config, facts,
+                                                chief=self.is_chief)
         else:  # PSS: BackupAndRestore saves per epoch only; TF has no preemption handler
             backup = keras.callbacks.BackupAndRestore(backup_dir=self.backup_dir, save_freq=save_freq)
         callbacks = [

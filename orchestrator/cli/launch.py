@@ -12,12 +12,13 @@ from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.cli.requeue import SlurmContinuation
 from orchestrator.cli.requeue import check as check_continue
-from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags
+from orchestrator.cli.specflags import add_data_service_flags, add_gpu_flags, workers_arg
 from orchestrator.errors import SpecError
 from orchestrator.report.live import LinesView, QuietView, TableView
 from orchestrator.resume import check_program as resumed_program
 from orchestrator.resume import check_resumable, resumed_spec
 from orchestrator.rundir import RunDir
+from orchestrator.spec.elastic import BATCH_POLICIES, LR_SCALINGS
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.loader import build_spec, merge, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec, Strategy, TrainingSpec
@@ -48,7 +49,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     topo.add_argument("--strategy", default=None,
                       help="multi_worker_mirrored (default), parameter_server, mirrored (one task, --replicas "
                       "devices), or hogwild (one task, --threads threads training one shared model without locks)")
-    topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
+    topo.add_argument("--workers", default=None, metavar="N|MIN:MAX", type=workers_arg,
+                      help="worker tasks (default 4; 2 with parameter_server); MIN:MAX: elastic workers "
+                      "(multi_worker_mirrored, parameter_server): the job starts at MAX, and a resumed run may "
+                      "continue at any size in between (--resume RUN_ID --workers N; docs/elastic.md)")
+    topo.add_argument("--batch-policy", default=None, choices=BATCH_POLICIES,
+                      help="with --workers MIN:MAX: keep-global (default: the global batch is --batch-size x the "
+                      "replicas at MAX at every size, per-replica = global / replicas; sizes that do not divide "
+                      "it are refused) or keep-per-replica (--batch-size per replica at every size)")
+    topo.add_argument("--lr-scaling", default=None, choices=LR_SCALINGS,
+                      help="with --batch-policy keep-per-replica: linear (the learning rate x global batch / the "
+                      "global batch at MAX) or none (default)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None,
                       help="add a chief task (always present with parameter_server)")
@@ -84,7 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--resume", default=None, metavar="RUN_ID",
                      help="continue the run RUN_ID (under --runs-dir) in its own directory after a preemption, a time "
                      "limit or a killed orchestrator: its own spec and program, attempts counting on, its checkpoints, "
-                     "restart budget and failure history (flags given must agree with the run's, but --deadline)")
+                     "restart budget and failure history (flags given must agree with the run's, but --deadline, "
+                     "and --workers N within the range of a run launched with --workers MIN:MAX: docs/elastic.md)")
     run.add_argument("--wait-for-resources", type=float, default=None, metavar="S",
                      help="when other runs on this machine lease the cores or GPUs this run needs (or wait for them "
                      "first: first come, first served), wait for them at most S seconds, then exit 2 naming the runs "
@@ -277,6 +289,7 @@ def run_launch(args: argparse.Namespace) -> int:
     else:
         shown = view
     if isinstance(view, LinesView):
+        spec = job.plan.spec  # elastic workers: the size placed (docs/elastic.md)
         what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
                 else f", program {' '.join(job.plan.user_program)}")
         print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())

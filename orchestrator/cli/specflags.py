@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from orchestrator.errors import SpecError
+from orchestrator.spec.elastic import parse_workers
 from orchestrator.spec.loader import build_spec, overrides_from_flags, read_spec_file
 from orchestrator.spec.model import JobSpec
 
@@ -14,12 +16,23 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
                    help="cluster spec file (YAML or JSON, see cluster_specs/); the flags below override its fields")
     topo = p.add_argument_group("topology (without --spec: what launch would run)")
     topo.add_argument("--strategy", default=None, help="multi_worker_mirrored (default) or parameter_server")
-    topo.add_argument("--workers", type=int, default=None, help="worker tasks (default 4; 2 with parameter_server)")
+    topo.add_argument("--workers", type=workers_arg, default=None, metavar="N|MIN:MAX",
+                      help="worker tasks (default 4; 2 with parameter_server); MIN:MAX: elastic workers, at MAX "
+                      "(docs/elastic.md)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None, help="add a chief task")
     topo.add_argument("--evaluator", action="store_const", const=1, default=None, help="add an evaluator task")
     add_data_service_flags(topo)
     add_gpu_flags(p.add_argument_group("GPUs (docs/gpus.md)"))
+
+
+def workers_arg(text: str) -> int | dict:
+    """``--workers``: a count, or ``MIN:MAX`` (:func:`orchestrator.spec.elastic.parse_workers`); argparse's
+    one-line refusal otherwise."""
+    try:
+        return parse_workers(text)  # type: ignore[return-value]
+    except SpecError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (give N or MIN:MAX)") from None
 
 
 def add_data_service_flags(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:

@@ -143,6 +143,14 @@ class RunSummary:
         ' `ended_at`, `started_at_unix`, `ended_at_unix`, `ended` (its final state), `cause`,'
         ' `resumed_from_step`, `last_step`, `steps_lost`, `pid`, `global_batch_size` (as the coordinator'
         ' reported it)'))
+    segments: list[dict[str, Any]] = field(metadata=_doc(
+        'one per size the run trained at, in order (docs/elastic.md): `workers`, `global_batch_size`,'
+        ' `per_replica_batch_size`, `learning_rate_factor`, `first_step` (the step it resumed from; 0 for a'
+        ' fresh start), `last_step`, `cause` (`launched`, `resumed at another size`), `steps_lost` (steps'
+        ' trained in it that the next one trained again), `lives` (the lives it spans)'))
+    elastic: dict[str, Any] | None = field(metadata=_doc(
+        'elastic workers (`--workers MIN:MAX`): `min`, `max`, `workers` (the size now), `batch_policy`,'
+        ' `lr_scaling`; `null` for a fixed count'))
     late_failures: list[dict[str, Any]] = field(metadata=_doc(
         'failures after the job had succeeded (a warning, not a failure of the job)'))
     warnings: list[str] = field(metadata=_doc(

@@ -14,6 +14,7 @@ from orchestrator.report.schema import HeartbeatEntry, RunSummary, TaskEntry, fi
 from orchestrator.rundir import RunDir, write_json_atomic
 from orchestrator.spec.model import Strategy
 from orchestrator.supervisor.forensics import left_behind_text
+from orchestrator.supervisor.records import lives as lifelog
 from orchestrator.supervisor.records.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
 from orchestrator.supervisor.records.states import describe_exit, exit_fields
 from orchestrator.supervisor.rules import formed
@@ -178,6 +179,10 @@ def run_summary(snapshot: JobSnapshot) -> RunSummary:
         recoveries=[r.to_dict() for r in snapshot.recoveries],
         failures=[dict(f) for f in snapshot.earlier_failures] + [f.to_dict() for f in snapshot.failures],
         lives=[life.to_dict() for life in snapshot.lives],
+        segments=lifelog.segments(snapshot.lives),
+        elastic=None if spec.elastic is None else {"min": spec.elastic.min, "max": spec.elastic.max,
+                                                    "workers": spec.workers, "batch_policy": spec.elastic.batch_policy,
+                                                    "lr_scaling": spec.elastic.lr_scaling},
         late_failures=[f.to_dict() for f in snapshot.late_failures],
         warnings=list(snapshot.warnings),
         faults=[f.to_dict() for f in snapshot.faults],
@@ -271,6 +276,11 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
         if r["resumed_from_step"] is not None:
             line += f", resumed from step {r['resumed_from_step']}"
         lines += _wrap("recovery", line, width)
+    if summary.get("elastic") and summary.get("segments"):
+        lines += _wrap("sizes", "; ".join(
+            f"{g['workers']} worker(s) from step {g['first_step'] if g['first_step'] is not None else '?'} to "
+            f"{g['last_step'] if g['last_step'] is not None else '?'} (global batch {g['global_batch_size']}, "
+            f"{g['per_replica_batch_size']} per replica, {g['cause']})" for g in summary["segments"]), width)
     if summary.get("spares"):
         used = [s for s in summary["spares"] if s["state"] == "used"]
         lines += _wrap("spares", f"{len(summary['spares'])} warm spare(s) started, {len(used)} used"
@@ -285,7 +295,7 @@ def format_final(summary: dict, root_cause_tail: int = 12, width: int = 120) -> 
                        width)
     batches = [(life["global_batch_size"], life["life"]) for life in summary.get("lives") or []
                if life.get("global_batch_size") is not None]
-    if len({b for b, _ in batches}) > 1:
+    if len({b for b, _ in batches}) > 1 and not summary.get("elastic"):  # elastic: the sizes line says it
         lines += _wrap("WARNING", "the global batch changed between lives: "
                        + ", ".join(f"{b} (life {n})" for b, n in batches), width)
     for text in summary.get("warnings", []):

@@ -24,6 +24,7 @@ CUDA out-of-memory at start):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -188,6 +189,32 @@ def place(spec: JobSpec, inventory: Inventory | None) -> Placement:
         cursor += n
         placed[task] = TaskGpus(n, devices)
     return Placement(placed, len(gpus), spec.share_gpus, warnings=tuple(warnings))
+
+
+def place_elastic(spec: JobSpec, inventory: Inventory | None) -> tuple[JobSpec, Placement]:
+    """:func:`place`, and for elastic workers (``--workers MIN:MAX``) that cannot all be placed at
+    their size, the largest size down to MIN that can (docs/elastic.md): the spec at that size and
+    its placement, with a warning naming both sizes.
+
+    Raises:
+        SpecError: as :func:`place` at the spec's size, when no size down to MIN can be placed either.
+    """
+    try:
+        return spec, place(spec, inventory)
+    except SpecError as exc:
+        if spec.elastic is None:
+            raise
+        refusal = exc
+    for workers in range(spec.workers - 1, spec.elastic.min - 1, -1):
+        smaller = dataclasses.replace(spec, workers=workers)
+        try:
+            placement = place(smaller, inventory)
+        except SpecError:
+            continue
+        note = (f"elastic workers: {spec.workers} cannot be placed ({refusal.problem}); the job starts at {workers} "
+                f"(its range {spec.elastic.min}..{spec.elastic.max})")
+        return smaller, dataclasses.replace(placement, warnings=(*placement.warnings, note))
+    raise refusal
 
 
 def srun_gpu_options(task_env: Mapping[str, str]) -> list[str]:

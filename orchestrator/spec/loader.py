@@ -5,7 +5,7 @@ The format (docs/reference/spec.md) mirrors :class:`JobSpec` field by field::
     description: two MWMS workers on fixed loopback ports   # free text, ignored
     strategy: multi_worker_mirrored
     chief: 0
-    workers: 2
+    workers: 2                  # or elastic: {min: 1, max: 2, batch_policy: keep-global} (docs/elastic.md)
     ps: 0
     evaluator: 0
     heartbeat_interval_s: 1.0
@@ -36,6 +36,7 @@ from typing import Any, Mapping
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import tf1_hosts_error
 from orchestrator.spec.dataservice import DataServiceSpec
+from orchestrator.spec.elastic import ElasticSpec, parse_workers
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy, TaskId, TrainingSpec
 from orchestrator.spec.supervision import SupervisionSpec
 
@@ -94,6 +95,8 @@ FLAG_FIELDS = {
     "threads": "training.threads",
     "data_service": "data_service.workers",
     "data_service_sharding": "data_service.sharding",
+    "batch_policy": "workers.batch_policy",
+    "lr_scaling": "workers.lr_scaling",
 }
 
 
@@ -293,6 +296,11 @@ def overrides_from_flags(args: object) -> dict:
             continue
         if value is True:
             value = 1
+        if dest == "workers":
+            value = parse_workers(value)
+        if dotted.startswith("workers.") and not isinstance(out.get("workers", {}), Mapping):
+            raise SpecError(dest.replace("_", "-"), value, "is for elastic workers",
+                            "give --workers MIN:MAX, or drop it")
         node = out
         *parents, leaf = dotted.split(".")
         for parent in parents:
@@ -353,6 +361,9 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
     defaults = {"chief": 1 if pss else 0, "workers": 2 if pss else 1 if single else 4, "ps": 1 if pss else 0,
                 "evaluator": 0}
     counts = {}
+    elastic = None
+    if isinstance(fields.get("workers"), Mapping):
+        elastic, fields["workers"] = ElasticSpec.from_raw(fields["workers"])
     for task_type, key in COUNT_KEYS.items():
         if key in fields and fields[key] is not None:
             counts[key] = fields[key]
@@ -391,6 +402,8 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
     data_service = DataServiceSpec.from_raw(service_raw)
     if data_service is not None:
         extra["data_service"] = data_service
+    if elastic is not None:
+        extra["elastic"] = elastic
     return JobSpec.create(strategy=strategy, training=training, supervision=supervision, addresses=addresses,
                           **counts, **extra)
 

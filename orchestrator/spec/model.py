@@ -28,6 +28,7 @@ from typing import Mapping
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import check_addresses
 from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, DataServiceSpec, check_data_service
+from orchestrator.spec.elastic import ElasticSpec, batch_facts, check_elastic
 from orchestrator.spec.supervision import SuccessPolicy, SupervisionSpec
 
 TASK_TYPES = (*SERVICE_TASK_TYPES, "chief", "worker", "ps", "evaluator")
@@ -188,7 +189,9 @@ class JobSpec:
     Attributes:
         strategy: the tf.distribute strategy.
         chief: 0 or 1 chief task.
-        workers: number of worker tasks.
+        workers: number of worker tasks; ``{min: 2, max: 4}`` (``--workers 2:4``): elastic, from max, a resumed
+            run at any size in between (``start``); ``batch_policy`` (``keep-global``, ``keep-per-replica``)
+            and ``lr_scaling`` (``none``, ``linear``) say what a size does to the batch (docs/elastic.md).
         ps: number of parameter-server tasks.
         evaluator: 0 or 1 evaluator task (not part of the training cluster).
         training: options of the built-in training program.
@@ -208,6 +211,7 @@ class JobSpec:
             this machine (:mod:`orchestrator.resources.cpus`); False: ``--no-pin``.
         data_service: the tf.data service (one dispatcher, N data workers) the trainers read
             through (``--data-service N``), or None.
+        elastic: the elastic bounds and batch policy of the workers (``workers: {min, max}``), or None.
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -224,6 +228,7 @@ class JobSpec:
     share_gpus: bool = False
     pin_cpus: bool = True
     data_service: DataServiceSpec | None = None
+    elastic: ElasticSpec | None = None
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -332,6 +337,9 @@ class JobSpec:
             self._validate_addresses()
         self._validate_gpus()
         check_data_service(self.data_service, self.strategy.value)
+        if self.elastic is not None:
+            check_elastic(self.elastic, self.strategy.value, self.chief, self.workers,
+                          self.training.batch_size_per_replica, fixed_addresses=self.addresses is not None)
 
     def _validate_gpus(self) -> None:
         if not isinstance(self.gpus_per_task, Mapping):
@@ -448,8 +456,8 @@ class JobSpec:
 
     @property
     def global_batch_size(self) -> int:
-        """Examples per training step across the replicas in sync."""
-        return self.training.batch_size_per_replica * self.replicas
+        """Examples per training step across the replicas in sync (elastic: :mod:`orchestrator.spec.elastic`)."""
+        return batch_facts(self).global_batch_size
 
     def tf_process_count(self) -> int:
         """Processes that import TensorFlow (every task)."""

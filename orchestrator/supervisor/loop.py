@@ -124,7 +124,7 @@ class Supervisor:
         self.warnings: list[str] = []  # work lost or cut off, the job not failed
         self.started_at, self.started_wall = clock(), time.time()
         self.ended_at: float | None = None
-        self.lives = LifeBook(self.carried, self.started_wall, os.getpid())
+        self.lives = LifeBook(self.carried, self.started_wall, os.getpid(), spec=plan.spec)
         self._interrupt: str | None = None
         self._exits, self._force_stop = ExitWatch(), threading.Event()  # the loop sleeps in _exits
         self._restart_at: dict[str, float] = {}  # task name -> when to start its next attempt

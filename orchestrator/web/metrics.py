@@ -16,6 +16,9 @@ counters, an enum as one series per state with value 1 for the current one. Labe
 | ``tfjob_restarts_total`` | counter | restarts counted against ``max_restarts`` |
 | ``tfjob_max_restarts`` | gauge | the restart budget |
 | ``tfjob_failures_total`` | counter | task failures, recovered or not |
+| ``tfjob_workers`` | gauge | elastic workers (``--workers MIN:MAX``) only: the worker tasks now |
+| ``tfjob_workers_min`` | gauge | elastic workers only: MIN |
+| ``tfjob_workers_max`` | gauge | elastic workers only: MAX |
 | ``tfjob_task_state`` | gauge (0/1 per ``state``) | each task's state |
 | ``tfjob_task_attempt`` | gauge | current attempt (0 first) |
 | ``tfjob_task_restarts_total`` | counter | restarts of the task |
@@ -98,6 +101,14 @@ def job_metrics(status: Mapping[str, Any]) -> list[Metric]:
     failures = CounterMetricFamily("tfjob_failures", "Task failures, recovered or not.", labels=["run_id"])
     failures.add_metric([run], float(len(status.get("failures") or ())))
     out: list[Metric] = [info, state, running, elapsed, restarts, budget, failures]
+    elastic = status.get("elastic")
+    if elastic:  # docs/elastic.md: the size now against MIN..MAX
+        for key, name, doc in (("workers", "tfjob_workers", "Worker tasks now (elastic workers)."),
+                               ("min", "tfjob_workers_min", "Fewest worker tasks (elastic workers: MIN)."),
+                               ("max", "tfjob_workers_max", "Most worker tasks (elastic workers: MAX).")):
+            size = GaugeMetricFamily(name, doc, labels=["run_id"])
+            size.add_metric([run], float(elastic[key]))
+            out.append(size)
 
     labels = ["run_id", "task_type", "task_index"]
 

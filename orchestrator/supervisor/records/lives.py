@@ -17,6 +17,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from orchestrator.spec.elastic import batch_facts
+from orchestrator.spec.model import JobSpec
+
 RECORD_VERSION = 1
 
 CAUSE_PREEMPTED = "preempted"
@@ -25,6 +28,11 @@ CAUSE_KILLED = "orchestrator killed"
 CAUSE_INTERRUPTED = "interrupted"
 CAUSE_FAILED = "failed"
 CAUSE_SUCCEEDED = "succeeded"
+
+SEGMENT_LAUNCHED = "launched"
+"""``cause`` of a run's first segment (:func:`segments`)."""
+SEGMENT_RESUMED = "resumed at another size"
+"""``cause`` of a segment a ``launch --resume RUN --workers N`` began (docs/elastic.md)."""
 
 
 def _iso(t: float | None) -> str | None:
@@ -51,6 +59,9 @@ class Life:
         global_batch_size: the global batch (examples per step) the coordinator reported in
             this life (the built-in worker, ``report(global_batch_size=)``, the Keras callback);
             None when not reported.
+        size: the size this life ran at, as planned (:func:`size_of`: ``workers``,
+            ``global_batch_size``, ``per_replica_batch_size``, ``learning_rate_factor``); None in a
+            record of an earlier version.
     """
 
     number: int
@@ -63,6 +74,7 @@ class Life:
     steps_lost: int | None = None
     pid: int = 0
     global_batch_size: int | None = None
+    size: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +90,7 @@ class Life:
             "steps_lost": self.steps_lost,
             "pid": self.pid,
             "global_batch_size": self.global_batch_size,
+            "size": dict(self.size) if self.size is not None else None,
         }
 
     @classmethod
@@ -93,6 +106,7 @@ class Life:
             steps_lost=data.get("steps_lost"),
             pid=int(data.get("pid") or 0),
             global_batch_size=data.get("global_batch_size"),
+            size=data.get("size"),
         )
 
 
@@ -196,6 +210,61 @@ def batch_change(earlier: tuple[Life, ...], global_batch_size: int | None) -> st
             "steps per epoch that suited the old batch may not suit this one)")
 
 
+def size_of(spec: JobSpec) -> dict[str, Any]:
+    """The size ``spec`` runs at, as a life records it: ``workers`` (the worker tasks), and the batch
+    facts there (:func:`orchestrator.spec.elastic.batch_facts`)."""
+    facts = batch_facts(spec)
+    return {"workers": spec.workers, "global_batch_size": facts.global_batch_size,
+            "per_replica_batch_size": facts.per_replica_batch_size,
+            "learning_rate_factor": facts.learning_rate_factor}
+
+
+def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
+    """``summary.json``'s ``segments``: one per size the run trained at, in order (consecutive lives
+    at one size are one segment): its ``workers`` and batch facts (:func:`size_of`; the global
+    batch the coordinator reported, when it did), ``first_step`` (the step it resumed from; 0 for a
+    fresh start), ``last_step`` (the last step reported, or the next segment's ``first_step`` when
+    that is later: a preemption saves steps not yet reported), ``cause`` (:data:`SEGMENT_LAUNCHED`,
+    :data:`SEGMENT_RESUMED`), ``steps_lost`` (steps trained in it that the next one trained again;
+    None while unknown) and ``lives`` (their numbers). Lives without a recorded size (an earlier
+    version's) are left out."""
+    out: list[dict[str, Any]] = []
+    for life in lives:
+        if life.size is None:
+            continue
+        size = dict(life.size)
+        if life.global_batch_size is not None:
+            size["global_batch_size"] = life.global_batch_size
+        last = out[-1] if out else None
+        if last is not None and all(last[k] == size[k] for k in ("workers", "global_batch_size")):
+            last["last_step"] = life.last_step if life.last_step is not None else last["last_step"]
+            last["steps_lost"] = _add(last["steps_lost"], life.steps_lost)
+            last["lives"].append(life.number)
+            continue
+        first = life.resumed_from_step if life.resumed_from_step is not None else (0 if last is None else None)
+        if last is not None and first is not None and (last["last_step"] or 0) < first:
+            last["last_step"] = first  # its last steps were saved (the step resumed from) before they were reported
+        out.append({**size, "first_step": first, "last_step": life.last_step,
+                    "cause": SEGMENT_LAUNCHED if last is None else SEGMENT_RESUMED,
+                    "steps_lost": life.steps_lost, "lives": [life.number]})
+    return out
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
+
+
+def planned_change(earlier: tuple[Life, ...], life: Life) -> bool:
+    """Whether ``life``'s global batch is the one its size plans and the latest earlier life that
+    reported one trained at its own size's: elastic workers under ``keep-per-replica`` resumed at
+    another size (docs/elastic.md), a change the user asked for, not a warning."""
+    before = next((e for e in reversed(earlier) if e.global_batch_size is not None), None)
+    return (before is not None and before.size is not None and life.size is not None
+            and before.global_batch_size == before.size.get("global_batch_size")
+            and life.global_batch_size == life.size.get("global_batch_size")
+            and before.size.get("workers") != life.size.get("workers"))
+
+
 class LifeBook:
     """This life of the run as it goes: what it carried over, the step it resumed from, the
     coordinator's last step, when the record was last persisted.
@@ -208,9 +277,11 @@ class LifeBook:
             orchestrator's resume then knows the last step within this much training).
     """
 
-    def __init__(self, carried: Carried, started_at: float, pid: int, persist_every_s: float = 1.0) -> None:
+    def __init__(self, carried: Carried, started_at: float, pid: int, persist_every_s: float = 1.0,
+                 spec: JobSpec | None = None) -> None:
         self.carried = carried
-        self.life = Life(number=len(carried.lives) + 1, started_at=started_at, pid=pid)
+        self.life = Life(number=len(carried.lives) + 1, started_at=started_at, pid=pid,
+                         size=size_of(spec) if spec is not None else None)
         self.last_step: int | None = None
         self.persist_every_s = persist_every_s
         self.persisted_at: float | None = None
@@ -227,7 +298,7 @@ class LifeBook:
         if global_batch_size is not None and int(global_batch_size) != self.life.global_batch_size:
             self.life = replace(self.life, global_batch_size=int(global_batch_size))
             change = batch_change(self.carried.lives, self.life.global_batch_size)
-            if change:
+            if change and not planned_change(self.carried.lives, self.life):
                 self._warnings.append(change)
             due = True
         if resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
