@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from orchestrator import env as envvars
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, faulthandler_dump
+from orchestrator.backends.base import Backend, Capability, LaunchRequest
 from orchestrator.backends.docker_container import (
     LABEL_OWNER,
     LABEL_RUN,
@@ -53,6 +53,7 @@ from orchestrator.backends.engine import connect
 from orchestrator.backends.image import ensure_image
 from orchestrator.backends.netns import MAX_UNIX_PATH, SOCKET_NAME
 from orchestrator.backends.options import DOCKER, DockerOptions
+from orchestrator.backends.stacks import faulthandler_dump
 from orchestrator.errors import LaunchError
 from orchestrator.spec.model import JobSpec, TaskId
 

@@ -30,13 +30,13 @@ from orchestrator.backends.base import (
     SpareInfo,
     SpareRequest,
     TaskHandle,
-    faulthandler_dump,
 )
 from orchestrator.backends.host import TASK_RSS_BYTES, cgroup_oom_kills, check_memory, pidfd, py_spy_dump  # noqa: F401
 from orchestrator.backends.local_spares import MAX_SPARE_DEATHS, SparePool  # noqa: F401 - the spares
 from orchestrator.backends.netns import NetworkNamespace, socket_path
 from orchestrator.backends.options import LOCAL, LocalOptions
 from orchestrator.backends.ports import PortReservations, port_holder, port_range
+from orchestrator.backends.stacks import faulthandler_dump
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.net import can_listen
 from orchestrator.resources.gpus import VISIBLE_ENV, uuids_in

@@ -62,7 +62,7 @@ from typing import Iterable, Sequence
 
 from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration, faulthandler_dump
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration
 from orchestrator.backends.host import pidfd
 from orchestrator.backends.options import SLURM, SlurmOptions
 from orchestrator.backends.slurm_commands import (
@@ -81,6 +81,7 @@ from orchestrator.backends.slurm_step import (
     SlurmStep,
     exit_code_of,
 )
+from orchestrator.backends.stacks import faulthandler_dump
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.resources.cpus import node_cpus_plan, node_share_env
 from orchestrator.resources.nodes import move_off, parse_node_list, place
