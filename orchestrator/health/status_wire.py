@@ -117,6 +117,8 @@ def job_dict(j: pb.JobStatus) -> dict[str, Any]:
         "recoveries": [recovery_dict(r) for r in j.recoveries],
         "failures": [mapping(r) for r in j.failures],
         "lives": [mapping(r) for r in j.lives],
+        "segments": [mapping(r) for r in j.segments],
+        "elastic": plain(j.elastic),
         "late_failures": [mapping(r) for r in j.late_failures],
         "warnings": list(j.warnings),
         "faults": [mapping(r) for r in j.faults],

@@ -193,7 +193,7 @@ class StatusReply(_message.Message):
     def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., history: _Optional[_Union[StatusHistory, _Mapping]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("run_id", "run_dir", "status", "exit_code", "reason", "wall_time_s", "started_at", "strategy", "topology", "cluster", "threads_per_task", "program", "training", "metrics", "evaluation", "model_dir", "tensorboard_dir", "root_cause", "restarts", "max_restarts", "restart_policy", "recoveries", "failures", "lives", "late_failures", "warnings", "faults", "cluster_check", "spares", "tasks", "peak_gpu_memory_bytes", "orchestrator", "data_service", "live", "elapsed_s", "global_batch_size", "updated_at")
+    __slots__ = ("run_id", "run_dir", "status", "exit_code", "reason", "wall_time_s", "started_at", "strategy", "topology", "cluster", "threads_per_task", "program", "training", "metrics", "evaluation", "model_dir", "tensorboard_dir", "root_cause", "restarts", "max_restarts", "restart_policy", "recoveries", "failures", "lives", "late_failures", "warnings", "faults", "cluster_check", "spares", "tasks", "peak_gpu_memory_bytes", "orchestrator", "data_service", "live", "elapsed_s", "global_batch_size", "updated_at", "segments", "elastic")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_DIR_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,8 @@ class JobStatus(_message.Message):
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     run_dir: str
     status: str
@@ -268,7 +270,9 @@ class JobStatus(_message.Message):
     elapsed_s: float
     global_batch_size: int
     updated_at: float
-    def __init__(self, run_id: _Optional[str] = ..., run_dir: _Optional[str] = ..., status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., wall_time_s: _Optional[float] = ..., started_at: _Optional[str] = ..., strategy: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., cluster: _Optional[_Iterable[_Union[Addresses, _Mapping]]] = ..., threads_per_task: _Optional[int] = ..., program: _Optional[_Iterable[str]] = ..., training: _Optional[_Union[Value, _Mapping]] = ..., metrics: _Optional[_Union[Record, _Mapping]] = ..., evaluation: _Optional[_Union[Value, _Mapping]] = ..., model_dir: _Optional[str] = ..., tensorboard_dir: _Optional[str] = ..., root_cause: _Optional[_Union[Value, _Mapping]] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., restart_policy: _Optional[_Iterable[_Union[NamedText, _Mapping]]] = ..., recoveries: _Optional[_Iterable[_Union[Recovery, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., lives: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., late_failures: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., faults: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., cluster_check: _Optional[_Union[Record, _Mapping]] = ..., spares: _Optional[_Iterable[_Union[Spare, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., orchestrator: _Optional[_Union[OrchestratorProcess, _Mapping]] = ..., data_service: _Optional[_Union[Value, _Mapping]] = ..., live: _Optional[bool] = ..., elapsed_s: _Optional[float] = ..., global_batch_size: _Optional[int] = ..., updated_at: _Optional[float] = ...) -> None: ...
+    segments: _containers.RepeatedCompositeFieldContainer[Record]
+    elastic: Value
+    def __init__(self, run_id: _Optional[str] = ..., run_dir: _Optional[str] = ..., status: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., wall_time_s: _Optional[float] = ..., started_at: _Optional[str] = ..., strategy: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., cluster: _Optional[_Iterable[_Union[Addresses, _Mapping]]] = ..., threads_per_task: _Optional[int] = ..., program: _Optional[_Iterable[str]] = ..., training: _Optional[_Union[Value, _Mapping]] = ..., metrics: _Optional[_Union[Record, _Mapping]] = ..., evaluation: _Optional[_Union[Value, _Mapping]] = ..., model_dir: _Optional[str] = ..., tensorboard_dir: _Optional[str] = ..., root_cause: _Optional[_Union[Value, _Mapping]] = ..., restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., restart_policy: _Optional[_Iterable[_Union[NamedText, _Mapping]]] = ..., recoveries: _Optional[_Iterable[_Union[Recovery, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., lives: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., late_failures: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., faults: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., cluster_check: _Optional[_Union[Record, _Mapping]] = ..., spares: _Optional[_Iterable[_Union[Spare, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., peak_gpu_memory_bytes: _Optional[int] = ..., orchestrator: _Optional[_Union[OrchestratorProcess, _Mapping]] = ..., data_service: _Optional[_Union[Value, _Mapping]] = ..., live: _Optional[bool] = ..., elapsed_s: _Optional[float] = ..., global_batch_size: _Optional[int] = ..., updated_at: _Optional[float] = ..., segments: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., elastic: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Topology(_message.Message):
     __slots__ = ("chief", "worker", "ps", "evaluator")
