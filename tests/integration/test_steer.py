@@ -157,7 +157,8 @@ def test_list_shows_the_running_job(job):
     assert (entry["run_id"], entry["status"], entry["live"], entry["tasks"]) == ("steer", "Running", True,
                                                                                  {"worker": 2})
     plain = cli("list", "--runs-dir", str(job.runs_dir))
-    assert plain.stdout.splitlines()[0].split() == ["run", "status", "strategy", "tasks", "ports", "started", "wall", "accuracy"]
+    header = ["run", "status", "strategy", "tasks", "ports", "started", "wall", "accuracy"]
+    assert plain.stdout.splitlines()[0].split() == header
     assert plain.stdout.splitlines()[1].split()[:4] == ["steer", "Running", "multi_worker_mirrored", "worker:2"]
 
 
