@@ -110,8 +110,11 @@ def test_a_job_preempted_by_a_higher_priority_job_saves_is_requeued_and_resumes_
     started = time.monotonic()
     ours = theirs = ""
     try:
-        # 16 epochs: 720 steps, so that ~630 are left after step 90 for the preemption to land in (it takes ~1-2 s)
-        ours = submit(slurm_env, tmp_path, "--workers", "2", "--epochs", "16", "--preemption-grace", "10")
+        # 40 epochs: 1800 steps. The plain lines come every 5 s, so step 90 is seen as late as step ~550 on a quiet
+        # run of this machine (~100 steps/s); ~1250 steps (~12 s) are then left for the preemption to land in (it
+        # takes ~1-2 s, longer under load, when training slows down too). With 16 epochs (720 steps) a CI run
+        # under load saw the job finish before Slurm preempted it.
+        ours = submit(slurm_env, tmp_path, "--workers", "2", "--epochs", "40", "--preemption-grace", "10")
         run_dir = tmp_path / "runs" / f"slurm-{ours}"
         wait_until(lambda: training_step(output(tmp_path, ours)) >= 90, timeout_s=180, interval_s=0.5,
                    what=f"job {ours} training past step 90:\n{output(tmp_path, ours)[-1500:]}")
