@@ -145,6 +145,7 @@ def test_pss_in_containers_a_killed_worker_restarts_alone_and_the_servers_are_st
     assert not thread.is_alive(), "the job did not end"
     summary = outcome["summary"]
     assert summary["status"] == "Succeeded", summary["reason"]
+    assert len(summary["failures"]) == 1, summary["failures"]
     (failure,) = summary["failures"]
     assert (failure["task"], failure["attempt"], failure["signal"]) == ("worker:0", 0, "SIGKILL")  # not exit 137
     (recovery,) = summary["recoveries"]
