@@ -164,12 +164,14 @@ def test_sigkill_with_checkpoint_every_10_loses_at_most_10_steps(tmp_path, launc
 
 
 def test_hogwild_threads_train_one_shared_model_to_high_accuracy(tmp_path, launches):
-    launch = start(launches, tmp_path, "hogwild", "--strategy", "hogwild", "--threads", "2", "--epochs", "3")
+    launch = start(launches, tmp_path, "hogwild", "--strategy", "hogwild", "--threads", "2", "--epochs", "4")
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines[-30:])
     assert summary["strategy"] == "hogwild" and summary["training"]["threads"] == 2
-    assert summary["metrics"]["steps"] == 3 * 90  # 90 batches of 16 per epoch, shared by the threads
+    assert summary["metrics"]["steps"] == 4 * 90  # 90 batches of 16 per epoch, shared by the threads
+    # the threads' unlocked updates race, so accuracy varies run to run: 4 epochs measured 0.936-0.953
+    # (5 quiet runs; 3 epochs 0.886-0.95 and 0.833 in a loaded CI run); chance is 0.1
     assert summary["metrics"]["test_accuracy"] >= 0.85
     out = _log(launch.run_dir, 0, "worker-0")
-    assert "hogwild, 2 threads on one model, no locks" in out and "epoch 3/3: mean loss" in out
+    assert "hogwild, 2 threads on one model, no locks" in out and "epoch 4/4: mean loss" in out
     assert summary["tasks"][0]["last_heartbeat"]["loss"] is not None
