@@ -16,6 +16,7 @@ import yaml
 from orchestrator import api
 from orchestrator.cli import main
 from orchestrator.errors import SpecError
+from orchestrator.resume import resumed_spec
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.loader import build_spec, load_spec
 from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
@@ -45,6 +46,16 @@ def test_the_spec_file_sizes_the_containers_and_plan_json_keeps_them(tmp_path, n
     default = build_spec({})
     assert default.containers.shm_size == DEFAULT_SHM_SIZE_BYTES and default.containers.memory is None
     assert "containers" not in spec_fields(default)  # an old plan.json resumes unchanged
+
+
+def test_a_resumed_run_may_be_given_bigger_containers_and_keeps_its_own_otherwise():
+    plan = {"spec": spec_fields(build_spec({"workers": 2}))}  # a run that died of a full /dev/shm
+    bigger = resumed_spec(plan, {"containers": {"shm_size": "4G", "memory": "16G"}})  # launch --resume --shm-size 4G
+    assert (bigger.containers.shm_size, bigger.containers.memory) == (4 * GIB, 16 * GIB)
+    kept = resumed_spec({"spec": spec_fields(bigger)}, {})
+    assert kept.containers == bigger.containers
+    with pytest.raises(SpecError, match="workers"):
+        resumed_spec(plan, {"workers": 3})  # the rest of the spec is still the run's own
 
 
 def _compose(tmp_path, capsys, *args: str) -> dict:
