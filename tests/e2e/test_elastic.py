@@ -9,24 +9,16 @@ and the job succeeds with every step trained once. Three TF processes in all (2,
 
 from __future__ import annotations
 
-import re
 import signal
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_until
 from tests.e2e.test_preemption import STEPS_3_EPOCHS
 from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
+from tests.e2e.test_resume import _saved_step
 
 pytestmark = pytest.mark.e2e
-
-
-def _saved_step(run_dir: Path) -> int:
-    steps = {int(m) for log in run_dir.glob("attempt-0/worker-*/stdout.log")
-             for m in re.findall(r"checkpoint saved after step (\d+); exiting with code 143", log.read_text())}
-    assert len(steps) == 1, f"the workers did not save one preemption checkpoint: {steps}"
-    return steps.pop()
 
 
 def test_an_elastic_mwms_run_preempted_at_2_workers_resumes_at_1_with_the_same_global_batch(tmp_path, launches):  # noqa: F811
