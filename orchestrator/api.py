@@ -115,7 +115,7 @@ def dry_run(
         SpecError: as :func:`check_job`, or an address the backend cannot use.
     """
     check_job(spec, backend=backend, faults=faults, commands=commands, run_id=run_id)
-    engine = get_backend(backend, backend_options)
+    engine = get_backend(backend, backend_options, spec.containers)
     run_id = run_id or new_run_id()
     spec, placement = place_gpus(spec, engine)
     addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
@@ -185,7 +185,7 @@ def prepare(
         carried = carried_over(rd)
     elif run_dir.exists():
         raise runlock.exists(rd)
-    engine = get_backend(backend, backend_options)
+    engine = get_backend(backend, backend_options, spec.containers)
     spec, placement = place_gpus(spec, engine)  # before the engine opens anything
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()

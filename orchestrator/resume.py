@@ -36,16 +36,21 @@ from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec
 from orchestrator.supervisor.records.lives import Carried
 
-CHANGEABLE = frozenset({"supervision.deadline_s", "workers.start"})
-"""Spec fields a resumed run may change: the job deadline (each life's own), and the size of
-elastic workers (within MIN..MAX, checked by :func:`orchestrator.spec.elastic.check_elastic`)."""
+CHANGEABLE = frozenset({"supervision.deadline_s", "workers.start", "containers.shm_size", "containers.memory"})
+"""Spec fields a resumed run may change: the job deadline (each life's own), the size of
+elastic workers (within MIN..MAX, checked by :func:`orchestrator.spec.elastic.check_elastic`), and
+the size of its containers (a run that died of a full ``/dev/shm`` resumes with ``--shm-size 2G``:
+the fix its failure names)."""
+
+FLATTENED = ("training", "supervision", "restart_policy", "addresses", "workers", "containers")
+"""Sections of a spec compared field by field."""
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and key in ("training", "supervision", "restart_policy", "addresses", "workers"):
+        if isinstance(value, Mapping) and key in FLATTENED:
             out.update(_flatten(value, name + "."))
         else:
             out[name] = value

@@ -20,8 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.backends.base import Backend, Capability, overridden_hooks
-from orchestrator.backends.options import DECLARED, Declaration, OptionInfo, describe, options_from_mapping
+from orchestrator.backends.options import (
+    DECLARED,
+    Declaration,
+    OptionInfo,
+    describe,
+    options_from_mapping,
+    with_container_sizes,
+)
 from orchestrator.errors import SpecError
+from orchestrator.spec.containers import ContainerSpec
 
 
 class Registry(MutableMapping[str, type[Backend[Any]]]):
@@ -99,7 +107,8 @@ def backend_class(name: str) -> type[Backend[Any]]:
     return BACKENDS[name]
 
 
-def get_backend(name: str, options: object | Mapping[str, Any] | None = None) -> Backend[Any]:
+def get_backend(name: str, options: object | Mapping[str, Any] | None = None,
+                containers: ContainerSpec | None = None) -> Backend[Any]:
     """Instantiate the backend called ``name`` with its options.
 
     Args:
@@ -107,19 +116,23 @@ def get_backend(name: str, options: object | Mapping[str, Any] | None = None) ->
         options: an instance of the backend's :attr:`~Backend.options_type` (docker:
             :class:`~orchestrator.backends.options.DockerOptions`), a mapping of its field names
             (``{"image": "tf:1"}``), or None for the defaults.
+        containers: the spec's ``containers`` section: the sizes of a backend whose options
+            take them and were not given (:func:`~orchestrator.backends.options.with_container_sizes`).
 
     Raises:
         SpecError: an unknown backend, an option it does not take, or options of another backend.
     """
     cls = backend_class(name)
-    if options is None:
+    if options is None and containers is None:
         return cls(None)
+    if options is None:
+        options = cls.options_type()
     if isinstance(options, Mapping):
         options = options_from_mapping(name, cls.options_type, options)
     if not isinstance(options, cls.options_type):
         raise SpecError("backend_options", type(options).__name__, f"are not options of the {name} backend",
                         f"pass a {cls.options_type.__name__} (or a dict of its fields)")
-    return cls(options)
+    return cls(options if containers is None else with_container_sizes(options, containers))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Union
 
 from orchestrator.errors import SpecError
-from orchestrator.spec.sizes import parse_size
+from orchestrator.spec.containers import ContainerSpec
+from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, parse_size
 
 FLAG = "orchestrator.flag"
 """Metadata key of a field: the option's help when it is a command-line flag, None when it is
@@ -85,11 +86,13 @@ class DockerOptions:
             (no parent-death signal crosses into a container: its heartbeat watchdog), then it
             kills itself; > 0. Short: a lost orchestrator frees the GPUs sooner; long: a task
             outlives a longer network partition.
-        shm_size: the size of each container's ``/dev/shm`` (``1G``, ``512M``; default 1G:
-            :data:`orchestrator.spec.sizes.DEFAULT_SHM_SIZE_BYTES`; Docker's own default, 64 MB,
+        shm_size: the size of each container's ``/dev/shm`` (``1G``, ``512M``); None (default): the
+            spec's ``containers.shm_size`` (:func:`with_container_sizes`), 1G unless set
+            (:data:`orchestrator.spec.sizes.DEFAULT_SHM_SIZE_BYTES`; Docker's own default, 64 MB,
             is outgrown by multi-process data loading and NCCL, with a ``Bus error``).
-        memory: each container's memory limit (``8G``); None (default): none. A task past it is
-            killed by the kernel's OOM killer, which the failure report names.
+        memory: each container's memory limit (``8G``); None (default): the spec's
+            ``containers.memory``, none unless set. A task past it is killed by the kernel's OOM
+            killer, which the failure report names.
         isolate_network: the job's network is ``--internal`` (no route out of it; TF's ports
             are never published either way) and tasks reach the orchestrator through
             ``runs/<run-id>/health.sock`` in the bind-mounted run directory.
@@ -108,12 +111,12 @@ class DockerOptions:
     orphan_timeout_s: float = field(default=ORPHAN_TIMEOUT_S, metadata=option(
         f"seconds a task keeps running once its orchestrator is unreachable, then it stops itself (default "
         f"{ORPHAN_TIMEOUT_S:g})", metavar="SECONDS"))
-    shm_size: str = field(default="1G", metadata=option(
-        "size of each container's /dev/shm (default 1G; Docker's own 64M is outgrown by multi-process data "
-        "loading and NCCL: a Bus error)", metavar="SIZE"))
+    shm_size: str | None = field(default=None, metadata=option(
+        "size of each container's /dev/shm (default: the spec file's containers.shm_size, else 1G; Docker's own "
+        "64M is outgrown by multi-process data loading and NCCL: a Bus error)", metavar="SIZE"))
     memory: str | None = field(default=None, metadata=option(
-        "memory limit of each task's container (e.g. 8G; default none): a task past it is OOM-killed, and the "
-        "failure report says so", metavar="SIZE"))
+        "memory limit of each task's container (e.g. 8G; default: the spec file's containers.memory, else none): "
+        "a task past it is OOM-killed, and the failure report says so", metavar="SIZE"))
     isolate_network: bool = field(default=False, metadata=option(
         "every task of the run in one network namespace of its own with only loopback: TensorFlow's ports "
         "unreachable from outside the run (docs/security.md)"))
@@ -125,11 +128,13 @@ class DockerOptions:
 
     @property
     def shm_size_bytes(self) -> int:
-        """``shm_size`` in bytes (at least 1 MiB).
+        """``shm_size`` in bytes (at least 1 MiB; 1 GiB when not given).
 
         Raises:
             SpecError: not a size, or below 1M.
         """
+        if self.shm_size is None:
+            return DEFAULT_SHM_SIZE_BYTES
         size = parse_size("shm-size", self.shm_size, "e.g. --shm-size 1G")
         if size < 1 << 20:
             raise SpecError("shm-size", self.shm_size, "must be at least 1M", "e.g. --shm-size 1G")
@@ -148,6 +153,21 @@ class DockerOptions:
         if size < 64 << 20:
             raise SpecError("memory", self.memory, "must be at least 64M", "e.g. --memory 8G")
         return size
+
+
+def with_container_sizes(options: Any, containers: ContainerSpec) -> Any:
+    """``options`` with the sizes it was not given (``shm_size``, ``memory`` left at None) taken from
+    the spec's ``containers`` section, for a backend whose options declare them (docker); other
+    options are returned as they are. Given options win (the CLI's flag is in both already).
+
+    Raises:
+        SpecError: as the options' own validation.
+    """
+    names = {f.name for f in dataclasses.fields(options)}
+    wanted = {"shm_size": containers.shm_size, "memory": containers.memory}
+    missing = {name: str(size) for name, size in wanted.items()
+               if name in names and size is not None and getattr(options, name) is None}
+    return dataclasses.replace(options, **missing) if missing else options
 
 
 @dataclass(frozen=True)

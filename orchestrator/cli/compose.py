@@ -19,7 +19,6 @@ from orchestrator.render.compose import (
 )
 from orchestrator.resources.gpus import discover
 from orchestrator.spec.model import JobSpec
-from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, parse_size
 
 
 def add_parser(subparsers) -> None:
@@ -83,11 +82,7 @@ def run_compose(args: argparse.Namespace) -> int:
     inventory = discover()
     document = render_compose(spec, image=args.image, base_image=args.base_image or default_base_image(),
                               build_context=context, health_address=args.health_address, stop_grace_s=args.stop_timeout,
-                              shm_size_bytes=DEFAULT_SHM_SIZE_BYTES if args.shm_size is None  # the docker option's flag
-                              else parse_size("shm-size", args.shm_size, "e.g. --shm-size 1G"),
-                              memory_bytes=None if args.memory is None else parse_size("memory", args.memory,
-                                                                                         "e.g. --memory 8G"),
-                              inventory=inventory)
+                              inventory=inventory)  # shm_size, mem_limit: spec.containers (--shm-size, --memory on top)
     if any(count for count in spec.gpus_per_task.values()) and not inventory.gpus:
         print(f"note: {inventory.describe()} here, so each service reserves a count of GPUs: the engine gives "
               "every service the first devices it finds; on the GPU machine, render the file there for disjoint "

@@ -23,7 +23,6 @@ from orchestrator.render.networkpolicy import network_policy
 from orchestrator.render.secret import MOUNT_PATH, create_command, default_secret, with_tls_secret
 from orchestrator.spec.address import check_addresses, localhost_as_ipv4
 from orchestrator.spec.model import JobSpec, TaskId
-from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES, parse_size
 from orchestrator.spec.tfconfig import cluster_spec, tf_config, tf_config_json
 
 FORMATS = ("json", "env", "tf-config", "tfjob", "jobset")
@@ -58,11 +57,12 @@ def add_parser(subparsers) -> None:
                      help="ReadWriteMany claim mounted at /runs for checkpoints and the model")
     k8s.add_argument("--cpu", default=None, metavar="QUANTITY",
                      help="CPU of every pod, requests = limits (a Kubernetes quantity: 2, 500m)")
-    k8s.add_argument("--memory", default=None, metavar="QUANTITY",
-                     help="memory of every pod, requests = limits (a Kubernetes quantity: 4Gi, 512Mi)")
+    k8s.add_argument("--memory", default=None, metavar="QUANTITY", dest="pod_memory",  # not containers.memory
+                     help="memory of every pod, requests = limits (a Kubernetes quantity: 4Gi, 512Mi; default: the "
+                     "spec file's containers.memory, else unset)")
     k8s.add_argument("--shm-size", default=None, metavar="SIZE",
-                     help="each pod's /dev/shm: a memory-backed emptyDir with this sizeLimit (default 1Gi; it counts "
-                     "against the pod's memory)")
+                     help="each pod's /dev/shm: a memory-backed emptyDir with this sizeLimit (default: the spec "
+                     "file's containers.shm_size, else 1Gi; it counts against the pod's memory)")
     k8s.add_argument("--queue", default=None, metavar="NAME",
                      help="label the manifest for Kueue's LocalQueue NAME (kueue.x-k8s.io/queue-name): Kueue admits "
                      "the whole job when its quota allows (docs/several-jobs.md)")
@@ -172,8 +172,7 @@ def run_render(args: argparse.Namespace) -> int:
                             "drop --task/--host/--base-port")
         build = tfjob_manifest if args.format == "tfjob" else jobset_manifest
         manifest = build(spec, name=args.name, image=args.image or "", volume_claim=args.volume_claim,
-                         cpu=args.cpu, memory=args.memory, shm_size_bytes=DEFAULT_SHM_SIZE_BYTES
-                         if args.shm_size is None else parse_size("shm-size", args.shm_size, "e.g. --shm-size 1Gi"))
+                         cpu=args.cpu, memory=args.pod_memory)  # /dev/shm: spec.containers, --shm-size on top
         if args.queue is not None:
             manifest = with_queue(manifest, args.queue)
         secret = _tls_secret(args)
@@ -184,11 +183,11 @@ def run_render(args: argparse.Namespace) -> int:
         if args.isolate_network:
             print("---\n" + manifest_yaml(network_policy(args.name, args.format)), end="")
         return 0
-    for flag in ("image", "volume_claim", "cpu", "memory", "shm_size", "queue", "isolate_network", "tls_secret",
+    for flag in ("image", "volume_claim", "cpu", "pod_memory", "shm_size", "queue", "isolate_network", "tls_secret",
                  "tls_out", "insecure"):
         if getattr(args, flag) is not None:
-            raise SpecError(flag.replace("_", "-"), getattr(args, flag), "only for --format tfjob or jobset",
-                            "drop it, or add --format jobset")
+            raise SpecError(flag.removeprefix("pod_").replace("_", "-"), getattr(args, flag),
+                            "only for --format tfjob or jobset", "drop it, or add --format jobset")
     addresses = addresses_for(spec, args.host, args.base_port)
     print(render(spec, addresses, args.format, only))
     return 0

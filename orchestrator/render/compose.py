@@ -43,7 +43,6 @@ from orchestrator.resources.gpus import Inventory
 from orchestrator.resources.placement import TaskGpus, place
 from orchestrator.spec.dataservice import start_wave
 from orchestrator.spec.model import JobSpec
-from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
 
 JOB_DIR = "/job"
 """Where the job's volume is mounted in every container (the run directory)."""
@@ -76,7 +75,7 @@ def render_compose(
     stop_grace_s: float = 10.0,
     cores: int | None = None,
     inventory: Inventory | None = None,
-    shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES,
+    shm_size_bytes: int | None = None,
     memory_bytes: int | None = None,
 ) -> dict:
     """The Compose file of ``spec`` as a dict (dump it with :func:`dump_compose`).
@@ -98,10 +97,12 @@ def render_compose(
             (``device_ids``, disjoint: :func:`orchestrator.resources.placement.place`); without, a
             ``count`` per service (``gpus_per_task``), which the engine fills with the first
             devices it finds (the same ones for every service: the file says so).
-        shm_size_bytes: each service's ``shm_size`` (its ``/dev/shm``), bytes; default 1 GiB
-            (:data:`orchestrator.spec.sizes.DEFAULT_SHM_SIZE_BYTES`: Docker's 64 MB is outgrown by
+        shm_size_bytes: each service's ``shm_size`` (its ``/dev/shm``), bytes; None (default): the
+            spec's ``containers.shm_size`` (1 GiB unless set:
+            :data:`orchestrator.spec.sizes.DEFAULT_SHM_SIZE_BYTES`: Docker's 64 MB is outgrown by
             multi-process data loading and NCCL).
-        memory_bytes: each service's ``mem_limit``, bytes; None (default): none.
+        memory_bytes: each service's ``mem_limit``, bytes; None (default): the spec's
+            ``containers.memory`` (none unless set).
 
     Raises:
         SpecError: more GPUs asked than ``inventory`` has.
@@ -110,6 +111,8 @@ def render_compose(
     """
     token = token or secrets.token_urlsafe(24)
     run_id = run_id or new_run_id()
+    shm_size_bytes = spec.containers.shm_size if shm_size_bytes is None else shm_size_bytes
+    memory_bytes = spec.containers.memory if memory_bytes is None else memory_bytes
     placement = place(spec, inventory if inventory is not None and inventory.gpus else None)
     plan = make_plan(spec, addresses(spec), run_id=run_id, run_dir=Path(JOB_DIR), health_address=health_address,
                      token=token, orchestrator_pid=0, cores=cores, python="python", placement=placement)

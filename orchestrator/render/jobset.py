@@ -82,6 +82,7 @@ from orchestrator.render.kubernetes import (
     MANAGED_BY,
     TFJOB_PORT,
     check_common,
+    container_sizes,
     gpu_resources,
     pod_env,
     pod_spec,
@@ -90,7 +91,6 @@ from orchestrator.render.kubernetes import (
 )
 from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, dns_name
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy
-from orchestrator.spec.sizes import DEFAULT_SHM_SIZE_BYTES
 from orchestrator.spec.supervision import RestartPolicy, SuccessPolicy
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -169,7 +169,7 @@ def _failure_rules(spec: JobSpec, types: list[str]) -> list[dict]:
 
 def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
                     cpu: str | None = None, memory: str | None = None,
-                    shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
+                    shm_size_bytes: int | None = None) -> dict:
     """The ``JobSet`` of a spec (pure).
 
     Args:
@@ -180,7 +180,10 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
         volume_claim: a ReadWriteMany PVC mounted at ``/runs`` for checkpoints and the model;
             None keeps them in each pod (lost with it; a restart starts training again).
         cpu: CPU of every pod (requests = limits), a Kubernetes quantity (``2``, ``500m``); None: unset.
-        memory: memory of every pod (requests = limits), a quantity in bytes (``4Gi``); None: unset.
+        memory: memory of every pod (requests = limits), a quantity in bytes (``4Gi``); None: the
+            spec's ``containers.memory``, unset unless given.
+        shm_size_bytes: each pod's ``/dev/shm``, bytes; None: the spec's ``containers.shm_size``
+            (:func:`~orchestrator.render.kubernetes.container_sizes`).
 
     Returns:
         The manifest as a dict (dump it as YAML or JSON).
@@ -198,6 +201,7 @@ def jobset_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str |
     if len(longest) > MAX_HOSTNAME:
         raise SpecError("name", name, f"the pod hostname {longest!r} would be {len(longest)} characters, over "
                         f"{MAX_HOSTNAME}", f"shorten the name by {len(longest) - MAX_HOSTNAME} characters or more")
+    memory, shm_size_bytes = container_sizes(spec, memory, shm_size_bytes)
     container_resources = resources(cpu, memory)
     environment: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
     environment += [

@@ -106,6 +106,15 @@ def resources(cpu: str | None, memory: str | None) -> dict:
     return {"requests": dict(wanted), "limits": dict(wanted)} if wanted else {}
 
 
+def container_sizes(spec: JobSpec, memory: str | None, shm_size_bytes: int | None) -> tuple[str | None, int]:
+    """Each pod's memory (a quantity, or None: unset) and ``/dev/shm`` (bytes): the arguments (``render
+    --memory``, ``--shm-size``) where given, else the spec's ``containers`` section
+    (:mod:`orchestrator.spec.containers`), its memory written in binary units (``8Gi``)."""
+    if memory is None and spec.containers.memory is not None:
+        memory = quantity(spec.containers.memory)
+    return memory, spec.containers.shm_size if shm_size_bytes is None else shm_size_bytes
+
+
 def pod_env(spec: JobSpec, name: str) -> dict[str, str]:
     """The environment every pod of the job gets (no TF_CONFIG, no health endpoint: there is no
     orchestrator process on Kubernetes; tasks report nowhere and run as they would by hand).
@@ -195,7 +204,7 @@ def check_common(spec: JobSpec, name: str, image: str, volume_claim: str | None)
 
 def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | None = None,
                    cpu: str | None = None, memory: str | None = None,
-                   shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES) -> dict:
+                   shm_size_bytes: int | None = None) -> dict:
     """The ``TFJob`` of a spec (pure).
 
     Args:
@@ -205,8 +214,10 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         volume_claim: a ReadWriteMany PVC mounted at ``/runs`` for checkpoints and the model;
             None keeps them in each pod (lost with it; no resume after a restart).
         cpu: CPU of every pod (requests = limits), a Kubernetes quantity (``2``, ``500m``); None: unset.
-        memory: memory of every pod (requests = limits), a quantity in bytes (``4Gi``); None: unset.
-        shm_size_bytes: each pod's ``/dev/shm`` (:func:`pod_spec`), bytes; default 1 GiB.
+        memory: memory of every pod (requests = limits), a quantity in bytes (``4Gi``); None: the
+            spec's ``containers.memory`` (:func:`container_sizes`), unset unless given.
+        shm_size_bytes: each pod's ``/dev/shm`` (:func:`pod_spec`), bytes; None: the spec's
+            ``containers.shm_size`` (1 GiB unless set).
 
     Returns:
         The manifest as a dict (dump it as YAML or JSON).
@@ -219,6 +230,7 @@ def tfjob_manifest(spec: JobSpec, *, name: str, image: str, volume_claim: str | 
         raise SpecError("data_service", spec.data_service.workers,
                         "a TFJob has no replica type for the tf.data service's dispatcher and data workers",
                         "render --format jobset, or drop --data-service; docs/data-service.md")
+    memory, shm_size_bytes = container_sizes(spec, memory, shm_size_bytes)
     container_resources = resources(cpu, memory)
     environment = [{"name": k, "value": v} for k, v in sorted(pod_env(spec, name).items())]
     replicas = {}

@@ -11,7 +11,8 @@ The orchestrator never imports TensorFlow, so it counts what it can count cheapl
   files as ``--data`` takes them), given up after :data:`COUNT_BUDGET_S`.
 
 ``None`` means unknown (no numpy, an unreadable file, a count over budget): callers then say
-nothing rather than guess.
+nothing rather than guess. :func:`check_data_path` checks a ``--data`` path the same way,
+for the spec's validation.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import json
 import os
 import struct
 import time
+
+from orchestrator.errors import SpecError
 
 DIGITS_TRAIN_EXAMPLES = 1437
 """Train examples of the built-in digits (``worker.data.load_digits_split``)."""
@@ -99,3 +102,31 @@ def _count_records(path: str, deadline: float) -> int | None:
             fh.seek(position)
             count += 1
     return count
+
+
+def check_data_path(path: str) -> None:
+    """Check a ``--data`` path without reading it (no TensorFlow needed).
+
+    Raises:
+        SpecError: when it is neither a ``.npz`` file with x_train, y_train, x_test, y_test
+            nor a directory holding ``train*`` and ``test*`` TFRecord files.
+    """
+    fix = "give a .npz file with x_train, y_train, x_test, y_test, or a directory of train*/test* TFRecord files"
+    if os.path.isdir(path):
+        names = os.listdir(path)
+        if not any(n.startswith("train") for n in names) or not any(n.startswith("test") for n in names):
+            raise SpecError("training.data", path, "directory has no train* and test* TFRecord files", fix)
+        return
+    if not os.path.isfile(path):
+        raise SpecError("training.data", path, "no such file or directory", fix)
+    if not path.endswith(".npz"):
+        raise SpecError("training.data", path, "not a .npz file or a directory", fix)
+    import numpy as np
+
+    try:
+        with np.load(path) as data:
+            missing = {"x_train", "y_train", "x_test", "y_test"} - set(data.files)
+    except (OSError, ValueError) as exc:
+        raise SpecError("training.data", path, f"cannot be read as .npz ({exc})", fix) from None
+    if missing:
+        raise SpecError("training.data", path, f"lacks the arrays {sorted(missing)}", fix)

@@ -45,6 +45,8 @@ def spec_fields(spec: JobSpec) -> dict[str, Any]:
         out["data_service"] = spec.data_service.to_fields()
     if spec.elastic is not None:
         out["workers"] = spec.elastic.to_fields(spec.workers)
+    if spec.containers.to_fields():
+        out["containers"] = spec.containers.to_fields()
     if spec.addresses is not None:
         grouped: dict[str, list[str]] = {}
         for task in sorted(spec.addresses, key=lambda t: (t.task_type, t.task_index)):

@@ -14,6 +14,7 @@ The format (docs/reference/spec.md) mirrors :class:`JobSpec` field by field::
     share_gpus: false
     pin_cpus: true
     data_service: {workers: 2, sharding: dynamic}   # tf.data service roles (docs/data-service.md)
+    containers: {shm_size: 2G, memory: 8G}   # each task container's /dev/shm and memory (docs/containers.md)
     training: {epochs: 5, batch_size_per_replica: 16, steps_per_epoch: null, learning_rate: 0.005, seed: 0}
     supervision: {restart_policy: {worker: on-failure}, max_restarts: 3, ...}
     addresses: {worker: ["127.0.0.1:62221", "127.0.0.1:62222"]}
@@ -35,6 +36,7 @@ from typing import Any, Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import tf1_hosts_error
+from orchestrator.spec.containers import CONTAINER_KEYS, ContainerSpec
 from orchestrator.spec.dataservice import DataServiceSpec
 from orchestrator.spec.elastic import ElasticSpec, parse_workers
 from orchestrator.spec.model import TASK_TYPES, JobSpec, Strategy, TaskId, TrainingSpec
@@ -43,10 +45,12 @@ from orchestrator.spec.supervision import SupervisionSpec
 TOP_KEYS = (
     "description", "strategy", "chief", "workers", "ps", "evaluator",
     "heartbeat_interval_s", "threads_per_task", "training", "supervision", "addresses",
-    "gpus_per_task", "share_gpus", "pin_cpus", "data_service",
+    "gpus_per_task", "share_gpus", "pin_cpus", "data_service", "containers",
 )
 TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainingSpec))
 SUPERVISION_KEYS = tuple(f.name for f in dataclasses.fields(SupervisionSpec))
+SECTIONS = {"training": TRAINING_KEYS, "supervision": SUPERVISION_KEYS, "containers": CONTAINER_KEYS}
+"""Spec-file sections whose keys are checked: section -> its keys."""
 COUNT_KEYS = {"chief": "chief", "worker": "workers", "ps": "ps", "evaluator": "evaluator"}
 """Task type -> the spec key that counts it."""
 
@@ -97,6 +101,8 @@ FLAG_FIELDS = {
     "data_service_sharding": "data_service.sharding",
     "batch_policy": "workers.batch_policy",
     "lr_scaling": "workers.lr_scaling",
+    "shm_size": "containers.shm_size",  # the docker backend's --shm-size, compose's, render's
+    "memory": "containers.memory",  # the docker backend's --memory, compose's (render's is pod_memory)
 }
 
 
@@ -180,7 +186,7 @@ def check_keys(mapping: Mapping, valid: tuple[str, ...], where: str, source: str
         where: dotted prefix of the mapping (``""`` at the top, ``"training."`` inside).
         source: the file name, for the message.
     """
-    nested = {k: f"training.{k}" for k in TRAINING_KEYS} | {k: f"supervision.{k}" for k in SUPERVISION_KEYS}
+    nested = {k: f"{section}.{k}" for section, keys in SECTIONS.items() for k in keys}
     for key in mapping:
         if key in valid:
             continue
@@ -223,7 +229,7 @@ def check_spec_mapping(raw: object, source: str = "") -> dict:
                         f"check it with: python -m orchestrator validate {source}")
     source = Path(source).name
     check_keys(raw, TOP_KEYS, "", source)
-    for section, keys in (("training", TRAINING_KEYS), ("supervision", SUPERVISION_KEYS)):
+    for section, keys in SECTIONS.items():
         value = raw.get(section)
         if value is None:
             continue
@@ -404,6 +410,9 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         extra["data_service"] = data_service
     if elastic is not None:
         extra["elastic"] = elastic
+    containers = ContainerSpec.from_raw(fields.get("containers"))
+    if containers is not None:
+        extra["containers"] = containers
     return JobSpec.create(strategy=strategy, training=training, supervision=supervision, addresses=addresses,
                           **counts, **extra)
 

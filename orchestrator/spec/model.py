@@ -27,6 +27,8 @@ from typing import Mapping
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.address import check_addresses
+from orchestrator.spec.containers import ContainerSpec
+from orchestrator.spec.data import check_data_path
 from orchestrator.spec.dataservice import SERVICE_TASK_TYPES, DataServiceSpec, check_data_service
 from orchestrator.spec.elastic import ElasticSpec, batch_facts, check_elastic
 from orchestrator.spec.supervision import SuccessPolicy, SupervisionSpec
@@ -212,6 +214,8 @@ class JobSpec:
         data_service: the tf.data service (one dispatcher, N data workers) the trainers read
             through (``--data-service N``), or None.
         elastic: the elastic bounds and batch policy of the workers (``workers: {min, max}``), or None.
+        containers: the size of each task's container (``/dev/shm``, memory) where tasks run in
+            containers: docker backend, Compose, Kubernetes (:mod:`orchestrator.spec.containers`).
     """
 
     strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED
@@ -229,6 +233,7 @@ class JobSpec:
     pin_cpus: bool = True
     data_service: DataServiceSpec | None = None
     elastic: ElasticSpec | None = None
+    containers: ContainerSpec = field(default_factory=ContainerSpec)
 
     @classmethod
     def create(cls, **fields: object) -> "JobSpec":
@@ -462,36 +467,6 @@ class JobSpec:
     def tf_process_count(self) -> int:
         """Processes that import TensorFlow (every task)."""
         return len(self.tasks())
-
-
-def check_data_path(path: str) -> None:
-    """Check a ``--data`` path without reading it (no TensorFlow needed).
-
-    Raises:
-        SpecError: when it is neither a ``.npz`` file with x_train, y_train, x_test, y_test
-            nor a directory holding ``train*`` and ``test*`` TFRecord files.
-    """
-    import os
-
-    fix = "give a .npz file with x_train, y_train, x_test, y_test, or a directory of train*/test* TFRecord files"
-    if os.path.isdir(path):
-        names = os.listdir(path)
-        if not any(n.startswith("train") for n in names) or not any(n.startswith("test") for n in names):
-            raise SpecError("training.data", path, "directory has no train* and test* TFRecord files", fix)
-        return
-    if not os.path.isfile(path):
-        raise SpecError("training.data", path, "no such file or directory", fix)
-    if not path.endswith(".npz"):
-        raise SpecError("training.data", path, "not a .npz file or a directory", fix)
-    import numpy as np
-
-    try:
-        with np.load(path) as data:
-            missing = {"x_train", "y_train", "x_test", "y_test"} - set(data.files)
-    except (OSError, ValueError) as exc:
-        raise SpecError("training.data", path, f"cannot be read as .npz ({exc})", fix) from None
-    if missing:
-        raise SpecError("training.data", path, f"lacks the arrays {sorted(missing)}", fix)
 
 
 def _positive_int(name: str, value: object, fix: str) -> None:

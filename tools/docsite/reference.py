@@ -21,6 +21,7 @@ from orchestrator.cli import build_parser
 from orchestrator.errors import SpecError
 from orchestrator.report import summary as summary_module
 from orchestrator.spec import loader
+from orchestrator.spec.containers import ContainerSpec
 from orchestrator.spec.model import JobSpec, TrainingSpec
 from orchestrator.spec.supervision import SupervisionSpec
 
@@ -200,7 +201,7 @@ def spec_fields() -> list[str]:
     """Every key a spec file takes, dotted (``training.epochs``), in the file's order."""
     out = []
     for key in loader.TOP_KEYS:
-        section = {"training": loader.TRAINING_KEYS, "supervision": loader.SUPERVISION_KEYS}.get(key)
+        section = loader.SECTIONS.get(key)
         out += [f"{key}.{k}" for k in section] if section else [key]
     return out
 
@@ -211,7 +212,7 @@ def spec_markdown() -> str:
     Raises:
         DocsDriftError: a field without an entry in its class's ``Attributes:`` docstring section.
     """
-    classes = {"": JobSpec, "training": TrainingSpec, "supervision": SupervisionSpec}
+    classes = {"": JobSpec, "training": TrainingSpec, "supervision": SupervisionSpec, "containers": ContainerSpec}
     docs = {prefix: docstring_attributes(cls) for prefix, cls in classes.items()}
     dcfields = {prefix: {f.name: f for f in dataclasses.fields(cls)} for prefix, cls in classes.items()}
     flags = _flags_by_field()
