@@ -146,11 +146,14 @@ class RunSummary:
     segments: list[dict[str, Any]] = field(metadata=_doc(
         'one per size the run trained at, in order (docs/elastic.md): `workers`, `global_batch_size`,'
         ' `per_replica_batch_size`, `learning_rate_factor`, `first_step` (the step it resumed from; 0 for a'
-        ' fresh start), `last_step`, `cause` (`launched`, `resumed at another size`), `steps_lost` (steps'
-        ' trained in it that the next one trained again), `lives` (the lives it spans)'))
+        ' fresh start, or the last step before a change within a life), `last_step`, `cause` (`launched`,'
+        ' `resumed at another size`, `parked worker`), `steps_lost` (steps trained in it that the next one'
+        ' trained again), `lives` (the lives it spans), `tasks` (a change within a life: the workers it'
+        ' concerns, e.g. the parked one)'))
     elastic: dict[str, Any] | None = field(metadata=_doc(
-        'elastic workers (`--workers MIN:MAX`): `min`, `max`, `workers` (the size now), `batch_policy`,'
-        ' `lr_scaling`; `null` for a fixed count'))
+        'elastic workers (`--workers MIN:MAX`): `min`, `max`, `workers` (the size now: the workers training,'
+        ' parked ones left out), `parked` (the PSS workers parked, not restarted: docs/elastic.md),'
+        ' `batch_policy`, `lr_scaling`; `null` for a fixed count'))
     late_failures: list[dict[str, Any]] = field(metadata=_doc(
         'failures after the job had succeeded (a warning, not a failure of the job)'))
     warnings: list[str] = field(metadata=_doc(

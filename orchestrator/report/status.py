@@ -116,15 +116,17 @@ def gpu_cells(gpus: Mapping[str, Any] | None) -> dict[str, str]:
 
 def title(status: Mapping[str, Any]) -> str:
     """``run 2026... · parameter_server · Running · 11.5s · global batch 16`` (`` · workers 1 of 1..2``
-    with elastic workers)."""
+    with elastic workers, `` (worker-1 parked)`` when a PSS worker is parked)."""
     elapsed = status.get("elapsed_s", status.get("wall_time_s", 0.0)) or 0.0
     text = f"run {status['run_id']} · {status['strategy']} · {status['status']} · {elapsed:.1f}s"
     batch = status.get("global_batch_size") or (status.get("training") or {}).get("global_batch_size")
     if batch:
         text += f" · global batch {batch}"
     elastic = status.get("elastic")
-    if elastic:  # --workers MIN:MAX: the size now against the range
+    if elastic:  # --workers MIN:MAX: the size now against the range, and the workers parked
         text += f" · workers {elastic['workers']} of {elastic['min']}..{elastic['max']}"
+        if elastic.get("parked"):
+            text += f" ({', '.join(elastic['parked'])} parked)"
     return text
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator.report.dataservice import data_service_section
 from orchestrator.report.schema import HeartbeatEntry, RunSummary, TaskEntry, field_docs
 from orchestrator.rundir import RunDir, write_json_atomic
-from orchestrator.spec.model import Strategy
+from orchestrator.spec.model import JobSpec, Strategy
 from orchestrator.supervisor.forensics import left_behind_text
 from orchestrator.supervisor.records import lives as lifelog
 from orchestrator.supervisor.records.snapshot import JobSnapshot, LastHeartbeat, TaskSnapshot
@@ -180,9 +180,7 @@ def run_summary(snapshot: JobSnapshot) -> RunSummary:
         failures=[dict(f) for f in snapshot.earlier_failures] + [f.to_dict() for f in snapshot.failures],
         lives=[life.to_dict() for life in snapshot.lives],
         segments=lifelog.segments(snapshot.lives),
-        elastic=None if spec.elastic is None else {"min": spec.elastic.min, "max": spec.elastic.max,
-                                                    "workers": spec.workers, "batch_policy": spec.elastic.batch_policy,
-                                                    "lr_scaling": spec.elastic.lr_scaling},
+        elastic=elastic_entry(spec, snapshot.lives[-1] if snapshot.lives else None),
         late_failures=[f.to_dict() for f in snapshot.late_failures],
         warnings=list(snapshot.warnings),
         faults=[f.to_dict() for f in snapshot.faults],
@@ -195,6 +193,19 @@ def run_summary(snapshot: JobSnapshot) -> RunSummary:
         orchestrator={"pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()},
         data_service=data_service_section(snapshot),
     )
+
+
+def elastic_entry(spec: JobSpec, life: lifelog.Life | None) -> dict[str, Any] | None:
+    """``elastic``: the bounds, the size now (``workers``: the worker tasks training now, the parked
+    ones left out), ``parked`` (the workers parked in this life: docs/elastic.md), the batch policy;
+    None for a fixed count."""
+    if spec.elastic is None:
+        return None
+    size = life.size_now if life is not None else None
+    return {"min": spec.elastic.min, "max": spec.elastic.max,
+            "workers": spec.workers if size is None else size["workers"],
+            "parked": [] if life is None else life.parked,
+            "batch_policy": spec.elastic.batch_policy, "lr_scaling": spec.elastic.lr_scaling}
 
 
 def write_summary(run_dir: Path, summary: dict) -> Path:

@@ -12,11 +12,17 @@ It owns the job's restart count.
 
 The same exception line on ``crash_loop_limit`` consecutive attempts of a task is a crash loop:
 no further restart; an evaluator that then never evaluated is a warning.
+
+A ParameterServerStrategy worker of elastic workers that will not come back by a restart (a crash
+loop, the restarts spent) is parked instead, while at least MIN workers remain
+(:mod:`~orchestrator.supervisor.rules.parking`): the job goes on without it, a new segment in the
+life's record (:meth:`~orchestrator.supervisor.records.lives.LifeBook.resized`); it owns the parked workers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import replace
 
 from orchestrator.plan import Plan
 from orchestrator.spec.model import Strategy, TaskId
@@ -33,10 +39,11 @@ from orchestrator.supervisor.actions import (
     Stop,
     Warn,
 )
+from orchestrator.supervisor.records.lives import SEGMENT_PARKED, LifeBook, size_of
 from orchestrator.supervisor.records.recovery import Recovery, RecoveryBook, awaits_rotation
 from orchestrator.supervisor.records.snapshot import phase_name
 from orchestrator.supervisor.records.states import EXIT_FAILED, Failure, FailureLog, JobState, TaskState, describe_exit
-from orchestrator.supervisor.rules import decisions, exitrules, training_rules
+from orchestrator.supervisor.rules import decisions, exitrules, parking, training_rules
 from orchestrator.supervisor.rules.decisions import RestartScope
 from orchestrator.supervisor.rules.service import (
     restarts_alone,
@@ -61,17 +68,20 @@ class Restarts:
         restarts_used: the job's restarts so far (a resumed run's earlier lives included).
         preemption_grace_s: the longest wait for MWMS peers that save on a preemption.
         rotation_reported: PSS with the built-in coordinator (it says when a worker is back).
+        lives: this life's record (a parked worker begins a segment); None: not recorded.
     """
 
     def __init__(self, plan: Plan, table: TaskTable, log: FailureLog, book: RecoveryBook, *, restarts_used: int,
-                 preemption_grace_s: float, rotation_reported: bool) -> None:
-        self._plan, self._table, self._log, self._book = plan, table, log, book
+                 preemption_grace_s: float, rotation_reported: bool, lives: LifeBook | None = None) -> None:
+        self._plan, self._table, self._log, self._book, self._lives = plan, table, log, book, lives
         self._policy = plan.spec.supervision
         self._grace_s, self._rotation_reported = preemption_grace_s, rotation_reported
         self.used = restarts_used
         """The job's restarts (counted ones: not the evaluator's own, not a preemption's)."""
         self._awaiting: tuple[str, int] | None = None
         """The preemption exit (task, attempt) whose peers the decision waits for, once said."""
+        self.parked: tuple[str, ...] = ()
+        """The workers parked (:mod:`~orchestrator.supervisor.rules.parking`), in the order parked."""
 
     def _awaiting_saving_peers(self, now: float, pending: Collection[str], out: list[Action]) -> bool:
         """Whether the first new training failure is a preemption exit under MWMS whose peers
@@ -168,16 +178,42 @@ class Restarts:
         leave it ended). A preemption is never counted against ``max_restarts`` and never waits a backoff."""
         failed = self._table.of(cause.task)
         out: list[Action] = []
-        looping = (self._crash_loop(cause, out)  # the same error again and again: no restart helps
-                   or self._uneven_data(cause) or training_rules.shm_exhausted(cause.exit_code) or "")  # nor here
-        plan = decisions.RestartPlan(False, looping) if looping else decisions.restart_plan(
-            self._policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
-            restarts_used=self.used if job_restart else failed.restarts, attempt=failed.current.number,
-            peer=cause.peer_error, gpu_oom=cause.gpu_oom is not None)
+        crash_loop = self._crash_loop(cause, out)  # the same error again and again: no restart helps
+        looping = crash_loop or self._uneven_data(cause) or training_rules.shm_exhausted(cause.exit_code) or ""
+        plan = decisions.RestartPlan(False, looping) if looping else self._plan_for(
+            cause, self.used if job_restart else failed.restarts)
+        if job_restart and scope is RestartScope.TASK:  # a PSS worker: park it when it will not come back
+            spent = not looping and not plan.retry and self._plan_for(cause, self.used, budget=True).retry
+            fate = parking.worker_fate(
+                strategy=self._plan.spec.strategy, task_types=tuple(t.task_type for t in tasks),
+                elastic_min=None if self._plan.spec.elastic is None else self._plan.spec.elastic.min,
+                workers_now=self._plan.spec.workers - len(self.parked), retry=plan.retry, why_not=plan.why_not,
+                gone=parking.CRASH_LOOP if crash_loop else parking.RESTARTS_SPENT if spent else "")
+            if fate.kind == parking.PARK:
+                return out + self._park(cause, tasks, fate.why)
+            plan = plan if fate.kind == parking.RESTART else replace(plan, why_not=fate.why)
         if plan.retry:
             return out + [Restart(cause, tasks, scope, job_restart, plan.counted, plan.delay_s, plan.label, culprit)]
         return out + self.placed(Restart(cause, tasks, scope, job_restart, plan.counted, plan.delay_s, plan.label,
                                          culprit), False, plan.why_not, 0.0)
+
+    def _plan_for(self, cause: Failure, restarts_used: int, budget: bool = False) -> decisions.RestartPlan:
+        """:func:`~orchestrator.supervisor.rules.decisions.restart_plan` for ``cause``; ``budget``: as if
+        one restart were left (whether the restart policy alone would retry it)."""
+        policy = replace(self._policy, max_restarts=restarts_used + 1) if budget else self._policy
+        return decisions.restart_plan(policy, cause.task.task_type, cause.exit_code, task_name=cause.task.name,
+                                      restarts_used=restarts_used, attempt=self._table.of(cause.task).current.number,
+                                      peer=cause.peer_error, gpu_oom=cause.gpu_oom is not None)
+
+    def _park(self, cause: Failure, tasks: tuple[TaskId, ...], why: str) -> list[Action]:
+        """Park ``tasks`` after ``cause`` (``why``: :func:`~orchestrator.supervisor.rules.parking.worker_fate`):
+        not restarted, the job not failed, nothing spent; a new segment at the size left."""
+        names = tuple(t.name for t in tasks)
+        self.parked += names
+        if self._lives is not None:
+            self._lives.resized(size_of(self._plan.spec, self._plan.spec.workers - len(self.parked)), SEGMENT_PARKED,
+                                names)
+        return [Warn(f"{', '.join(names)} {why}; it failed: {cause.headline()}"), Persist()]
 
     def placed(self, restart: Restart, placeable: bool, note: str, now: float) -> list[Action]:
         """The rest of ``restart`` once the backend answered (``placeable``, its ``note``), at ``now``."""

@@ -139,7 +139,7 @@ class Supervisor:
         self.preemption = Preemption(o.preemption_grace_s)
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
-                                 preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation)
+                                 preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)
         self.endings = Endings(plan, table, o.success_grace_s)
         self.waves = StartWaves(table)  # the tf.data service's tasks first, the trainers once it serves
         self._checks = HangChecks(len(self.tasks))

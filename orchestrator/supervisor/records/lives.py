@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from orchestrator.spec.elastic import batch_facts
+from orchestrator.spec.elastic import batch_facts, facts_at
 from orchestrator.spec.model import JobSpec
 
 RECORD_VERSION = 1
@@ -33,6 +33,8 @@ SEGMENT_LAUNCHED = "launched"
 """``cause`` of a run's first segment (:func:`segments`)."""
 SEGMENT_RESUMED = "resumed at another size"
 """``cause`` of a segment a ``launch --resume RUN --workers N`` began (docs/elastic.md)."""
+SEGMENT_PARKED = "parked worker"
+"""``cause`` of a segment a parked PSS worker began (:mod:`orchestrator.supervisor.rules.parking`)."""
 
 
 def _iso(t: float | None) -> str | None:
@@ -62,6 +64,9 @@ class Life:
         size: the size this life ran at, as planned (:func:`size_of`: ``workers``,
             ``global_batch_size``, ``per_replica_batch_size``, ``learning_rate_factor``); None in a
             record of an earlier version.
+        resized: the sizes it changed to while it ran, in order, each ``{"step": the last step
+            at the size before (None: none yet), "size": as ``size``, "cause": why
+            (:data:`SEGMENT_PARKED`, ...), "tasks": the workers it concerns}``.
     """
 
     number: int
@@ -75,6 +80,21 @@ class Life:
     pid: int = 0
     global_batch_size: int | None = None
     size: Mapping[str, Any] | None = None
+    resized: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def size_now(self) -> Mapping[str, Any] | None:
+        """The size it runs at now (or ended at): the last it changed to, else ``size``."""
+        return self.resized[-1]["size"] if self.resized else self.size
+
+    @property
+    def parked(self) -> list[str]:
+        """The workers parked in this life (:data:`SEGMENT_PARKED`) and not back, in the order parked."""
+        out: list[str] = []
+        for change in self.resized:
+            tasks = list(change.get("tasks") or ())
+            out = out + tasks if change.get("cause") == SEGMENT_PARKED else [t for t in out if t not in tasks]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +111,7 @@ class Life:
             "pid": self.pid,
             "global_batch_size": self.global_batch_size,
             "size": dict(self.size) if self.size is not None else None,
+            "resized": [dict(r) for r in self.resized],
         }
 
     @classmethod
@@ -107,6 +128,7 @@ class Life:
             pid=int(data.get("pid") or 0),
             global_batch_size=data.get("global_batch_size"),
             size=data.get("size"),
+            resized=tuple(data.get("resized") or ()),
         )
 
 
@@ -210,24 +232,29 @@ def batch_change(earlier: tuple[Life, ...], global_batch_size: int | None) -> st
             "steps per epoch that suited the old batch may not suit this one)")
 
 
-def size_of(spec: JobSpec) -> dict[str, Any]:
-    """The size ``spec`` runs at, as a life records it: ``workers`` (the worker tasks), and the batch
-    facts there (:func:`orchestrator.spec.elastic.batch_facts`)."""
-    facts = batch_facts(spec)
-    return {"workers": spec.workers, "global_batch_size": facts.global_batch_size,
+def size_of(spec: JobSpec, workers: int | None = None) -> dict[str, Any]:
+    """The size ``spec`` runs at (at ``workers`` workers; None: its own count), as a life records
+    it: ``workers`` (the worker tasks), and the batch facts there
+    (:func:`orchestrator.spec.elastic.batch_facts`, :func:`~orchestrator.spec.elastic.facts_at`)."""
+    workers = spec.workers if workers is None else workers
+    facts = batch_facts(spec) if spec.elastic is None or workers == spec.workers else facts_at(
+        spec.elastic, spec.strategy.value, spec.chief, workers, spec.training.batch_size_per_replica)
+    return {"workers": workers, "global_batch_size": facts.global_batch_size,
             "per_replica_batch_size": facts.per_replica_batch_size,
             "learning_rate_factor": facts.learning_rate_factor}
 
 
 def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
     """``summary.json``'s ``segments``: one per size the run trained at, in order (consecutive lives
-    at one size are one segment): its ``workers`` and batch facts (:func:`size_of`; the global
-    batch the coordinator reported, when it did), ``first_step`` (the step it resumed from; 0 for a
-    fresh start), ``last_step`` (the last step reported, or the next segment's ``first_step`` when
-    that is later: a preemption saves steps not yet reported), ``cause`` (:data:`SEGMENT_LAUNCHED`,
-    :data:`SEGMENT_RESUMED`), ``steps_lost`` (steps trained in it that the next one trained again;
-    None while unknown) and ``lives`` (their numbers). Lives without a recorded size (an earlier
-    version's) are left out."""
+    at one size are one segment; a size a life changed to while it ran, :attr:`Life.resized`, begins
+    one): its ``workers`` and batch facts (:func:`size_of`; the global batch the coordinator
+    reported, when it did), ``first_step`` (the step it resumed from, or the last step before the
+    change; 0 for a fresh start), ``last_step`` (the last step reported, or the next segment's
+    ``first_step`` when that is later: a preemption saves steps not yet reported), ``cause``
+    (:data:`SEGMENT_LAUNCHED`, :data:`SEGMENT_RESUMED`, :data:`SEGMENT_PARKED`, ...), ``steps_lost``
+    (steps trained in it that the next one trained again; None while unknown), ``lives`` (their
+    numbers) and, for a change within a life, ``tasks`` (the workers it concerns). Lives without a
+    recorded size (an earlier version's) are left out."""
     out: list[dict[str, Any]] = []
     for life in lives:
         if life.size is None:
@@ -236,17 +263,24 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
         if life.global_batch_size is not None:
             size["global_batch_size"] = life.global_batch_size
         last = out[-1] if out else None
+        lost = 0 if life.resized else life.steps_lost  # a life's steps lost are its last size's
         if last is not None and all(last[k] == size[k] for k in ("workers", "global_batch_size")):
             last["last_step"] = life.last_step if life.last_step is not None else last["last_step"]
-            last["steps_lost"] = _add(last["steps_lost"], life.steps_lost)
+            last["steps_lost"] = _add(last["steps_lost"], lost)
             last["lives"].append(life.number)
-            continue
-        first = life.resumed_from_step if life.resumed_from_step is not None else (0 if last is None else None)
-        if last is not None and first is not None and (last["last_step"] or 0) < first:
-            last["last_step"] = first  # its last steps were saved (the step resumed from) before they were reported
-        out.append({**size, "first_step": first, "last_step": life.last_step,
-                    "cause": SEGMENT_LAUNCHED if last is None else SEGMENT_RESUMED,
-                    "steps_lost": life.steps_lost, "lives": [life.number]})
+        else:
+            first = life.resumed_from_step if life.resumed_from_step is not None else (0 if last is None else None)
+            if last is not None and first is not None and (last["last_step"] or 0) < first:
+                last["last_step"] = first  # its last steps were saved (the step resumed from) before they were reported
+            out.append({**size, "first_step": first, "last_step": life.last_step,
+                        "cause": SEGMENT_LAUNCHED if last is None else SEGMENT_RESUMED,
+                        "steps_lost": lost, "lives": [life.number]})
+        for i, change in enumerate(life.resized, 1):  # sizes it changed to while it ran: no step trained again
+            out[-1]["last_step"] = change.get("step")
+            out.append({**dict(change["size"]), "first_step": change.get("step"), "last_step": life.last_step,
+                        "cause": change["cause"], "steps_lost": life.steps_lost if i == len(life.resized) else 0,
+                        "lives": [life.number],
+                        "tasks": list(change.get("tasks") or ())})
     return out
 
 
@@ -309,6 +343,12 @@ class LifeBook:
             self.last_step = step
             due = due or first or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
         return due
+
+    def resized(self, size: Mapping[str, Any], cause: str, tasks: tuple[str, ...]) -> None:
+        """The job goes on at ``size`` (:func:`size_of`) from the last step seen, because of ``cause``
+        (:data:`SEGMENT_PARKED`, ...) of ``tasks`` (a new segment: :func:`segments`)."""
+        change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks)}
+        self.life = replace(self.life, resized=self.life.resized + (change,))
 
     def take_warnings(self) -> list[str]:
         """The warnings about this life found since the last call (a changed global batch)."""

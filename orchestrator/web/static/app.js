@@ -67,7 +67,8 @@
     const elapsed = st.elapsed_s != null ? st.elapsed_s : st.wall_time_s;
     const bits = [st.strategy, (st.tasks || []).length + " tasks", elapsed.toFixed(1) + " s"];
     if (st.global_batch_size) bits.push("global batch " + st.global_batch_size);
-    if (st.elastic) bits.push("workers " + st.elastic.workers + " of " + st.elastic.min + ".." + st.elastic.max);
+    if (st.elastic) bits.push("workers " + st.elastic.workers + " of " + st.elastic.min + ".." + st.elastic.max +
+                              ((st.elastic.parked || []).length ? " (" + st.elastic.parked.join(", ") + " parked)" : ""));
     bits.push("restarts " + (st.restarts || 0) + "/" + st.max_restarts);
     const m = st.metrics || {};
     if (m.test_accuracy != null) bits.push("test accuracy " + m.test_accuracy.toFixed(4));
