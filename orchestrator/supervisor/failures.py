@@ -213,7 +213,7 @@ class Restarts:
         if self._lives is not None:
             self._lives.resized(size_of(self._plan.spec, self._plan.spec.workers - len(self.parked)), SEGMENT_PARKED,
                                 names)
-        return [Warn(f"{', '.join(names)} {why}; it failed: {cause.headline()}"), Persist()]
+        return [Warn(f"{', '.join(names)} {why}; the last failure: {cause.headline()}"), Persist()]
 
     def placed(self, restart: Restart, placeable: bool, note: str, now: float) -> list[Action]:
         """The rest of ``restart`` once the backend answered (``placeable``, its ``note``), at ``now``."""

@@ -42,7 +42,7 @@ def test_a_pss_worker_whose_restarts_are_spent_is_parked_and_the_job_succeeds_na
         h.all_beat(step=step)
         h.tick(1.0)
     assert h.task("worker-1").attempt == 1
-    assert any("worker-1 restarts spent: parked, training goes on with 1 worker(s) (MIN 1)" in e
+    assert any("worker-1 parked (restarts spent): training goes on with 1 worker(s), MIN 1" in e
                for e in h.view.events)
     h.beat("chief-0", step=20)
     h.tick()
@@ -54,7 +54,7 @@ def test_a_pss_worker_whose_restarts_are_spent_is_parked_and_the_job_succeeds_na
     assert [(s["workers"], s["cause"], s.get("tasks")) for s in summary["segments"]] == \
         [(2, "launched", None), (1, "parked worker", ["worker-1"])]
     assert summary["segments"][1]["first_step"] == 9 and summary["segments"][1]["last_step"] == 20
-    assert any("worker-1 restarts spent: parked" in w for w in summary["warnings"])
+    assert any("worker-1 parked (restarts spent)" in w for w in summary["warnings"])
 
 
 def test_a_crash_looping_pss_worker_is_parked_before_its_restarts_are_spent(tmp_path):

@@ -78,4 +78,4 @@ def worker_fate(*, strategy: Strategy, task_types: tuple[str, ...], elastic_min:
     if left < elastic_min:
         return WorkerFate(FAIL, f"{why_not or gone}; parking it would leave {left} worker(s), below the MIN of "
                                 f"{elastic_min} (--workers {elastic_min}:...)")
-    return WorkerFate(PARK, f"{gone}: parked, training goes on with {left} worker(s) (MIN {elastic_min})")
+    return WorkerFate(PARK, f"parked ({gone}): training goes on with {left} worker(s), MIN {elastic_min}")

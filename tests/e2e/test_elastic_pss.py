@@ -1,0 +1,51 @@
+"""Elastic ParameterServerStrategy workers with real TensorFlow (issue 34 item 4; docs/elastic.md).
+
+A ``--workers 1:2`` PSS job (chief, 2 workers, 1 ps: 4 TF processes, at most one of them training)
+whose worker 1 keeps dying: killed at the job's step 10 (handed over by the chief, the gate), restarted
+(the one restart of ``--max-restarts 1``), killed again at its first hand-over. Its restarts are spent, so
+it is parked, not restarted and not failed: the chief trains on with worker 0 (TF's ClusterCoordinator
+carries on without a lost worker), the job succeeds, and the records name it. On main the job fails:
+``restarts exhausted: worker-1 failed on attempt 2 of 2``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, orchestrator_cmd, test_env
+from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.e2e
+
+PSS_1_2 = ("--strategy", "parameter_server", "--ps", "1", "--workers", "1:2", "--epochs", "3")
+STEPS = 270  # 3 epochs of 90 steps: the global batch of 16 (PSS: one worker a step)
+
+
+def test_a_pss_worker_whose_restarts_are_spent_is_parked_and_the_job_succeeds_without_it(tmp_path, launches):  # noqa: F811
+    launch = start(launches, tmp_path, "parked", *PSS_1_2, "--max-restarts", "1", "--restart-backoff", "0.2",
+                   "--inject-fault", "worker:1:kill@step=10", "--inject-fault", "worker:1:kill@step=10,attempt=1")
+    launch.wait_for(r"worker-1 parked \(restarts spent\): training goes on with 1 worker\(s\), MIN 1", timeout_s=240)
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines[-40:])
+    assert summary["status"] == "Succeeded" and summary["reason"] == "chief-0 exited 0"
+    assert summary["metrics"]["steps"] == STEPS  # every step trained, the last ones by worker 0 alone
+    # no coordinator (group) restart; the one restart of worker 1 before it was parked, nothing after
+    assert [(r["scope"], r["tasks"]) for r in summary["recoveries"]] == [("task", ["worker-1"])]
+    assert summary["restarts"] == 1
+    restarts = {t["task"]: (t["restarts"], t["attempts"]) for t in summary["tasks"]}
+    assert restarts == {"chief:0": (0, 1), "worker:0": (0, 1), "worker:1": (1, 2), "ps:0": (0, 1)}
+    assert summary["elastic"]["workers"] == 1 and summary["elastic"]["parked"] == ["worker-1"]
+    launched, parked = summary["segments"]
+    assert (launched["workers"], launched["cause"], launched["first_step"], launched["steps_lost"]) == \
+        (2, "launched", 0, 0)  # parking loses no step
+    assert (parked["workers"], parked["cause"], parked["tasks"], parked["last_step"]) == \
+        (1, "parked worker", ["worker-1"], STEPS)
+    assert 10 <= parked["first_step"] == launched["last_step"] < STEPS
+    assert any(w.startswith("worker-1 parked (restarts spent)") for w in summary["warnings"])
+    out = "".join(launch.lines)
+    assert "sizes       2 worker(s) from step 0 to" in out and "(global batch 16, 16 per replica, parked worker)" in out
+    status = subprocess.run(orchestrator_cmd("status", "--runs-dir", str(tmp_path), "parked"), capture_output=True,
+                            text=True, cwd=REPO, env=test_env(), timeout=60)
+    assert "· workers 1 of 1..2 (worker-1 parked)" in status.stdout.splitlines()[0]
