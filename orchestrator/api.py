@@ -41,14 +41,15 @@ from orchestrator.resources.cores import allowed_cores
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
 from orchestrator.resources.gpus import discover
 from orchestrator.resources.placement import Placement, place_elastic
-from orchestrator.resume import carried_over, check_resumable
-from orchestrator.rundir import RunDir, write_json_atomic, write_private
+from orchestrator.resume import carried_over, check_resumable, resized_spec
+from orchestrator.rundir import RunDir, read_json, write_json_atomic, write_private
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.keywords import spec_from
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.supervisor import Supervisor
 from orchestrator.supervisor.record import run_record
 from orchestrator.supervisor.records.snapshot import JobSnapshot, View
+from orchestrator.supervisor.records.states import JobState
 from orchestrator.web.bind import parse_bind
 
 ENDPOINT_FILE = rundir.ENDPOINT_FILE
@@ -192,6 +193,18 @@ def prepare(
     recorder = Recorder(view)
     holder: list[Supervisor] = []  # the servers start before the supervisor exists
 
+    def resize_job(workers: int, reason: str) -> tuple[bool, str, str]:  # the ResizeJob call (server thread)
+        snapshot = recorder.snapshot()
+        state = snapshot.state if snapshot is not None else JobState.PENDING
+        try:
+            resized_spec(read_json(rd.plan) or {"spec": {}}, workers)  # as `resize` checks it: range, batch policy
+        except SpecError as exc:
+            return False, state.value, str(exc)
+        if not holder:
+            return False, state.value, "the job has not started yet"
+        accepted, refusal = holder[0].resizing.request(workers, reason, state)
+        return accepted, state.value, refusal
+
     def stop_job(reason: str) -> tuple[bool, str]:
         snapshot = recorder.snapshot()
         state = snapshot.state.value if snapshot is not None else "Pending"
@@ -219,7 +232,8 @@ def prepare(
 
             web_server = WebServer(recorder.status, secrets.token_urlsafe(18), *web_bind).start()
         server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
-                                register=engine.register_address, status=recorder.status_reply, stop=stop_job)
+                                register=engine.register_address, status=recorder.status_reply, stop=stop_job,
+                                resize=resize_job)
         socket = getattr(engine, "health_socket", None)  # --isolate-network: tasks reach it through a file
         server.unix_path = str(socket) if socket else None
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir,
@@ -261,7 +275,15 @@ def prepare(
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
     bench_mark("prepared", sys.stderr)
-    return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease)
+
+    def again(workers: int) -> Job:  # the next life at another size (a size change of the running job)
+        spec_now = resized_spec(read_json(rd.plan) or {"spec": {}}, workers)
+        return prepare(spec_now, runs_dir=runs_dir, run_id=run_id, faults=[f for f in faults if f.task in
+                       spec_now.tasks()], commands=commands, view=recorder.view, backend=backend,
+                       backend_options=backend_options, web=web, web_public=web_public, resume=True,
+                       wait_for_resources_s=wait_for_resources_s, insecure=insecure, **supervisor_options)
+
+    return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease, again)
 
 
 def exit_code(result: JobSnapshot) -> int:
@@ -287,28 +309,53 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         keep_web: leave the web page up; the caller ends it with :func:`close_web` (the CLI
             prints the final report first).
     """
-    try:
-        result = job.supervisor.run()
-        from orchestrator.report.summary import build_summary, write_summary  # here: not before the tasks start
-
-        summary = build_summary(result)
-        write_summary(job.plan.run_dir, summary)  # before the endpoint goes: a status query always finds one
+    while True:
         try:
-            job.recorder.write(job.plan.run_dir)
-        except OSError:
-            pass
-    finally:
-        job.server.stop()
-        if job.endpoint_path is not None:
-            job.endpoint_path.unlink(missing_ok=True)
-        tls.remove(job.plan.run_dir)  # the run's keys (none with --insecure)
-        if job.lease is not None:
-            job.lease.release()  # the cores and GPUs: a waiting run may start
-        if job.lock is not None:
-            job.lock.release()  # the next life may start
+            result = job.supervisor.run()
+            workers = _next_size(job, result)
+            if workers is None:
+                from orchestrator.report.summary import build_summary, write_summary  # not before the tasks start
+
+                summary = build_summary(result)
+                write_summary(job.plan.run_dir, summary)  # before the endpoint goes: a status query always finds one
+            try:
+                job.recorder.write(job.plan.run_dir)
+            except OSError:
+                pass
+        finally:
+            _end_life(job)
+        if workers is None:
+            break
+        close_web(job)  # the next life serves its own page
+        assert job.again is not None  # _next_size checked it
+        nxt = job.again(workers)
+        for name in ("plan", "supervisor", "server", "store", "recorder", "web", "endpoint_path", "lock", "lease",
+                     "again"):  # in place: a caller's signal handler reaches the next life's supervisor
+            setattr(job, name, getattr(nxt, name))
     if not keep_web:
         close_web(job, web_linger_s)
     return result, summary
+
+
+def _next_size(job: Job, result: JobSnapshot) -> int | None:
+    """The size the run continues at in a next life in this process: a size change of the running
+    job ended this one (:mod:`orchestrator.supervisor.resizing`); None: the run has ended."""
+    change = job.supervisor.resizing.next
+    if job.again is None or change is None or result.state is not JobState.PREEMPTED:
+        return None
+    return change.workers
+
+
+def _end_life(job: Job) -> None:
+    """What a life holds, let go: the health server, ``endpoint.json``, the run's keys, the lease, the lock."""
+    job.server.stop()
+    if job.endpoint_path is not None:
+        job.endpoint_path.unlink(missing_ok=True)
+    tls.remove(job.plan.run_dir)  # the run's keys (none with --insecure)
+    if job.lease is not None:
+        job.lease.release()  # the cores and GPUs: a waiting run may start
+    if job.lock is not None:
+        job.lock.release()  # the next life may start
 
 
 def close_web(job: Job, linger_s: float = 0.0) -> None:

@@ -16,7 +16,7 @@ from orchestrator.backends.base import Capability
 from orchestrator.backends.host import check_memory
 from orchestrator.errors import SpecError
 from orchestrator.plan import Plan
-from orchestrator.spec.faults import Fault
+from orchestrator.spec.faults import Fault, check_lose
 from orchestrator.spec.faults import check_tasks as check_fault_tasks
 from orchestrator.spec.model import JobSpec
 
@@ -69,12 +69,14 @@ def check_job(spec: JobSpec, *, backend: str, faults: Sequence[Fault] = (),
 
     Raises:
         SpecError: a bad run id (:func:`check_run_id`), a fault that names a task the job does
-            not have, or (a backend whose tasks are this machine's processes, built-in program)
+            not have, a ``lose`` fault of a task that is not an elastic job's worker, or (a
+            backend whose tasks are this machine's processes, built-in program)
             TensorFlow processes that cannot fit in this machine's memory.
     """
     check_run_id(run_id)
     engine = backend_class(backend)
     check_fault_tasks(list(faults), spec.tasks())
+    check_lose(list(faults), spec.elastic is not None)
     if commands and spec.supervision.spares:
         check_spare_program(commands, spec.supervision.spares, backend)
     for fault in faults:

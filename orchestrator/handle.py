@@ -47,6 +47,9 @@ class Job:
     endpoint_path: Path | None = None
     lock: runlock.RunLock | None = None
     lease: leases.Lease | None = None
+    again: Callable[[int], "Job"] | None = None
+    """Prepares the run's next life at another size (elastic workers: a size change of the
+    running job, :mod:`orchestrator.supervisor.resizing`); None: no next life in this process."""
 
     @property
     def web_url(self) -> str | None:

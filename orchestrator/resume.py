@@ -141,3 +141,22 @@ def carried_over(run_dir: RunDir) -> Carried:
         name = str(task.get("task", "")).replace(":", "-")
         next_attempt.setdefault(name, floor)
     return dataclasses.replace(carried, next_attempt=next_attempt)
+
+
+def resized_spec(plan: Mapping[str, Any], workers: int) -> JobSpec:
+    """The run's spec (``plan.json``'s) at ``workers`` workers: what ``resize RUN --workers N``
+    asks of a running job, checked as ``launch --resume RUN --workers N`` is (:func:`resumed_spec`).
+
+    Raises:
+        SpecError: naming ``workers``: the run's workers are not elastic, ``workers`` is outside
+            its MIN..MAX, the size it runs at now, or a size its batch policy refuses.
+    """
+    original = plan["spec"]
+    bounds = original.get("workers")
+    if not isinstance(bounds, Mapping):
+        raise SpecError("workers", workers, f"the run's workers are a fixed count ({bounds}), not elastic",
+                        "only a run launched with --workers MIN:MAX can be resized")
+    if not isinstance(workers, int) or isinstance(workers, bool) or not bounds["min"] <= workers <= bounds["max"]:
+        raise SpecError("workers", workers, f"outside the job's elastic range {bounds['min']}..{bounds['max']}",
+                        f"use a size in {bounds['min']}..{bounds['max']}")
+    return resumed_spec(plan, {"workers": workers})

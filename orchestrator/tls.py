@@ -347,8 +347,8 @@ def report_refusal(identity: str | None, task: str, own_certificate: bool) -> st
 
 
 def control_refusal(identity: str | None, method: str) -> str | None:
-    """Why the peer ``identity`` may not call ``method`` (``GetStatus``, ``StopJob``: the user's
-    own commands): None when it may (the user's certificate, or plaintext: the token only)."""
+    """Why the peer ``identity`` may not call ``method`` (``GetStatus``, ``StopJob``, ``ResizeJob``: the
+    user's own commands): None when it may (the user's certificate, or plaintext: the token only)."""
     if identity is None or identity == USER:
         return None
     return f"{method} is for the user's certificate ({USER!r}), not a task's ({identity!r})"

@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 SUBCOMMANDS = {"launch": "launch", "validate": "validate", "render": "render", "doctor": "doctor",
                "compose": "compose", "sbatch": "sbatch", "sweep": "sweep", "status": "status", "stop": "stop",
-               "logs": "logs", "list": "list_runs"}
+               "resize": "resize", "logs": "logs", "list": "list_runs"}
 """Subcommand -> its module under ``orchestrator.cli``, in ``--help`` order."""
 
 

@@ -83,6 +83,20 @@ class EndpointClient:
             raise EndpointError(self.address, exc.code().name, exc.details() or "") from None
         return reply.accepted, reply.state
 
+    def resize(self, workers: int, reason: str) -> tuple[bool, str, str]:
+        """Ask an elastic job to change size to ``workers``. Returns (accepted, job state when
+        asked, why it was refused: "" when accepted).
+
+        Raises:
+            EndpointError: the endpoint did not answer within the deadline, or refused the token.
+        """
+        try:
+            reply = self._stub.ResizeJob(pb.ResizeRequest(workers=workers, reason=reason), metadata=self._metadata,
+                                         timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise EndpointError(self.address, exc.code().name, exc.details() or "") from None
+        return reply.accepted, reply.state, reply.refusal
+
     def close(self) -> None:
         self._channel.close()
 

@@ -12,7 +12,7 @@ default: :mod:`orchestrator.tls`) every call, ``grpc.health.v1`` included, must 
 certificate of the run (mutual TLS), and every ``Supervisor`` call must also carry the job token
 (``x-job-token`` metadata); others get ``UNAUTHENTICATED``. The certificate's name then decides
 what the call may do (:class:`Identities`): a task's reports for that task only, the user's
-queries and stops the job only; others get ``PERMISSION_DENIED``.
+queries, stops and resizes the job only; others get ``PERMISSION_DENIED``.
 """
 
 from __future__ import annotations
@@ -90,6 +90,10 @@ StatusSource = Callable[[bool, int], pb.StatusReply]
 StopHandler = Callable[[str], tuple[bool, str]]
 """``reason -> (accepted, job state)``: asks the job to stop (injected by ``api``)."""
 
+ResizeHandler = Callable[[int, str], tuple[bool, str, str]]
+"""``(workers, reason) -> (accepted, job state, refusal)``: asks an elastic job to change size
+(injected by ``api``; docs/elastic.md)."""
+
 
 class Identities:
     """Who a TLS peer is and what it may do (:func:`orchestrator.tls.report_refusal`,
@@ -137,13 +141,15 @@ class Identities:
 
 class SupervisorServicer(pb_grpc.SupervisorServicer):
     """The gRPC servicer of ``tfcluster.v1.Supervisor``: heartbeats into the store, port releases,
-    address registrations, status queries, stop requests and injected faults handed over
+    address registrations, status queries, stop and resize requests and injected faults handed over
     (:mod:`orchestrator.health.faultbox`)."""
 
     def __init__(self, store: HeartbeatStore, release_port: Callable[[TaskId, int], int],
                  register: RegisterFn = _refuse, status: StatusSource | None = None,
-                 stop: StopHandler | None = None, identities: Identities | None = None) -> None:
+                 stop: StopHandler | None = None, identities: Identities | None = None,
+                 resize: ResizeHandler | None = None) -> None:
         self._identities = identities or Identities(None)
+        self._resize = resize
         self._store = store
         self._release_port = release_port
         self._register = register
@@ -198,6 +204,13 @@ class SupervisorServicer(pb_grpc.SupervisorServicer):
         accepted, state = self._stop(request.reason or "stopped by a StopJob call")
         return pb.StopReply(accepted=accepted, state=state)
 
+    async def ResizeJob(self, request, context):  # noqa: N802 - gRPC name
+        await self._identities.check_control(context, "ResizeJob")
+        if self._resize is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this endpoint cannot resize its job")
+        accepted, state, refusal = self._resize(request.workers, request.reason or "resize asked")
+        return pb.ResizeReply(accepted=accepted, state=state, refusal=refusal)
+
     async def HandOverFault(self, request, context):  # noqa: N802 - gRPC name
         task = TaskId(request.task.task_type, request.task.task_index)
         outcome = await self._faults.hand_over(task, request.task.attempt, request.fault, request.job_step,
@@ -229,6 +242,7 @@ class HealthServer:
             worker thread; default: every registration refused.
         status: answers ``GetStatus`` (the typed reply); runs on a worker thread (thread-safe).
         stop: answers ``StopJob``; must only request the stop (it runs on the server thread).
+        resize: answers ``ResizeJob``; must only request the resize (it runs on the server thread).
         tls: the run's certificates: mutual TLS, a client certificate of the run required on
             every call; None: plaintext (``--insecure``, tests, benchmarks).
         unix_path: also serve on this Unix socket (``--isolate-network``: the tasks' way out of
@@ -246,6 +260,7 @@ class HealthServer:
         status: StatusSource | None = None,
         stop: StopHandler | None = None,
         held: socket.socket | None = None,
+        resize: ResizeHandler | None = None,
         tls: RunPki | None = None,
         unix_path: str | None = None,
     ) -> None:
@@ -255,6 +270,7 @@ class HealthServer:
         self._register = register
         self._status = status
         self._stop = stop
+        self._resize = resize
         self._token = token
         self._store = store
         self._release_port = release_port
@@ -317,7 +333,7 @@ class HealthServer:
         )
         pb_grpc.add_SupervisorServicer_to_server(
             SupervisorServicer(self._store, self._release_port, self._register, self._status, self._stop,
-                               Identities(self._tls)), server)
+                               Identities(self._tls), self._resize), server)
         health = grpc_health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         if self._held is not None:  # the port is ours to bind now: no other socket may share it (so_reuseport 0)

@@ -543,6 +543,24 @@ class StopReply(_message.Message):
     state: str
     def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
 
+class ResizeRequest(_message.Message):
+    __slots__ = ("workers", "reason")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    workers: int
+    reason: str
+    def __init__(self, workers: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResizeReply(_message.Message):
+    __slots__ = ("accepted", "state", "refusal")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    state: str
+    refusal: str
+    def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[str] = ..., refusal: _Optional[str] = ...) -> None: ...
+
 class FaultHandover(_message.Message):
     __slots__ = ("task", "fault", "job_step", "wait_s")
     TASK_FIELD_NUMBER: _ClassVar[int]

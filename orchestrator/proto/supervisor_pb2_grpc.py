@@ -59,6 +59,11 @@ class SupervisorStub:
                 request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
                 response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
                 _registered_method=True)
+        self.ResizeJob = channel.unary_unary(
+                '/tfcluster.v1.Supervisor/ResizeJob',
+                request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.ResizeRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.ResizeReply.FromString,
+                _registered_method=True)
         self.HandOverFault = channel.unary_unary(
                 '/tfcluster.v1.Supervisor/HandOverFault',
                 request_serializer=orchestrator_dot_proto_dot_supervisor__pb2.FaultHandover.SerializeToString,
@@ -128,6 +133,14 @@ class SupervisorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResizeJob(self, request, context):
+        """`python -m orchestrator resize RUN --workers N`: an elastic job changes size (docs/elastic.md).
+        Accepted: the supervisor decides on it (a coordinated save, then the group at the new size).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def HandOverFault(self, request, context):
         """Injected step faults of tasks that report no training step (a ps, a PSS worker, the
         evaluator; orchestrator/task/relay.py). The job's gate, the trainer whose step is the job's,
@@ -173,6 +186,11 @@ def add_SupervisorServicer_to_server(servicer, server):
                     servicer.StopJob,
                     request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.FromString,
                     response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.StopReply.SerializeToString,
+            ),
+            'ResizeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizeJob,
+                    request_deserializer=orchestrator_dot_proto_dot_supervisor__pb2.ResizeRequest.FromString,
+                    response_serializer=orchestrator_dot_proto_dot_supervisor__pb2.ResizeReply.SerializeToString,
             ),
             'HandOverFault': grpc.unary_unary_rpc_method_handler(
                     servicer.HandOverFault,
@@ -320,6 +338,33 @@ class Supervisor:
             '/tfcluster.v1.Supervisor/StopJob',
             orchestrator_dot_proto_dot_supervisor__pb2.StopRequest.SerializeToString,
             orchestrator_dot_proto_dot_supervisor__pb2.StopReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResizeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfcluster.v1.Supervisor/ResizeJob',
+            orchestrator_dot_proto_dot_supervisor__pb2.ResizeRequest.SerializeToString,
+            orchestrator_dot_proto_dot_supervisor__pb2.ResizeReply.FromString,
             options,
             channel_credentials,
             insecure,

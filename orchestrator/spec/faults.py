@@ -11,7 +11,11 @@ Syntax: ``TASK:KIND@TRIGGER[,attempt=N]``
   so a ps stops serving and an evaluator stops evaluating),
   ``stop`` (SIGSTOP itself: the whole process freezes, heartbeats stop too),
   ``term`` (SIGTERM as a preemption sends it: from outside the orchestrator, without its
-  stop marker; the task checkpoints at the next step and exits 143).
+  stop marker; the task checkpoints at the next step and exits 143),
+  ``lose`` (a lost slot: the task SIGKILLs itself as ``kill`` does, and its slot is withdrawn:
+  the supervisor does not restart it in place; an elastic job continues without it, and on the
+  local and docker backends the slot stays withdrawn until ``resize`` gives it back; workers
+  of an elastic job only, :func:`check_lose`; docs/elastic.md).
 * ``TRIGGER``: ``step=N`` (after the job's training step N, whoever receives it: a trainer
   fires it on its own steps (the built-in program, or a user's program reporting steps through
   :mod:`orchestrator.client`); a task that reports no step (a ps, a ParameterServerStrategy
@@ -39,13 +43,13 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.model import TaskId
 
 ENV = "ORCH_FAULTS"
-KINDS = ("kill", "exit", "raise", "hang", "stop", "term")
+KINDS = ("kill", "exit", "raise", "hang", "stop", "term", "lose")
 _RE = re.compile(
     r"^(?P<task>[a-z]+[:\-]\d+):(?P<kind>[a-z]+)(?:=(?P<code>\d+))?@(?P<trigger>step|time)=(?P<at>\d+(?:\.\d+)?)"
     r"(?:,attempt=(?P<attempt>\d+))?$"
 )
 _FIX = ("write TASK:KIND@TRIGGER, e.g. worker:1:kill@step=20 or ps:0:exit=3@time=5 "
-        "(kinds: kill, exit=N, raise, hang, stop, term)")
+        "(kinds: kill, exit=N, raise, hang, stop, term, lose)")
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class Fault:
 
     Attributes:
         task: the task it hits.
-        kind: kill | exit | raise | hang | stop | term.
+        kind: kill | exit | raise | hang | stop | term | lose.
         exit_code: for ``exit``.
         trigger: ``step`` or ``time``.
         at: the step number, or seconds after the task started.
@@ -124,6 +128,29 @@ def check_tasks(faults: list[Fault], tasks: list[TaskId]) -> None:
                 "inject-fault", str(fault.task), "the job has no such task",
                 "name one of: " + ", ".join(map(str, tasks)),
             )
+
+
+def check_lose(faults: list[Fault], elastic: bool) -> None:
+    """A ``lose`` fault withdraws a worker's slot, which only an elastic job's workers can do
+    without (docs/elastic.md).
+
+    Args:
+        faults: the parsed faults.
+        elastic: the job's workers are elastic (``--workers MIN:MAX``).
+
+    Raises:
+        SpecError: a ``lose`` fault of a task that is not a worker, or of a job whose workers
+            are a plain count.
+    """
+    for fault in faults:
+        if fault.kind != "lose":
+            continue
+        if fault.task.task_type != "worker":
+            raise SpecError("inject-fault", fault.name, f"lose withdraws a worker's slot; {fault.task} is not a worker",
+                            "name a worker, e.g. worker:1:lose@step=20")
+        if not elastic:
+            raise SpecError("inject-fault", fault.name, "lose needs elastic workers (the job cannot go on "
+                            "without the slot)", "launch with --workers MIN:MAX, or use kill")
 
 
 def encode(faults: list[Fault]) -> str:

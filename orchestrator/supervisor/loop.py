@@ -3,7 +3,8 @@
 :meth:`Supervisor.run` starts the tasks, then ticks until the job is over; each :meth:`Supervisor.tick` is the list
 of steps it takes. The parts decide and own their state: heartbeat intake (:mod:`.beats`), failures and restarts
 (:mod:`.failures`), endings and graces (:mod:`.ending`), hang checks (:mod:`.hangs`), a job preemption
-(:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), the start order (:mod:`.waves`). Each returns what it wants
+(:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), size changes
+(:mod:`.resizing`), the start order (:mod:`.waves`). Each returns what it wants
 done as small frozen records (:mod:`.actions`); :meth:`Supervisor._do` carries them out, in order; this module alone
 holds the backend. The parts share one read-only task table (:mod:`.table`) and never call each other; their rules
 are pure functions (:mod:`.decisions` and beside it). Every wait is bounded; time is this process's monotonic clock
@@ -36,7 +37,7 @@ from orchestrator.supervisor.ending import Endings
 from orchestrator.supervisor.exits import LOOK_EVERY, ExitWatch
 from orchestrator.supervisor.failures import Restarts
 from orchestrator.supervisor.hangs import HangChecks, culprits_first, peers_to_dump
-from orchestrator.supervisor.options import LoopOptions
+from orchestrator.supervisor.options import KILL_WAIT_S, VIEW_TASKS_PER_S, LoopOptions
 from orchestrator.supervisor.pictures import Pictures
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.records.lives import Carried, LifeBook
@@ -53,6 +54,7 @@ from orchestrator.supervisor.records.states import (
     TaskState,
 )
 from orchestrator.supervisor.rehearsal import Rehearsal
+from orchestrator.supervisor.resizing import Resizing
 from orchestrator.supervisor.rules import decisions
 from orchestrator.supervisor.rules.formed import FormedCheck
 from orchestrator.supervisor.rules.rehearsal import checked_success
@@ -61,13 +63,6 @@ from orchestrator.supervisor.table import TaskTable
 from orchestrator.supervisor.waves import StartWaves
 
 log = logging.getLogger(__name__)
-
-VIEW_TASKS_PER_S = 4000
-"""Most task pictures the loop builds per second (``tick_s`` of them a tick) for the view
-(``status``, the page; :mod:`~orchestrator.supervisor.pictures`): a job of more than
-``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often, and no tick stalls."""
-
-KILL_WAIT_S = 10.0  # seconds to wait for a task the loop SIGKILLed (hung, stuck in its exit, past its grace)
 
 
 class Supervisor:
@@ -137,6 +132,7 @@ class Supervisor:
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
         # the parts: each owns its state and returns what it wants done
         self.preemption = Preemption(o.preemption_grace_s)
+        self.resizing = Resizing(plan, self.carried)  # its requests come from the server thread, taken each tick
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
                                  preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)
@@ -218,6 +214,7 @@ class Supervisor:
         self._do(self.waves.next(self.state.terminal or self._interrupt is not None), now)  # the next start wave
         self._check_hangs(now)  # hangs (and exits between slices)
         self._do([do.Event(t) for t in self._rehearsal.watch(self.tasks, now)], now)  # before a restart replaces it
+        self._do(self.resizing.step(self.tasks, self.state), now)  # a resize asked, a slot lost: not restarted in place
         self._decide(now)  # failures: restart or end
         self._start_due_restarts(now)
         if self.preemption.deadline is not None and not self.state.terminal:
@@ -249,7 +246,8 @@ class Supervisor:
             self._do([do.End(*checked_success(self.reason, self._formed.failure, self._rehearsal.untested))], now)
         self.warnings.extend(self.intake.logs_cut())  # each log cut by --max-log-size, and how much
         self.ended_at = self.clock()
-        self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time())
+        self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time(),
+                         cause=self.resizing.ended_by(self.state))
         self._do([do.Persist()], now)
         final = self.snapshot()
         self.view.update(final)

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+VIEW_TASKS_PER_S = 4000
+"""Most task pictures the loop builds per second (``tick_s`` of them a tick) for the view
+(``status``, the page; :mod:`~orchestrator.supervisor.pictures`): a job of more than
+``VIEW_TASKS_PER_S * view_interval_s`` tasks gets its snapshots less often, and no tick stalls."""
+
+KILL_WAIT_S = 10.0  # seconds to wait for a task the loop SIGKILLed (hung, stuck in its exit, past its grace)
+
 
 @dataclass(frozen=True)
 class LoopOptions:

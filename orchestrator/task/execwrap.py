@@ -91,7 +91,7 @@ from orchestrator.task.spare import take_stdio
 STOP_GRACE_S = 1.0
 """Seconds a user's program gets after the orchestrator's own SIGTERM before its group is SIGKILLed."""
 
-OUTSIDE_KINDS = ("kill", "exit", "stop", "term")
+OUTSIDE_KINDS = ("kill", "exit", "stop", "term", "lose")
 """Fault kinds the wrapper can fire on the program from outside."""
 
 
@@ -156,7 +156,7 @@ def _fire(fault: Fault, program: subprocess.Popen[bytes], job_step: int | None =
               "from outside; skipped", file=sys.stderr, flush=True)
         return
     announce(fault, job_step)
-    if kind == "kill":
+    if kind in ("kill", "lose"):
         _kill_group()
     elif kind == "exit":
         global _exit_code

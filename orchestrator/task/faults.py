@@ -189,7 +189,7 @@ class FaultInjector:
         thread of its own (a timer, the relay), where ``hang`` and ``raise`` end the whole task's work."""
         announce(fault, job_step)
         kind = fault.kind
-        if kind == "kill":
+        if kind in ("kill", "lose"):  # lose: the slot is withdrawn too (the supervisor's part)
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "exit":
             os._exit(fault.exit_code)

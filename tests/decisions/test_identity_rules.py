@@ -28,7 +28,7 @@ def test_report_refusal(identity, task, own, allowed):
 
 
 @pytest.mark.parametrize("identity, allowed", [(None, True), (USER, True), ("worker-0", False), (SHARED, False)])
-@pytest.mark.parametrize("method", ["GetStatus", "StopJob"])
+@pytest.mark.parametrize("method", ["GetStatus", "StopJob", "ResizeJob"])
 def test_control_refusal(identity, allowed, method):
     refusal = control_refusal(identity, method)
     assert (refusal is None) is allowed

@@ -35,6 +35,9 @@ SEGMENT_RESUMED = "resumed at another size"
 """``cause`` of a segment a ``launch --resume RUN --workers N`` began (docs/elastic.md)."""
 SEGMENT_PARKED = "parked worker"
 """``cause`` of a segment a parked PSS worker began (:mod:`orchestrator.supervisor.rules.parking`)."""
+RESIZED = ("resize asked", "slot lost", "grew back")
+"""Causes of a life a size change of the running job ended (:mod:`orchestrator.supervisor.rules.resize`'s
+``CAUSES``), and of the segment the next life begins; under PSS, of a change within a life too."""
 
 
 def _iso(t: float | None) -> str | None:
@@ -202,14 +205,17 @@ def record_dict(run_id: str, lives: tuple[Life, ...], *, restarts_used: int, nex
     }
 
 
-def closed(life: Life, state: str, preempted: str | None, *, ended_at: float, last_step: int | None) -> Life:
-    """``life`` as it ended in ``state`` (``preempted``: why the job was preempted, if it was)."""
+def closed(life: Life, state: str, preempted: str | None, *, ended_at: float, last_step: int | None,
+           cause: str | None = None) -> Life:
+    """``life`` as it ended in ``state`` (``preempted``: why the job was preempted, if it was;
+    ``cause``: the size change that ended it, one of :data:`RESIZED`, which overrides the state's)."""
+    resized = cause
     causes = {"Succeeded": CAUSE_SUCCEEDED, "Failed": CAUSE_FAILED, "Interrupted": CAUSE_INTERRUPTED,
               "Preempted": CAUSE_PREEMPTED}
     cause = causes.get(state, state.lower())
     if state == "Preempted" and preempted and "time limit" in preempted:
         cause = CAUSE_TIME_LIMIT
-    return replace(life, ended_at=ended_at, ended=state, cause=cause,
+    return replace(life, ended_at=ended_at, ended=state, cause=cause if resized is None else resized,
                    last_step=last_step if last_step is not None else life.last_step)
 
 
@@ -251,14 +257,16 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
     reported, when it did), ``first_step`` (the step it resumed from, or the last step before the
     change; 0 for a fresh start), ``last_step`` (the last step reported, or the next segment's
     ``first_step`` when that is later: a preemption saves steps not yet reported), ``cause``
-    (:data:`SEGMENT_LAUNCHED`, :data:`SEGMENT_RESUMED`, :data:`SEGMENT_PARKED`, ...), ``steps_lost``
+    (:data:`SEGMENT_LAUNCHED`, :data:`SEGMENT_RESUMED`, the size change that ended the life before:
+    :data:`RESIZED`, or of the change within a life: :data:`SEGMENT_PARKED`, ...), ``steps_lost``
     (steps trained in it that the next one trained again; None while unknown), ``lives`` (their
     numbers) and, for a change within a life, ``tasks`` (the workers it concerns). Lives without a
     recorded size (an earlier version's) are left out."""
     out: list[dict[str, Any]] = []
-    for life in lives:
+    for i, life in enumerate(lives):
         if life.size is None:
             continue
+        before = lives[i - 1].cause if i else ""  # a size change of the running job ended it: this one's cause
         size = dict(life.size)
         if life.global_batch_size is not None:
             size["global_batch_size"] = life.global_batch_size
@@ -273,14 +281,13 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
             if last is not None and first is not None and (last["last_step"] or 0) < first:
                 last["last_step"] = first  # its last steps were saved (the step resumed from) before they were reported
             out.append({**size, "first_step": first, "last_step": life.last_step,
-                        "cause": SEGMENT_LAUNCHED if last is None else SEGMENT_RESUMED,
+                        "cause": SEGMENT_LAUNCHED if last is None else before if before in RESIZED else SEGMENT_RESUMED,
                         "steps_lost": lost, "lives": [life.number]})
-        for i, change in enumerate(life.resized, 1):  # sizes it changed to while it ran: no step trained again
+        for n, change in enumerate(life.resized, 1):  # sizes it changed to while it ran: no step trained again
             out[-1]["last_step"] = change.get("step")
             out.append({**dict(change["size"]), "first_step": change.get("step"), "last_step": life.last_step,
-                        "cause": change["cause"], "steps_lost": life.steps_lost if i == len(life.resized) else 0,
-                        "lives": [life.number],
-                        "tasks": list(change.get("tasks") or ())})
+                        "cause": change["cause"], "steps_lost": life.steps_lost if n == len(life.resized) else 0,
+                        "lives": [life.number], "tasks": list(change.get("tasks") or ())})
     return out
 
 
@@ -355,8 +362,8 @@ class LifeBook:
         out, self._warnings = self._warnings, []
         return out
 
-    def close(self, state: str, preempted: str | None, ended_at: float) -> None:
-        self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=self.last_step)
+    def close(self, state: str, preempted: str | None, ended_at: float, cause: str | None = None) -> None:
+        self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=self.last_step, cause=cause)
 
     def lives(self) -> tuple[Life, ...]:
         """Every life so far, this one last, with the last step seen so far (what ``run.json``

@@ -1,0 +1,116 @@
+"""Size changes of a running elastic job (issue 34, docs/elastic.md): a resize asked, a slot lost.
+
+A request (``python -m orchestrator resize RUN --workers N``, the ``ResizeJob`` call) lands here
+from the health server's thread (:meth:`Resizing.request`: checked against the job's bounds by
+:func:`~orchestrator.supervisor.rules.resize.size_change`, then left for the loop); a worker whose
+slot is withdrawn (an injected ``lose``: :func:`~orchestrator.supervisor.rules.resize.slot_lost`)
+is found among the task table's ended attempts. Each tick the loop asks :meth:`Resizing.step`
+what to do, before its failure decisions (a lost slot is not restarted in place):
+
+* MultiWorkerMirroredStrategy fixes a group's size when the strategy is built, so a size change
+  ends this life of the run and the next one starts at the new size, with a new ``TF_CONFIG``
+  (:func:`orchestrator.api.run` continues the run in the same process, as ``launch --resume RUN
+  --workers N`` would): a planned resize first takes the coordinated save of a preemption
+  (every worker saves at one step and leaves: 0 steps lost); a lost slot stops the group at once
+  and the next life starts one smaller from the last checkpoint when at least MIN workers remain,
+  else the job fails.
+* ParameterServerStrategy parks and unparks specific workers (:class:`SizeChange`'s ``park`` /
+  ``unpark``): not built here (refused in one line for now).
+
+The part decides; the loop carries out what it returns (:mod:`~orchestrator.supervisor.actions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.plan import Plan
+from orchestrator.supervisor.actions import Action, End, Event, Preempt, Stop
+from orchestrator.supervisor.records.lives import Carried
+from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.rules.rehearsal import planned_faults
+from orchestrator.supervisor.rules.resize import (
+    GREW_BACK,
+    MWMS,
+    RESIZE_ASKED,
+    SLOT_LOST,
+    SizeChange,
+    size_change,
+    slot_lost,
+)
+
+
+class Resizing:
+    """The size changes of one life of an elastic job.
+
+    Args:
+        plan: the job's plan (its spec's ``elastic`` bounds; its ``lose`` faults).
+        carried: the run's earlier lives (a grow after a lost slot is ``grew back``).
+    """
+
+    def __init__(self, plan: Plan, carried: Carried) -> None:
+        spec = plan.spec
+        self.strategy = spec.strategy.value
+        self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
+        self.size = spec.workers
+        self.lost_before = any(life.cause == SLOT_LOST for life in carried.lives)
+        self._lose = {(str(f.task), f.attempt) for f in planned_faults(plan) if f.kind == "lose"}
+        self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
+        self._reason = ""
+        self.next: SizeChange | None = None
+        """The size the run continues at in its next life (None: it does not continue)."""
+
+    def request(self, workers: int, reason: str, state: JobState) -> tuple[bool, str]:
+        """A resize asked (the ``ResizeJob`` call; safe from another thread: one assignment).
+        Returns (accepted, why refused)."""
+        if self.bounds is None:
+            return False, f"the job's workers are a fixed count ({self.size}), not elastic"
+        if state.terminal or state is JobState.PENDING:
+            return False, f"the job is {state.value}, not running"
+        if self.next is not None or self._asked is not None:
+            return False, "a size change is already under way"
+        cause = GREW_BACK if workers > self.size and self.lost_before else RESIZE_ASKED
+        change = size_change(self.strategy, range(self.size), self.bounds, target=workers, cause=cause)
+        if change.refusal:
+            return False, change.refusal
+        if not change.restart_group:
+            return False, f"{self.strategy}: a resize of a running job is not built yet (docs/elastic.md)"
+        self._reason = reason
+        self._asked = change
+        return True, ""
+
+    def step(self, tasks: Sequence[TaskRuntime], state: JobState) -> list[Action]:
+        """What to do now: a resize asked (MWMS: the coordinated save, then this life ends), a
+        slot lost (MWMS: stop the group, continue one smaller; fail below MIN); [] otherwise."""
+        if state.terminal or self.next is not None:
+            return []
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            self.next = asked
+            what = f"{asked.cause}: {self.size} -> {asked.workers} worker(s)"
+            return [Event(f"{what} ({self._reason}); every worker saves at its next step, then the group continues "
+                          f"at {asked.workers}"), Preempt(what)]
+        for rt in tasks:
+            a = rt.current
+            if (a.state is TaskState.FAILED and (rt.task.name, a.number) in self._lose
+                    and slot_lost(["lose"], a.stop_requested)):
+                self._lose.discard((rt.task.name, a.number))
+                return self._lost(rt)
+        return []
+
+    def _lost(self, rt: TaskRuntime) -> list[Action]:
+        assert self.bounds is not None
+        change = size_change(self.strategy, range(self.size), self.bounds, lost=rt.task.task_index)
+        if change.refusal:
+            return [End(JobState.FAILED, EXIT_FAILED, change.refusal), Stop(None, "stopped: a slot lost below MIN")]
+        if self.strategy != MWMS:
+            return [Event(f"{rt.task.name}'s slot is lost; parking is not built yet: restarted in place")]
+        self.next = change
+        why = (f"{rt.task.name}'s slot is lost: the group continues at {change.workers} worker(s) from the last "
+               "checkpoint")
+        return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {SLOT_LOST}")]
+
+    def ended_by(self, state: JobState) -> str | None:
+        """The cause this life ended with when a size change ended it (its ``lives`` entry's
+        ``cause``, the next segment's), None otherwise."""
+        return self.next.cause if self.next is not None and state is JobState.PREEMPTED else None

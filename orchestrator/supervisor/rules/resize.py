@@ -1,0 +1,127 @@
+"""What a size change of an elastic job means (issue 34, docs/elastic.md): pure rules.
+
+* :func:`size_change`: the target size, which worker slots go or come back, and the cause
+  (``resize asked``, ``slot lost``, ``grew back``), for MultiWorkerMirroredStrategy (the group
+  restarts at the new size: TF fixes an MWMS group's size when the strategy is built, so a
+  resize is new processes with a new ``TF_CONFIG``) and for ParameterServerStrategy (the
+  ``ClusterCoordinator`` carries on without a worker: specific workers are parked and unparked,
+  the others keep running).
+* :func:`slot_lost`: whether a worker's end was its slot withdrawn (an injected ``lose``).
+* :func:`grow_back_at`: when a withdrawn slot may be taken back by itself, after a cooldown that
+  doubles with each loss in a window, so a flapping node does not restart the group over and
+  over (torchrun's ``--max-restarts`` bounds the same churn by count; the doubling is the
+  exponential backoff Kubernetes applies to a crash-looping container).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+RESIZE_ASKED = "resize asked"
+SLOT_LOST = "slot lost"
+GREW_BACK = "grew back"
+CAUSES = (RESIZE_ASKED, SLOT_LOST, GREW_BACK)
+"""``cause`` of a size change (and of the ``segments`` entry it begins)."""
+
+MWMS, PSS = "multi_worker_mirrored", "parameter_server"
+
+
+@dataclass(frozen=True)
+class SizeChange:
+    """What a size change does.
+
+    Attributes:
+        workers: the size after it (worker tasks).
+        going: worker slots (indexes of the size before) that leave; under MWMS the group is
+            renumbered 0..workers-1 afterwards, the chief (worker 0) kept.
+        coming: worker slots that come (back).
+        cause: one of :data:`CAUSES`.
+        restart_group: MWMS: every worker saves and the group restarts at the new size; False
+            under PSS (``park`` / ``unpark`` name the workers, the rest keep running).
+        park: PSS: the workers to park (not restarted, not failed).
+        unpark: PSS: the parked workers to start again (at their address).
+        refusal: why nothing changes ("": it does); then the other fields keep the size before.
+    """
+
+    workers: int
+    going: tuple[int, ...] = ()
+    coming: tuple[int, ...] = ()
+    cause: str = RESIZE_ASKED
+    restart_group: bool = False
+    park: tuple[int, ...] = ()
+    unpark: tuple[int, ...] = ()
+    refusal: str = ""
+
+
+def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *, target: int | None = None,
+                lost: int | None = None, parked: Sequence[int] = (), cause: str = RESIZE_ASKED) -> SizeChange:
+    """The size change of an elastic job's workers.
+
+    Args:
+        strategy: ``multi_worker_mirrored`` or ``parameter_server``.
+        active: the worker slots training now (indexes, ascending).
+        bounds: (MIN, MAX) of the job's workers.
+        target: the size asked (``resize --workers N``); None for a lost slot.
+        lost: the slot whose node or task is gone (an injected ``lose``); None for a request.
+        parked: PSS: the slots parked now (lost or shrunk earlier), which a grow takes back first.
+        cause: of a request: ``resize asked`` or ``grew back`` (a lost slot is ``slot lost``).
+
+    Returns:
+        A :class:`SizeChange`. A shrink drops the highest slots (worker 0, the chief and
+        checkpoint writer, stays); a lost slot drops that slot; a grow takes back the parked
+        slots lowest first, then new slots above the highest. Refused (``refusal`` set, size
+        unchanged): a target outside MIN..MAX, the size it is already, or a loss that leaves
+        fewer than MIN.
+    """
+    lo, hi = bounds
+    now = list(active)
+    size = len(now)
+    mwms = strategy == MWMS
+    if lost is not None:
+        if lost not in now:
+            return SizeChange(size, refusal=f"worker {lost} is not training (active: {now})")
+        if size - 1 < lo:
+            return SizeChange(size, refusal=f"worker {lost}'s slot is lost and {size - 1} worker(s) remain, "
+                              f"fewer than MIN {lo}")
+        return SizeChange(size - 1, going=(lost,), cause=SLOT_LOST, restart_group=mwms,
+                          park=() if mwms else (lost,))
+    if target is None or not lo <= target <= hi:
+        return SizeChange(size, refusal=f"workers={target}: outside the job's elastic range {lo}..{hi}")
+    if target == size:
+        return SizeChange(size, refusal=f"workers={target}: the job runs at {size} already")
+    if target < size:
+        going = tuple(now[target:]) if mwms else tuple(sorted(now, reverse=True)[:size - target])
+        return SizeChange(target, going=tuple(sorted(going)), cause=cause, restart_group=mwms,
+                          park=() if mwms else tuple(sorted(going)))
+    back = sorted(s for s in parked if s not in now)[:target - size]
+    top = max([*now, *parked], default=-1)
+    new = list(range(top + 1, top + 1 + target - size - len(back)))
+    coming = tuple(sorted(back + new))
+    return SizeChange(target, coming=coming, cause=cause, restart_group=mwms,
+                      unpark=() if mwms else tuple(back))
+
+
+def slot_lost(planned_kinds: Sequence[str], stop_requested: bool) -> bool:
+    """Whether an attempt's end was its slot withdrawn: a ``lose`` fault was planned for that
+    attempt and the orchestrator did not stop it itself (``stop_requested``)."""
+    return "lose" in planned_kinds and not stop_requested
+
+
+def grow_back_at(losses: Sequence[float], cooldown_s: float, window_s: float) -> float | None:
+    """When a withdrawn slot may be taken back by itself (orchestrator monotonic seconds).
+
+    Args:
+        losses: when the slot was lost, each time, ascending (the last: the loss now).
+        cooldown_s: the wait after a single loss.
+        window_s: losses older than this before the last one are forgiven.
+
+    Returns:
+        The last loss + ``cooldown_s`` x 2^(losses in the window - 1) (a slot lost 3 times
+        within the window waits 4 cooldowns); None without a loss.
+    """
+    if not losses:
+        return None
+    last = losses[-1]
+    recent = sum(1 for t in losses if last - t <= window_s)
+    return last + cooldown_s * float(2 ** (recent - 1))

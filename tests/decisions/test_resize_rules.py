@@ -1,0 +1,87 @@
+"""What a size change of an elastic job means (orchestrator/supervisor/rules/resize.py), as tables:
+which slots go and come, the cause, a group restart (MWMS) or park/unpark (PSS), the refusals,
+a lost slot, and the grow-back cooldown."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.supervisor.rules.resize import (
+    GREW_BACK,
+    RESIZE_ASKED,
+    SLOT_LOST,
+    SizeChange,
+    grow_back_at,
+    size_change,
+    slot_lost,
+)
+
+MWMS, PSS = "multi_worker_mirrored", "parameter_server"
+
+
+@pytest.mark.parametrize("strategy, active, bounds, target, parked, cause, change", [
+    # MWMS shrink: the highest slots go, worker 0 (the chief, the checkpoint writer) stays; the group restarts
+    (MWMS, [0, 1], (1, 2), 1, [], RESIZE_ASKED, SizeChange(1, going=(1,), restart_group=True)),
+    (MWMS, [0, 1, 2, 3], (2, 4), 2, [], RESIZE_ASKED, SizeChange(2, going=(2, 3), restart_group=True)),
+    # MWMS grow: new slots above the highest (the group renumbers anyway)
+    (MWMS, [0], (1, 2), 2, [], RESIZE_ASKED, SizeChange(2, coming=(1,), restart_group=True)),
+    (MWMS, [0], (1, 3), 2, [], GREW_BACK, SizeChange(2, coming=(1,), cause=GREW_BACK, restart_group=True)),
+    # PSS shrink parks the highest; grow unparks the parked ones first, lowest first
+    (PSS, [0, 1, 2], (1, 3), 1, [], RESIZE_ASKED, SizeChange(1, going=(1, 2), park=(1, 2))),
+    (PSS, [0, 2], (1, 3), 3, [1], RESIZE_ASKED, SizeChange(3, coming=(1,), unpark=(1,))),
+    # past the parked ones: a new slot above the highest (a coordinator restart with a new TF_CONFIG)
+    (PSS, [0], (1, 4), 3, [2], RESIZE_ASKED, SizeChange(3, coming=(2, 3), unpark=(2,))),
+    (PSS, [0], (1, 3), 2, [2, 1], GREW_BACK, SizeChange(2, coming=(1,), cause=GREW_BACK, unpark=(1,))),
+])
+def test_a_resize_asked(strategy, active, bounds, target, parked, cause, change):
+    assert size_change(strategy, active, bounds, target=target, parked=parked, cause=cause) == change
+
+
+@pytest.mark.parametrize("active, bounds, target, words", [
+    ([0, 1], (1, 2), 3, "outside the job's elastic range 1..2"),
+    ([0, 1], (2, 4), 1, "outside the job's elastic range 2..4"),
+    ([0, 1], (1, 2), 2, "runs at 2 already"),
+])
+@pytest.mark.parametrize("strategy", [MWMS, PSS])
+def test_a_resize_refused_keeps_the_size(strategy, active, bounds, target, words):
+    change = size_change(strategy, active, bounds, target=target)
+    assert words in change.refusal and change.workers == len(active) and not change.going and not change.coming
+
+
+@pytest.mark.parametrize("strategy, active, bounds, lost, change", [
+    # MWMS: the group restarts one smaller from the last checkpoint; worker 0 stays where it is not the one lost
+    (MWMS, [0, 1], (1, 2), 1, SizeChange(1, going=(1,), cause=SLOT_LOST, restart_group=True)),
+    (MWMS, [0, 1, 2], (2, 3), 1, SizeChange(2, going=(1,), cause=SLOT_LOST, restart_group=True)),
+    # PSS: the lost worker is parked; the others go on
+    (PSS, [0, 1, 2], (1, 3), 2, SizeChange(2, going=(2,), cause=SLOT_LOST, park=(2,))),
+])
+def test_a_slot_lost(strategy, active, bounds, lost, change):
+    assert size_change(strategy, active, bounds, lost=lost) == change
+
+
+@pytest.mark.parametrize("strategy", [MWMS, PSS])
+def test_a_loss_below_min_is_refused(strategy):
+    change = size_change(strategy, [0, 1], (2, 2), lost=1)
+    assert "1 worker(s) remain, fewer than MIN 2" in change.refusal and change.workers == 2
+
+
+@pytest.mark.parametrize("kinds, stop_requested, lost", [
+    (["lose"], False, True),
+    (["lose"], True, False),         # the orchestrator stopped it itself first (a group restart, a stop)
+    (["kill"], False, False),        # a crash, not a withdrawn slot: restarted in place as before
+    ([], False, False),
+    (["kill", "lose"], False, True),
+])
+def test_slot_lost(kinds, stop_requested, lost):
+    assert slot_lost(kinds, stop_requested) is lost
+
+
+@pytest.mark.parametrize("losses, at", [
+    ([], None),
+    ([100.0], 130.0),                    # one loss: one cooldown
+    ([100.0, 140.0], 200.0),             # lost again within the window: two cooldowns
+    ([100.0, 140.0, 150.0], 270.0),      # a flapping slot: 4 cooldowns, not a group restart every 30 s
+    ([0.0, 1000.0], 1030.0),             # the old loss is outside the window: forgiven
+])
+def test_grow_back_waits_longer_for_a_flapping_slot(losses, at):
+    assert grow_back_at(losses, cooldown_s=30.0, window_s=600.0) == at
