@@ -151,6 +151,19 @@ class Spares:
     """Keep the plan's warm spares ready (:meth:`~orchestrator.backends.base.SpareHooks.keep_spares`)."""
 
 
+@dataclass(frozen=True)
+class Resize:
+    """ParameterServerStrategy: the job goes on at ``workers`` workers because of ``cause`` (``resize
+    asked``, ``grew back``): ``park`` stopped (the coordinator trains on without them), ``unpark``
+    started again at their addresses (the coordinator re-adds them)
+    (:meth:`~orchestrator.supervisor.failures.Restarts.resized`); worker task names."""
+
+    workers: int
+    cause: str
+    park: tuple[str, ...] = ()
+    unpark: tuple[str, ...] = ()
+
+
 Action = (Event | Warn | Persist | Become | End | Stop | Notice | Failed | Hung | Stuck | Restart | RestartAt
-          | DropRestarts | Preempt | Start | Spares)
+          | DropRestarts | Preempt | Start | Spares | Resize)
 """Every record a part may return."""

@@ -14,9 +14,10 @@ The same exception line on ``crash_loop_limit`` consecutive attempts of a task i
 no further restart; an evaluator that then never evaluated is a warning.
 
 A ParameterServerStrategy worker of elastic workers that will not come back by a restart (a crash
-loop, the restarts spent) is parked instead, while at least MIN workers remain
+loop, the restarts spent, its slot lost) is parked instead, while at least MIN workers remain
 (:mod:`~orchestrator.supervisor.rules.parking`): the job goes on without it, a new segment in the
-life's record (:meth:`~orchestrator.supervisor.records.lives.LifeBook.resized`); it owns the parked workers.
+life's record (:meth:`~orchestrator.supervisor.records.lives.LifeBook.resized`, which holds the parked
+workers); a resize parks workers and takes them back (:meth:`Restarts.resized`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from orchestrator.supervisor.actions import (
     Event,
     Persist,
     Preempt,
+    Resize,
     Restart,
     RestartAt,
     Stop,
@@ -45,6 +47,8 @@ from orchestrator.supervisor.records.snapshot import phase_name
 from orchestrator.supervisor.records.states import EXIT_FAILED, Failure, FailureLog, JobState, TaskState, describe_exit
 from orchestrator.supervisor.rules import decisions, exitrules, parking, training_rules
 from orchestrator.supervisor.rules.decisions import RestartScope
+from orchestrator.supervisor.rules.rehearsal import planned_faults
+from orchestrator.supervisor.rules.resize import SLOT_LOST, slot_lost
 from orchestrator.supervisor.rules.service import (
     restarts_alone,
     survives_group_restart,
@@ -68,11 +72,11 @@ class Restarts:
         restarts_used: the job's restarts so far (a resumed run's earlier lives included).
         preemption_grace_s: the longest wait for MWMS peers that save on a preemption.
         rotation_reported: PSS with the built-in coordinator (it says when a worker is back).
-        lives: this life's record (a parked worker begins a segment); None: not recorded.
+        lives: this life's record (a parked worker begins a segment; it holds the parked workers).
     """
 
     def __init__(self, plan: Plan, table: TaskTable, log: FailureLog, book: RecoveryBook, *, restarts_used: int,
-                 preemption_grace_s: float, rotation_reported: bool, lives: LifeBook | None = None) -> None:
+                 preemption_grace_s: float, rotation_reported: bool, lives: LifeBook) -> None:
         self._plan, self._table, self._log, self._book, self._lives = plan, table, log, book, lives
         self._policy = plan.spec.supervision
         self._grace_s, self._rotation_reported = preemption_grace_s, rotation_reported
@@ -80,8 +84,13 @@ class Restarts:
         """The job's restarts (counted ones: not the evaluator's own, not a preemption's)."""
         self._awaiting: tuple[str, int] | None = None
         """The preemption exit (task, attempt) whose peers the decision waits for, once said."""
-        self.parked: tuple[str, ...] = ()
-        """The workers parked (:mod:`~orchestrator.supervisor.rules.parking`), in the order parked."""
+        self._lose = {(f.task.name, f.attempt) for f in planned_faults(plan) if f.kind == "lose"}
+        """The attempts an injected ``lose`` withdraws the slot of."""
+
+    @property
+    def parked(self) -> tuple[str, ...]:
+        """The workers parked now (:mod:`~orchestrator.supervisor.rules.parking`), in the order parked."""
+        return tuple(self._lives.life.parked)
 
     def _awaiting_saving_peers(self, now: float, pending: Collection[str], out: list[Action]) -> bool:
         """Whether the first new training failure is a preemption exit under MWMS whose peers
@@ -184,13 +193,15 @@ class Restarts:
             cause, self.used if job_restart else failed.restarts)
         if job_restart and scope is RestartScope.TASK:  # a PSS worker: park it when it will not come back
             spent = not looping and not plan.retry and self._plan_for(cause, self.used, budget=True).retry
+            lost = (cause.task.name, cause.attempt) in self._lose and slot_lost(["lose"], failed.current.stop_requested)
             fate = parking.worker_fate(
                 strategy=self._plan.spec.strategy, task_types=tuple(t.task_type for t in tasks),
                 elastic_min=None if self._plan.spec.elastic is None else self._plan.spec.elastic.min,
                 workers_now=self._plan.spec.workers - len(self.parked), retry=plan.retry, why_not=plan.why_not,
-                gone=parking.CRASH_LOOP if crash_loop else parking.RESTARTS_SPENT if spent else "")
+                gone=parking.LOST if lost else parking.CRASH_LOOP if crash_loop else parking.RESTARTS_SPENT if spent
+                else "")
             if fate.kind == parking.PARK:
-                return out + self._park(cause, tasks, fate.why)
+                return out + self._park(cause, tasks, fate.why, SLOT_LOST if lost else SEGMENT_PARKED)
             plan = plan if fate.kind == parking.RESTART else replace(plan, why_not=fate.why)
         if plan.retry:
             return out + [Restart(cause, tasks, scope, job_restart, plan.counted, plan.delay_s, plan.label, culprit)]
@@ -205,15 +216,35 @@ class Restarts:
                                       restarts_used=restarts_used, attempt=self._table.of(cause.task).current.number,
                                       peer=cause.peer_error, gpu_oom=cause.gpu_oom is not None)
 
-    def _park(self, cause: Failure, tasks: tuple[TaskId, ...], why: str) -> list[Action]:
+    def _park(self, cause: Failure, tasks: tuple[TaskId, ...], why: str, segment: str) -> list[Action]:
         """Park ``tasks`` after ``cause`` (``why``: :func:`~orchestrator.supervisor.rules.parking.worker_fate`):
-        not restarted, the job not failed, nothing spent; a new segment at the size left."""
+        not restarted, the job not failed, nothing spent; a new segment (``segment``: its cause) at the size left."""
         names = tuple(t.name for t in tasks)
-        self.parked += names
-        if self._lives is not None:
-            self._lives.resized(size_of(self._plan.spec, self._plan.spec.workers - len(self.parked)), SEGMENT_PARKED,
-                                names)
+        self._lives.resized(size_of(self._plan.spec, self._plan.spec.workers - len(self.parked) - len(names)), segment,
+                            names)
         return [Warn(f"{', '.join(names)} {why}; the last failure: {cause.headline()}"), Persist()]
+
+    def resized(self, change: Resize, now: float) -> list[Action]:
+        """A resize of a PSS job (:class:`~orchestrator.supervisor.actions.Resize`): the workers it parks
+        are stopped, those it takes back start their next attempt at once at their addresses (not counted
+        against ``max_restarts``; a recovery opens for one that failed before, ended when the coordinator
+        has it back in its rotation); a new segment either way."""
+        names, back = (change.unpark, True) if change.unpark else (change.park, False)
+        self._lives.resized(size_of(self._plan.spec, change.workers), change.cause, names, back=back)
+        said = f"{', '.join(names)} {'taken back' if back else 'parked'} ({change.cause}): training goes on with " \
+               f"{change.workers} worker(s)"
+        if not back:
+            return [Event(said), Stop(names, f"parked: {change.cause}"), Persist()]
+        coordinator = self._table.find(self._plan.spec.coordinator)
+        for name in names:
+            failed = next((f for f in reversed(self._log.failures) if f.task.name == name), None)
+            if failed is not None:
+                task = self._table.named(name).task
+                self._book.open(Recovery(cause=failed, scope=RestartScope.TASK, tasks=[name], detected_at=now,
+                                         await_rotation=self._rotation_reported and awaits_rotation((task,),
+                                                                                                     coordinator)))
+        return [Event(said + "; restarted at the same address, the coordinator re-adds it"),
+                RestartAt(names, now), Persist()]
 
     def placed(self, restart: Restart, placeable: bool, note: str, now: float) -> list[Action]:
         """The rest of ``restart`` once the backend answered (``placeable``, its ``note``), at ``now``."""

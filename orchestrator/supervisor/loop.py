@@ -132,7 +132,7 @@ class Supervisor:
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
         # the parts: each owns its state and returns what it wants done
         self.preemption = Preemption(o.preemption_grace_s)
-        self.resizing = Resizing(plan, self.carried)  # its requests come from the server thread, taken each tick
+        self.resizing = Resizing(plan, self.carried, self.lives)  # requests: from the server thread
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
                                  preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)
@@ -324,6 +324,8 @@ class Supervisor:
                 for name in action.tasks:
                     if not self._interrupt:
                         self._start(self.table.named(name))
+            elif isinstance(action, do.Resize):  # PSS: workers parked or taken back (failures.Restarts.resized)
+                self._do(self.restarts.resized(action, now), now)
             elif isinstance(action, do.Spares) and self._spares is not None:
                 self.backend.keep_spares(self._spares)
 

@@ -15,7 +15,12 @@ what to do, before its failure decisions (a lost slot is not restarted in place)
   and the next life starts one smaller from the last checkpoint when at least MIN workers remain,
   else the job fails.
 * ParameterServerStrategy parks and unparks specific workers (:class:`SizeChange`'s ``park`` /
-  ``unpark``): not built here (refused in one line for now).
+  ``unpark``) and the others keep running (TF's ``ClusterCoordinator`` trains on without a worker
+  and re-adds one restarted at the same address): a shrink parks the highest workers, a grow takes
+  parked ones back (:class:`~orchestrator.supervisor.actions.Resize`, carried out by
+  :meth:`~orchestrator.supervisor.failures.Restarts.resized`); a lost slot is parked by the failure
+  decision (:mod:`~orchestrator.supervisor.rules.parking`). Growing past the cluster the job started
+  with needs the coordinator restarted with a new ``TF_CONFIG``: refused in one line (docs/elastic.md).
 
 The part decides; the loop carries out what it returns (:mod:`~orchestrator.supervisor.actions`).
 """
@@ -25,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.plan import Plan
-from orchestrator.supervisor.actions import Action, End, Event, Preempt, Stop
-from orchestrator.supervisor.records.lives import Carried
+from orchestrator.supervisor.actions import Action, End, Event, Preempt, Resize, Stop
+from orchestrator.supervisor.records.lives import Carried, LifeBook
 from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
 from orchestrator.supervisor.rules.rehearsal import planned_faults
 from orchestrator.supervisor.rules.resize import (
@@ -46,14 +51,16 @@ class Resizing:
     Args:
         plan: the job's plan (its spec's ``elastic`` bounds; its ``lose`` faults).
         carried: the run's earlier lives (a grow after a lost slot is ``grew back``).
+        lives: this life's record (PSS: the workers parked now); None: none parked.
     """
 
-    def __init__(self, plan: Plan, carried: Carried) -> None:
+    def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None) -> None:
         spec = plan.spec
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
         self.size = spec.workers
         self.lost_before = any(life.cause == SLOT_LOST for life in carried.lives)
+        self._lives = lives
         self._lose = {(str(f.task), f.attempt) for f in planned_faults(plan) if f.kind == "lose"}
         self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
         self._reason = ""
@@ -69,6 +76,8 @@ class Resizing:
             return False, f"the job is {state.value}, not running"
         if self.next is not None or self._asked is not None:
             return False, "a size change is already under way"
+        if self.strategy != MWMS:
+            return self._pss_request(workers, reason)
         cause = GREW_BACK if workers > self.size and self.lost_before else RESIZE_ASKED
         change = size_change(self.strategy, range(self.size), self.bounds, target=workers, cause=cause)
         if change.refusal:
@@ -79,12 +88,34 @@ class Resizing:
         self._asked = change
         return True, ""
 
+    def _pss_request(self, workers: int, reason: str) -> tuple[bool, str]:
+        """A PSS resize: park the highest workers, or take parked ones back (their addresses are the
+        cluster's); a grow past the cluster the job started with is refused."""
+        assert self.bounds is not None
+        parked = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.parked if self._lives else ())]
+        active = [i for i in range(self.size) if i not in parked]
+        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked)
+        if change.refusal:
+            return False, change.refusal
+        if len(change.unpark) < len(change.coming):
+            return False, (f"workers={workers}: parameter_server: growing past the {self.size} worker(s) the "
+                           "cluster started with needs the coordinator restarted with a new TF_CONFIG, not built "
+                           "(docs/elastic.md)")
+        self._reason = reason
+        self._asked = SizeChange(change.workers, change.going, change.coming, GREW_BACK if change.unpark else
+                                 RESIZE_ASKED, park=change.park, unpark=change.unpark)
+        return True, ""
+
     def step(self, tasks: Sequence[TaskRuntime], state: JobState) -> list[Action]:
         """What to do now: a resize asked (MWMS: the coordinated save, then this life ends), a
         slot lost (MWMS: stop the group, continue one smaller; fail below MIN); [] otherwise."""
         if state.terminal or self.next is not None:
             return []
         asked, self._asked = self._asked, None
+        if asked is not None and self.strategy != MWMS:  # PSS: this life goes on
+            return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
+                    Resize(asked.workers, asked.cause, tuple(f"worker-{i}" for i in asked.park),
+                           tuple(f"worker-{i}" for i in asked.unpark))]
         if asked is not None:
             self.next = asked
             what = f"{asked.cause}: {self.size} -> {asked.workers} worker(s)"
@@ -100,6 +131,8 @@ class Resizing:
 
     def _lost(self, rt: TaskRuntime) -> list[Action]:
         assert self.bounds is not None
+        if self.strategy != MWMS:
+            return []  # PSS: the failure decision parks it, or fails the job below MIN (rules/parking.py)
         change = size_change(self.strategy, range(self.size), self.bounds, lost=rt.task.task_index)
         if change.refusal:
             return [End(JobState.FAILED, EXIT_FAILED, change.refusal), Stop(None, "stopped: a slot lost below MIN")]
@@ -109,6 +142,10 @@ class Resizing:
         why = (f"{rt.task.name}'s slot is lost: the group continues at {change.workers} worker(s) from the last "
                "checkpoint")
         return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {SLOT_LOST}")]
+
+    def _active_now(self) -> list[str]:
+        parked = self._lives.life.parked if self._lives is not None else []
+        return [f"worker-{i}" for i in range(self.size) if f"worker-{i}" not in parked]
 
     def ended_by(self, state: JobState) -> str | None:
         """The cause this life ended with when a size change ended it (its ``lives`` entry's

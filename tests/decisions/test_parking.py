@@ -75,7 +75,7 @@ def test_a_parked_worker_begins_a_segment_of_the_life_and_a_resumed_life_at_that
 
 
 def test_a_worker_back_is_no_longer_parked():
-    back = {"step": 60, "size": _size(2), "cause": "grew back", "tasks": ["worker-1"]}
+    back = {"step": 60, "size": _size(2), "cause": "grew back", "tasks": ["worker-1"], "back": True}
     parked = {"step": 40, "size": _size(1), "cause": SEGMENT_PARKED, "tasks": ["worker-1"]}
     life = Life(number=1, started_at=0.0, last_step=90, size=_size(2), resized=(parked, back))
     assert life.parked == [] and life.size_now == _size(2)

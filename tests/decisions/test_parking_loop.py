@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import signal
 
+from orchestrator.health.store import HeartbeatStore
+from orchestrator.plan import make_plan
 from orchestrator.report.summary import build_summary
 from orchestrator.spec.elastic import ElasticSpec
-from orchestrator.supervisor import JobState
+from orchestrator.spec.faults import Fault
+from orchestrator.supervisor import JobState, Supervisor
 from tests.decisions.test_exit_rules import _crash
-from tests.decisions.test_supervisor_loop import Harness, spec_of
+from tests.decisions.test_supervisor_loop import FakeBackend, FakeClock, Harness, RecordingView, spec_of
 
 
 def _harness(tmp_path, workers: int, elastic_min: int | None, **supervision) -> Harness:
@@ -82,3 +85,62 @@ def test_a_fixed_count_pss_job_still_fails_when_a_workers_restarts_are_spent(tmp
     _kill_twice(h, "worker-1")
     result = h.finish()
     assert result.exit_code == 1 and "restarts exhausted" in result.reason and h.sup.restarts.parked == ()
+
+
+class _Faulted(Harness):
+    """:class:`Harness` with injected faults in the plan (a ``lose`` withdraws its attempt's slot)."""
+
+    def __init__(self, tmp_path, spec, faults: list[str]) -> None:
+        self.clock = FakeClock()
+        self.store = HeartbeatStore(clock=self.clock)
+        self.backend = FakeBackend(self.clock)
+        plan = make_plan(spec, self.backend.allocate(spec), run_id="t", run_dir=tmp_path, health_address="127.0.0.1:1",
+                         token="x", cores=2, faults=[Fault.parse(f) for f in faults])
+        self.view = RecordingView()
+        self.sup = Supervisor(plan, self.backend, self.store, self.view, clock=self.clock, stop_timeout_s=1.0)
+        self.sup.start()
+
+
+def _pss_1_2(tmp_path, faults=()) -> _Faulted:
+    return _Faulted(tmp_path, spec_of(strategy="parameter_server", workers=2, ps=1, elastic=ElasticSpec(1, 2),
+                                      supervision={"backoff_s": 0.0}), list(faults))
+
+
+def test_a_lost_pss_worker_is_parked_at_once_without_a_restart_or_the_budget(tmp_path):
+    h = _pss_1_2(tmp_path, ["worker:1:lose@step=10"])
+    h.all_beat(step=10)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)  # the lose fault: it SIGKILLs itself
+    h.tick(0.1)
+    h.tick(1.0)
+    assert h.task("worker-1").attempt == 0 and h.sup.restarts.parked == ("worker-1",)
+    assert h.sup.restarts_used == 0 and h.sup.snapshot().recoveries == ()  # nothing restarted, nothing spent
+    assert any("worker-1 parked (lost)" in e for e in h.view.events)
+    segment = build_summary(h.sup.snapshot())["segments"][-1]
+    assert (segment["workers"], segment["cause"], segment["tasks"]) == (1, "slot lost", ["worker-1"])
+
+
+def test_a_resize_takes_a_parked_pss_worker_back_at_its_address_and_a_shrink_parks_the_highest(tmp_path):
+    h = _pss_1_2(tmp_path, ["worker:1:lose@step=10"])
+    h.all_beat(step=10)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)
+    h.tick(0.1)
+    assert h.sup.resizing.request(3, "asked", h.sup.state) == (False, "workers=3: outside the job's elastic range 1..2")
+    assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
+    h.tick(0.1)
+    h.tick(0.1)
+    assert h.sup.restarts.parked == () and h.task("worker-1").attempt == 1  # restarted in place: its next attempt
+    assert h.backend.latest("worker-1").code is None and h.sup.restarts_used == 0
+    assert any("worker-1 taken back (grew back): training goes on with 2 worker(s); restarted at the same address"
+               in e for e in h.view.events)
+    (recovery,) = h.sup.snapshot().recoveries  # ended when the coordinator has it back in its rotation
+    assert (recovery.scope, recovery.tasks) == ("task", ("worker-1",))
+    h.all_beat(step=20)
+    h.tick()
+    assert h.sup.resizing.request(1, "asked", h.sup.state) == (True, "")
+    h.tick(0.1)
+    assert h.sup.restarts.parked == ("worker-1",) and h.backend.stopped[-1] == ["worker-1"]
+    assert h.task("worker-1").state.value == "Stopped"
+    causes = [(s["workers"], s["cause"]) for s in build_summary(h.sup.snapshot())["segments"]]
+    assert causes == [(2, "launched"), (1, "slot lost"), (2, "grew back"), (1, "resize asked")]

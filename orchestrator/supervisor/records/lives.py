@@ -67,9 +67,11 @@ class Life:
         size: the size this life ran at, as planned (:func:`size_of`: ``workers``,
             ``global_batch_size``, ``per_replica_batch_size``, ``learning_rate_factor``); None in a
             record of an earlier version.
-        resized: the sizes it changed to while it ran, in order, each ``{"step": the last step
-            at the size before (None: none yet), "size": as ``size``, "cause": why
-            (:data:`SEGMENT_PARKED`, ...), "tasks": the workers it concerns}``.
+        resized: the sizes it changed to while it ran (ParameterServerStrategy: workers parked and
+            taken back), in order, each ``{"step": the last step at the size before (None: none
+            yet), "size": as ``size``, "cause": why (:data:`SEGMENT_PARKED`, ``slot lost``, ``resize
+            asked``, ``grew back``), "tasks": the workers it concerns, "back": they came back (else
+            they were parked)}``.
     """
 
     number: int
@@ -92,11 +94,11 @@ class Life:
 
     @property
     def parked(self) -> list[str]:
-        """The workers parked in this life (:data:`SEGMENT_PARKED`) and not back, in the order parked."""
+        """The workers parked in this life and not back, in the order parked."""
         out: list[str] = []
         for change in self.resized:
             tasks = list(change.get("tasks") or ())
-            out = out + tasks if change.get("cause") == SEGMENT_PARKED else [t for t in out if t not in tasks]
+            out = [t for t in out if t not in tasks] if change.get("back") else out + tasks
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -351,10 +353,11 @@ class LifeBook:
             due = due or first or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
         return due
 
-    def resized(self, size: Mapping[str, Any], cause: str, tasks: tuple[str, ...]) -> None:
+    def resized(self, size: Mapping[str, Any], cause: str, tasks: tuple[str, ...], back: bool = False) -> None:
         """The job goes on at ``size`` (:func:`size_of`) from the last step seen, because of ``cause``
-        (:data:`SEGMENT_PARKED`, ...) of ``tasks`` (a new segment: :func:`segments`)."""
-        change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks)}
+        (:data:`SEGMENT_PARKED`, ...): ``tasks`` parked, or taken back (``back``) (a new segment:
+        :func:`segments`)."""
+        change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks), "back": back}
         self.life = replace(self.life, resized=self.life.resized + (change,))
 
     def take_warnings(self) -> list[str]:
