@@ -10,11 +10,12 @@ carries on without a lost worker), the job succeeds, and the records name it. On
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
 
-from tests.conftest import REPO, orchestrator_cmd, test_env
+from tests.conftest import REPO, orchestrator_cmd, test_env, wait_until
 from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e
@@ -49,3 +50,36 @@ def test_a_pss_worker_whose_restarts_are_spent_is_parked_and_the_job_succeeds_wi
     status = subprocess.run(orchestrator_cmd("status", "--runs-dir", str(tmp_path), "parked"), capture_output=True,
                             text=True, cwd=REPO, env=test_env(), timeout=60)
     assert "· workers 1 of 1..2 (worker-1 parked)" in status.stdout.splitlines()[0]
+
+
+def test_a_lost_pss_worker_is_parked_and_a_resize_takes_it_back_at_its_address(tmp_path, launches):  # noqa: F811
+    # far more epochs than the test needs: it stops the job (Ctrl-C) once the coordinator has worker 1 back
+    launch = start(launches, tmp_path, "lose", "--strategy", "parameter_server", "--ps", "1", "--workers", "1:2",
+                   "--epochs", "200", "--inject-fault", "worker:1:lose@step=10")
+    launch.wait_for(r"worker-1 parked \(lost\): training goes on with 1 worker\(s\), MIN 1", timeout_s=240)
+    chief = launch.run_dir / "attempt-0" / "chief-0" / "stdout.log"  # lost at step 10 of epoch 1 (90 steps)
+    wait_until(lambda: "Epoch 3/200" in chief.read_text(), 240, what="the chief training on without worker-1")
+    resize = subprocess.run(orchestrator_cmd("resize", "--runs-dir", str(tmp_path), "lose", "--workers", "2"),
+                            capture_output=True, text=True, cwd=REPO, env=test_env(), timeout=60)
+    assert resize.returncode == 0, (resize.stdout, resize.stderr)
+    launch.wait_for(r"worker-1 taken back \(grew back\): training goes on with 2 worker\(s\); restarted at the same "
+                    r"address", timeout_s=60)
+    launch.wait_for(r"worker-1 started \(pid \d+, attempt 1\)", timeout_s=60)
+    # TF's ClusterCoordinator reconnects to a worker restarted at its address (its log line, worker/rotation.py)
+    launch.wait_for(r"worker-1 back in chief-0's rotation", timeout_s=240)
+    launch.proc.send_signal(signal.SIGINT)
+    code, summary = launch.finish()
+    assert code == 130, "".join(launch.lines[-40:])
+    assert summary["restarts"] == 0  # neither the loss nor the grow spent the budget
+    assert [(r["scope"], r["tasks"]) for r in summary["recoveries"]] == [("task", ["worker-1"])]
+    (recovery,) = summary["recoveries"]
+    assert recovery["resumed_at_s"] > recovery["restarted_at_s"] >= recovery["detected_at_s"]
+    attempts = {t["task"]: t["attempts"] for t in summary["tasks"]}
+    assert attempts == {"chief:0": 1, "worker:0": 1, "worker:1": 2, "ps:0": 1}  # no coordinator restart
+    causes = [(s["workers"], s["cause"], s.get("tasks")) for s in summary["segments"]]
+    assert causes == [(2, "launched", None), (1, "slot lost", ["worker-1"]), (2, "grew back", ["worker-1"])]
+    lost, back = summary["segments"][1:]
+    assert lost["last_step"] == back["first_step"] >= 180 > lost["first_step"] >= 10  # trained on while parked
+    assert summary["elastic"]["workers"] == 2 and summary["elastic"]["parked"] == []
+    print(f"grow at the same address: resize asked -> back in the coordinator's rotation "
+          f"{recovery['detection_to_resumed_training_s']:.1f} s")
