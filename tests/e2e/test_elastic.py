@@ -30,7 +30,8 @@ def test_an_elastic_mwms_run_preempted_at_2_workers_resumes_at_1_with_the_same_g
     code, summary = first.finish()
     assert code == 75, "".join(first.lines[-30:])
     saved = _saved_step(first.run_dir)
-    assert summary["elastic"] == {"min": 1, "max": 2, "workers": 2, "batch_policy": "keep-global", "lr_scaling": "none"}
+    assert summary["elastic"] == {"min": 1, "max": 2, "workers": 2, "parked": [], "batch_policy": "keep-global",
+                                  "lr_scaling": "none"}
     assert "per-replica batch 16, global batch 32" in log.read_text()
 
     second = start(launches, tmp_path, "elastic", "--resume", "elastic", "--workers", "1")
