@@ -246,8 +246,8 @@ class Supervisor:
             self._do([do.End(*checked_success(self.reason, self._formed.failure, self._rehearsal.untested))], now)
         self.warnings.extend(self.intake.logs_cut())  # each log cut by --max-log-size, and how much
         self.ended_at = self.clock()
-        self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time(),
-                         cause=self.resizing.ended_by(self.state))
+        cause, reached = self.resizing.ended_by(self.state)  # a size change: the next life's segment's cause
+        self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time(), cause=cause, reached=reached)
         self._do([do.Persist()], now)
         final = self.snapshot()
         self.view.update(final)

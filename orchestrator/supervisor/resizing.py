@@ -54,7 +54,9 @@ class Resizing:
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
         self.size = spec.workers
         self.lost_before = any(life.cause == SLOT_LOST for life in carried.lives)
-        self._lose = {(str(f.task), f.attempt) for f in planned_faults(plan) if f.kind == "lose"}
+        self._lose = {(f.task.name, f.attempt): int(f.at) if f.trigger == "step" else None
+                      for f in planned_faults(plan) if f.kind == "lose"}
+        self._reached: int | None = None  # the step a lost slot's fault fired at: the group trained that far
         self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
         self._reason = ""
         self.next: SizeChange | None = None
@@ -94,7 +96,7 @@ class Resizing:
             a = rt.current
             if (a.state is TaskState.FAILED and (rt.task.name, a.number) in self._lose
                     and slot_lost(["lose"], a.stop_requested)):
-                self._lose.discard((rt.task.name, a.number))
+                self._reached = self._lose.pop((rt.task.name, a.number))
                 return self._lost(rt)
         return []
 
@@ -110,7 +112,11 @@ class Resizing:
                "checkpoint")
         return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {SLOT_LOST}")]
 
-    def ended_by(self, state: JobState) -> str | None:
+    def ended_by(self, state: JobState) -> tuple[str | None, int | None]:
         """The cause this life ended with when a size change ended it (its ``lives`` entry's
-        ``cause``, the next segment's), None otherwise."""
-        return self.next.cause if self.next is not None and state is JobState.PREEMPTED else None
+        ``cause``, the next segment's), None otherwise; and the step the group is known to have
+        reached (a ``lose`` fault's ``step=N``: heartbeats may not have said it before the
+        loss), None when not known."""
+        if self.next is None or state is not JobState.PREEMPTED:
+            return None, None
+        return self.next.cause, self._reached
