@@ -176,7 +176,8 @@ class Supervisor:
             if self.table.live():  # an exception escaped the loop: leave nothing behind
                 self._stop(None, "stopped: orchestrator error")
             try:
-                self.backend.close()
+                if not self.resizing.continues(self.state):  # a next life at another size keeps the warm spares
+                    self.backend.close()
             except Exception:  # noqa: BLE001 - cleanup never costs the user the result
                 log.warning("the %s backend failed to clean up", self.backend.name, exc_info=True)
             self._exits.close()

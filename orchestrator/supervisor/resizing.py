@@ -112,6 +112,11 @@ class Resizing:
                "checkpoint")
         return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {SLOT_LOST}")]
 
+    def continues(self, state: JobState) -> bool:
+        """The run continues in a next life at another size (this one ended for a size change):
+        the backend stays open for it (its warm spares become the new group's tasks)."""
+        return self.next is not None and state is JobState.PREEMPTED
+
     def ended_by(self, state: JobState) -> tuple[str | None, int | None]:
         """The cause this life ended with when a size change ended it (its ``lives`` entry's
         ``cause``, the next segment's), None otherwise; and the step the group is known to have
