@@ -25,9 +25,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.plan import Plan
+from orchestrator.proto.phases import phase_name
 from orchestrator.supervisor.actions import Action, End, Event, Preempt, Stop
 from orchestrator.supervisor.records.lives import Carried
 from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES
 from orchestrator.supervisor.rules.rehearsal import planned_faults
 from orchestrator.supervisor.rules.resize import (
     GREW_BACK,
@@ -53,6 +55,7 @@ class Resizing:
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
         self.size = spec.workers
+        self._coordinator = spec.coordinator
         self.lost_before = any(life.cause == SLOT_LOST for life in carried.lives)
         self._lose = {(f.task.name, f.attempt): int(f.at) if f.trigger == "step" else None
                       for f in planned_faults(plan) if f.kind == "lose"}
@@ -87,6 +90,8 @@ class Resizing:
         if state.terminal or self.next is not None:
             return []
         asked, self._asked = self._asked, None
+        if asked is not None and self._trained(tasks):  # evaluation, export: a new group would train nothing
+            return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
         if asked is not None:
             self.next = asked
             what = f"{asked.cause}: {self.size} -> {asked.workers} worker(s)"
@@ -99,6 +104,11 @@ class Resizing:
                 self._reached = self._lose.pop((rt.task.name, a.number))
                 return self._lost(rt)
         return []
+
+    def _trained(self, tasks: Sequence[TaskRuntime]) -> bool:
+        """The coordinator reported the end of training (a phase after it)."""
+        hb = next((rt.current.heartbeat for rt in tasks if rt.task == self._coordinator), None)
+        return hb is not None and phase_name(hb.heartbeat.phase) in POST_TRAINING_PHASES
 
     def _lost(self, rt: TaskRuntime) -> list[Action]:
         assert self.bounds is not None
