@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.stats import ratios, summarize
 from bench.tfjobs import ORCHESTRATOR, PY, REPO, TaskLog, base_env, run_orchestrated
 
-EPOCHS = 60  # long enough that a spare is ready before training ends on loaded cores (the bench stops the job once measured)
+EPOCHS = 60  # a spare must be ready before training ends on loaded cores; the bench stops the job once measured
 _NOTICE = "every worker saves at its next step"
 _SAVED = re.compile(r"checkpoint saved after step (\d+)")
 
