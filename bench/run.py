@@ -48,7 +48,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import dataservice, light, preemption, timeline
+from bench import dataservice, light, preemption, resize, timeline
 from bench.kills import (
     REJOINED,
     epoch_ends,
@@ -69,9 +69,9 @@ PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint", "client", "ingest", "scale",
             "several", "checkpoint", "hogwild", "preemption", "dataservice",
-            "security")
+            "security", "resize")
 # left out of --quick unless named by --only: over a minute on these 2 shared cores
-FULL_ONLY = ("preemption", "beats", "dataservice")
+FULL_ONLY = ("preemption", "beats", "dataservice", "resize")
 
 
 class Suite:
@@ -565,6 +565,12 @@ class Suite:
         """MWMS 2 workers: SIGTERM to the orchestrator in epoch 2, ``launch --resume`` at once
         (``bench/preemption.py``)."""
         preemption.section(self, log)
+
+    # -- 12: a planned MWMS resize's pause (issue 34) -------------------------------------------
+    def resize(self) -> None:
+        """MWMS ``--workers 1:2``: ``resize RUN --workers 1`` once a spare is ready; the pause over
+        the cold start, steps lost (``bench/resize.py``)."""
+        resize.section(self, log)
 
     # -- 11: the tf.data service (issue 38) ----------------------------------------------------
     def dataservice(self) -> None:

@@ -140,6 +140,7 @@ def prepare(
     resume: bool = False,
     wait_for_resources_s: float | None = None,
     insecure: bool = False,
+    engine: Backend[Any] | None = None,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -165,6 +166,8 @@ def prepare(
             cores, GPUs or ports it needs (:mod:`orchestrator.resources.leases`); None: until free; 0: not at all.
         insecure: plaintext on the health endpoint (the job token only); default: mutual TLS
             with the run's own certificates (:mod:`orchestrator.tls`).
+        engine: the open backend of the run's previous life in this process (a size change of the
+            running job: its warm spares become the next life's tasks); None: a new one.
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -186,7 +189,7 @@ def prepare(
         carried = carried_over(rd)
     elif run_dir.exists():
         raise runlock.exists(rd)
-    engine = get_backend(backend, backend_options, spec.containers)
+    reused, engine = engine is not None, engine or get_backend(backend, backend_options, spec.containers)
     spec, placement = place_gpus(spec, engine)  # before the engine opens anything
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
@@ -222,7 +225,8 @@ def prepare(
                                wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent),
                                ports=ports)  # waits while others hold it
         placement = lease.placement or placement
-        engine.open(run_id, run_dir)  # docker: engine, image, the job's network
+        if not reused:
+            engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec, lease.ports) if lease.ports else engine.allocate(spec)  # inside its block
         bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
@@ -281,7 +285,8 @@ def prepare(
         return prepare(spec_now, runs_dir=runs_dir, run_id=run_id, faults=[f for f in faults if f.task in
                        spec_now.tasks()], commands=commands, view=recorder.view, backend=backend,
                        backend_options=backend_options, web=web, web_public=web_public, resume=True,
-                       wait_for_resources_s=wait_for_resources_s, insecure=insecure, **supervisor_options)
+                       wait_for_resources_s=wait_for_resources_s, insecure=insecure, engine=engine,
+                       **supervisor_options)
 
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease, again)
 
@@ -328,7 +333,11 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
             break
         close_web(job)  # the next life serves its own page
         assert job.again is not None  # _next_size checked it
-        nxt = job.again(workers)
+        try:
+            nxt = job.again(workers)
+        except BaseException:
+            job.supervisor.backend.close()  # kept open for the next life, which did not start
+            raise
         for name in ("plan", "supervisor", "server", "store", "recorder", "web", "endpoint_path", "lock", "lease",
                      "again"):  # in place: a caller's signal handler reaches the next life's supervisor
             setattr(job, name, getattr(nxt, name))

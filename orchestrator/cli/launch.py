@@ -111,7 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="seconds from SIGTERM to SIGKILL when stopping tasks (default 10)")
     run.add_argument("--inject-fault", action="append", default=[], metavar="TASK:KIND@TRIGGER",
                      help="inject a fault, e.g. worker:1:kill@step=20 or worker:1:exit=3@step=5 "
-                     "(kinds: kill, exit=N, raise, hang, stop, term; triggers: step=N, time=S; repeatable)")
+                     "(kinds: kill, exit=N, raise, hang, stop, term, lose; triggers: step=N, time=S; repeatable)")
     sup = p.add_argument_group("supervision (see docs/failure-handling.md)")
     sup.add_argument("--restart-policy", action="append", default=[], metavar="[ROLE=]POLICY",
                      help="never | on-failure | exit-code, for every role or one (e.g. worker=on-failure); repeatable. "

@@ -114,7 +114,7 @@ class Supervisor:
         self.book = RecoveryBook()
         self.log = FailureLog()
         self.failures = self.log.failures  # every task failure of this life, earliest first
-        self.state, self.reason = JobState.PENDING, ""
+        self.state, self.reason, self._exit_code = JobState.PENDING, "", EXIT_FAILED
         self.fatal: Failure | None = None
         self.warnings: list[str] = []  # work lost or cut off, the job not failed
         self.started_at, self.started_wall = clock(), time.time()
@@ -123,7 +123,6 @@ class Supervisor:
         self._interrupt: str | None = None
         self._exits, self._force_stop = ExitWatch(), threading.Event()  # the loop sleeps in _exits
         self._restart_at: dict[str, float] = {}  # task name -> when to start its next attempt
-        self._exit_code = EXIT_FAILED
         self._spares = spare_request(plan)
         # PSS with the built-in coordinator: it says when a restarted worker is back in its
         # rotation; that, not the worker's server being up again, ends the worker's recovery
@@ -176,7 +175,8 @@ class Supervisor:
             if self.table.live():  # an exception escaped the loop: leave nothing behind
                 self._stop(None, "stopped: orchestrator error")
             try:
-                self.backend.close()
+                if not self.resizing.continues(self.state):  # a next life at another size keeps the warm spares
+                    self.backend.close()
             except Exception:  # noqa: BLE001 - cleanup never costs the user the result
                 log.warning("the %s backend failed to clean up", self.backend.name, exc_info=True)
             self._exits.close()
@@ -246,8 +246,8 @@ class Supervisor:
             self._do([do.End(*checked_success(self.reason, self._formed.failure, self._rehearsal.untested))], now)
         self.warnings.extend(self.intake.logs_cut())  # each log cut by --max-log-size, and how much
         self.ended_at = self.clock()
-        self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time(),
-                         cause=self.resizing.ended_by(self.state))
+        cause, reached = self.resizing.ended_by(self.state)  # a size change: the next life's segment's cause
+        self.lives.close(self.state.value, self.preemption.reason, ended_at=time.time(), cause=cause, reached=reached)
         self._do([do.Persist()], now)
         final = self.snapshot()
         self.view.update(final)

@@ -30,9 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.plan import Plan
+from orchestrator.proto.phases import phase_name
 from orchestrator.supervisor.actions import Action, End, Event, Preempt, Resize, Stop
 from orchestrator.supervisor.records.lives import Carried, LifeBook
 from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES
 from orchestrator.supervisor.rules.rehearsal import planned_faults
 from orchestrator.supervisor.rules.resize import (
     GREW_BACK,
@@ -59,9 +61,12 @@ class Resizing:
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
         self.size = spec.workers
+        self._coordinator = spec.coordinator
         self.lost_before = any(life.cause == SLOT_LOST for life in carried.lives)
         self._lives = lives
-        self._lose = {(str(f.task), f.attempt) for f in planned_faults(plan) if f.kind == "lose"}
+        self._lose = {(f.task.name, f.attempt): int(f.at) if f.trigger == "step" else None
+                      for f in planned_faults(plan) if f.kind == "lose"}
+        self._reached: int | None = None  # the step a lost slot's fault fired at: the group trained that far
         self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
         self._reason = ""
         self.next: SizeChange | None = None
@@ -112,6 +117,8 @@ class Resizing:
         if state.terminal or self.next is not None:
             return []
         asked, self._asked = self._asked, None
+        if asked is not None and self._trained(tasks):  # evaluation, export: a new group would train nothing
+            return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
         if asked is not None and self.strategy != MWMS:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
                     Resize(asked.workers, asked.cause, tuple(f"worker-{i}" for i in asked.park),
@@ -125,9 +132,14 @@ class Resizing:
             a = rt.current
             if (a.state is TaskState.FAILED and (rt.task.name, a.number) in self._lose
                     and slot_lost(["lose"], a.stop_requested)):
-                self._lose.discard((rt.task.name, a.number))
+                self._reached = self._lose.pop((rt.task.name, a.number))
                 return self._lost(rt)
         return []
+
+    def _trained(self, tasks: Sequence[TaskRuntime]) -> bool:
+        """The coordinator reported the end of training (a phase after it)."""
+        hb = next((rt.current.heartbeat for rt in tasks if rt.task == self._coordinator), None)
+        return hb is not None and phase_name(hb.heartbeat.phase) in POST_TRAINING_PHASES
 
     def _lost(self, rt: TaskRuntime) -> list[Action]:
         assert self.bounds is not None
@@ -136,8 +148,6 @@ class Resizing:
         change = size_change(self.strategy, range(self.size), self.bounds, lost=rt.task.task_index)
         if change.refusal:
             return [End(JobState.FAILED, EXIT_FAILED, change.refusal), Stop(None, "stopped: a slot lost below MIN")]
-        if self.strategy != MWMS:
-            return [Event(f"{rt.task.name}'s slot is lost; parking is not built yet: restarted in place")]
         self.next = change
         why = (f"{rt.task.name}'s slot is lost: the group continues at {change.workers} worker(s) from the last "
                "checkpoint")
@@ -147,7 +157,16 @@ class Resizing:
         parked = self._lives.life.parked if self._lives is not None else []
         return [f"worker-{i}" for i in range(self.size) if f"worker-{i}" not in parked]
 
-    def ended_by(self, state: JobState) -> str | None:
+    def continues(self, state: JobState) -> bool:
+        """The run continues in a next life at another size (this one ended for a size change):
+        the backend stays open for it (its warm spares become the new group's tasks)."""
+        return self.next is not None and state is JobState.PREEMPTED
+
+    def ended_by(self, state: JobState) -> tuple[str | None, int | None]:
         """The cause this life ended with when a size change ended it (its ``lives`` entry's
-        ``cause``, the next segment's), None otherwise."""
-        return self.next.cause if self.next is not None and state is JobState.PREEMPTED else None
+        ``cause``, the next segment's), None otherwise; and the step the group is known to have
+        reached (a ``lose`` fault's ``step=N``: heartbeats may not have said it before the
+        loss), None when not known."""
+        if self.next is None or state is not JobState.PREEMPTED:
+            return None, None
+        return self.next.cause, self._reached

@@ -85,3 +85,35 @@ def test_slot_lost(kinds, stop_requested, lost):
 ])
 def test_grow_back_waits_longer_for_a_flapping_slot(losses, at):
     assert grow_back_at(losses, cooldown_s=30.0, window_s=600.0) == at
+
+
+def _life(number, workers, cause, last, resumed=None, lost=None):
+    from orchestrator.supervisor.records.lives import Life
+
+    size = {"workers": workers, "global_batch_size": 32, "per_replica_batch_size": 32 // workers,
+            "learning_rate_factor": 1.0}
+    return Life(number, 0.0, cause=cause, last_step=last, resumed_from_step=resumed, steps_lost=lost, size=size)
+
+
+@pytest.mark.parametrize("lives, causes", [
+    # a size change of the running job names the segment the next life begins
+    ([_life(1, 2, "resize asked", 60, lost=0), _life(2, 1, "succeeded", 135, 60)], ["launched", "resize asked"]),
+    ([_life(1, 2, "slot lost", 60, lost=15), _life(2, 1, "resize asked", 90, 45), _life(3, 2, "succeeded", 135, 90)],
+     ["launched", "slot lost", "resize asked"]),
+    # a preemption, then launch --resume RUN --workers 1: as before
+    ([_life(1, 2, "preempted", 60, lost=0), _life(2, 1, "succeeded", 135, 60)],
+     ["launched", "resumed at another size"]),
+])
+def test_each_segment_names_the_size_change_that_began_it(lives, causes):
+    from orchestrator.supervisor.records.lives import segments
+
+    assert [s["cause"] for s in segments(tuple(lives))] == causes
+
+
+def test_a_lost_slot_life_ends_at_least_at_the_faults_step():
+    from orchestrator.supervisor.records.lives import Carried, LifeBook
+
+    book = LifeBook(Carried(), 0.0, 1)
+    book.coordinator_beat(0, None, 0.0)  # heartbeats said step 0; the fault fired after step 60
+    book.close("Preempted", "slot lost", 1.0, cause=SLOT_LOST, reached=60)
+    assert (book.lives()[-1].last_step, book.lives()[-1].cause) == (60, SLOT_LOST)

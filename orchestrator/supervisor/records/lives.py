@@ -365,8 +365,13 @@ class LifeBook:
         out, self._warnings = self._warnings, []
         return out
 
-    def close(self, state: str, preempted: str | None, ended_at: float, cause: str | None = None) -> None:
-        self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=self.last_step, cause=cause)
+    def close(self, state: str, preempted: str | None, ended_at: float, cause: str | None = None,
+              reached: int | None = None) -> None:
+        """The life ended in ``state``; ``cause``: the size change that ended it (:func:`closed`);
+        ``reached``: a step training is known to have reached though not reported (a ``lose``
+        fault's step), which the last step is at least."""
+        last = self.last_step = self.last_step if reached is None else max(self.last_step or 0, reached)
+        self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=last, cause=cause)
 
     def lives(self) -> tuple[Life, ...]:
         """Every life so far, this one last, with the last step seen so far (what ``run.json``
