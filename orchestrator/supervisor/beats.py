@@ -82,8 +82,10 @@ class Intake:
                                                        or now - rt.current.sampled_at >= 1.0)]
 
     def all_running(self, state: JobState) -> list[Action]:
-        """A starting job whose every task runs is running."""
-        if state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING for rt in self._table):
+        """A starting job whose every task runs (a parked PSS worker left out: docs/elastic.md) is running."""
+        parked = self._lives.life.parked if state is JobState.STARTING else ()
+        if state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING or rt.task.name in parked
+                                              for rt in self._table):
             if len(self._table) >= GC_FREEZE_TASKS:
                 gc.collect()
                 gc.freeze()

@@ -144,3 +144,13 @@ def test_a_resize_takes_a_parked_pss_worker_back_at_its_address_and_a_shrink_par
     assert h.task("worker-1").state.value == "Stopped"
     causes = [(s["workers"], s["cause"]) for s in build_summary(h.sup.snapshot())["segments"]]
     assert causes == [(2, "launched"), (1, "slot lost"), (2, "grew back"), (1, "resize asked")]
+
+
+def test_a_job_whose_worker_is_parked_before_every_task_ran_is_running_once_the_others_are(tmp_path):
+    h = _pss_1_2(tmp_path, ["worker:1:lose@step=10"])
+    for name in ("chief-0", "worker-0", "ps-0"):
+        h.beat(name, "serving" if name != "chief-0" else "training", step=None if name != "chief-0" else 1)
+    h.exit("worker-1", -signal.SIGKILL)  # lost before it ever reported
+    h.tick(0.1)
+    h.tick(0.1)
+    assert h.sup.restarts.parked == ("worker-1",) and h.sup.state is JobState.RUNNING
