@@ -137,8 +137,9 @@ def render_status(status: Mapping[str, Any], events: Sequence[str] = ()):
     for col in cols:
         table.add_column(col, justify="right" if col not in ("task", "state", "phase") else "left")
     styles = {"Running": "green", "Succeeded": "bold green", "Failed": "bold red", "Stopped": "yellow"}
+    parked = (status.get("elastic") or {}).get("parked") or ()
     for task in status.get("tasks", []):
-        cells = row(task)
+        cells = row(task, parked)
         table.add_row(*(cells[c] for c in cols), style=styles.get(str(task["state"]), ""))
     ready = [str(s["pid"]) for s in status.get("spares") or [] if s.get("state") == "ready"]
     spares = Text(f"warm spares: {len(ready)} (pid {', '.join(ready)})" if ready else "", style="cyan")

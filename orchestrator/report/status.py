@@ -11,7 +11,7 @@ strings of the live table; :func:`title` is the table's title line.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from orchestrator.report.summary import build_summary
 from orchestrator.report.summary import task_dict as summary_task_dict
@@ -65,20 +65,24 @@ def _num(beat: Mapping[str, Any] | None, name: str, fmt: str) -> str:
     return format(value, fmt) if value is not None else "-"
 
 
-def row(task: Mapping[str, Any]) -> dict[str, str]:
+def row(task: Mapping[str, Any], parked: Collection[str] = ()) -> dict[str, str]:
     """Display strings of one task of a :func:`status_dict` (or of a ``summary.json``) for the
-    table (:data:`COLUMNS`)."""
+    table (:data:`COLUMNS`); a task named in ``parked`` (``elastic.parked``: a PSS worker parked,
+    docs/elastic.md) reads ``Parked`` in its state cell."""
     beat = task.get("last_heartbeat")
     sample = task.get("process_sample")
+    name = str(task.get("name") or str(task["task"]).replace(":", "-"))
     state = str(task["state"])
     terminal = TaskState(state).terminal if state in TaskState._value2member_map_ else False
+    if terminal and name in parked:
+        state = "Parked"
     if terminal and task.get("exit"):
         state = f"{state} ({str(task['exit']).replace('exit code ', 'exit ')})"
     age = task.get("heartbeat_age_s")
     cpu = beat.get("cpu_percent") if beat else (sample or {}).get("cpu_percent")
     rss = beat.get("rss_bytes") if beat else (sample or {}).get("rss_bytes")
     return {
-        "task": str(task.get("name") or str(task["task"]).replace(":", "-")),
+        "task": name,
         "state": state,
         "phase": phase_cell(beat),
         "pid": str(task.get("pid") or "-"),
@@ -133,7 +137,8 @@ def title(status: Mapping[str, Any]) -> str:
 def format_table(status: Mapping[str, Any]) -> str:
     """The task table as plain text (``status`` when stdout is not a terminal, and tests)."""
     cols = columns(status)
-    rows = [dict(zip(cols, cols))] + [row(t) for t in status.get("tasks", [])]
+    parked = (status.get("elastic") or {}).get("parked") or ()
+    rows = [dict(zip(cols, cols))] + [row(t, parked) for t in status.get("tasks", [])]
     widths = {c: max(len(r[c]) for r in rows) for c in cols}
     left = ("task", "state", "phase")
     lines = [title(status)]

@@ -10,6 +10,7 @@ carries on without a lost worker), the job succeeds, and the records name it. On
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 
@@ -50,6 +51,7 @@ def test_a_pss_worker_whose_restarts_are_spent_is_parked_and_the_job_succeeds_wi
     status = subprocess.run(orchestrator_cmd("status", "--runs-dir", str(tmp_path), "parked"), capture_output=True,
                             text=True, cwd=REPO, env=test_env(), timeout=60)
     assert "· workers 1 of 1..2 (worker-1 parked)" in status.stdout.splitlines()[0]
+    assert re.search(r"^worker-1\s+Parked \(signal SIGKILL\)", status.stdout, re.M), status.stdout
 
 
 def test_a_lost_pss_worker_is_parked_and_a_resize_takes_it_back_at_its_address(tmp_path, launches):  # noqa: F811
