@@ -40,10 +40,10 @@
   function fmt(v, digits) { return v === null || v === undefined ? "-" : Number(v).toFixed(digits); }
 
   // the same cells as the terminal's table (orchestrator/report/status.py: row)
-  function row(t, live) {
+  function row(t, live, parked) {
     const b = t.last_heartbeat, s = t.process_sample || {}, g = t.gpus || {};
     const terminal = ["Succeeded", "Failed", "Stopped"].includes(t.state);
-    let state = t.state;
+    let state = terminal && (parked || []).includes(t.name || t.task.replace(":", "-")) ? "Parked" : t.state;
     if (terminal && t.exit) state += " (" + t.exit.replace("exit code ", "exit ") + ")";
     const cpu = b ? b.cpu_percent : s.cpu_percent, rss = b ? b.rss_bytes : s.rss_bytes;
     return {
@@ -80,7 +80,7 @@
   function renderTasks(st) {
     useColumns(st);
     const body = $("tasks").querySelector("tbody");
-    const rows = (st.tasks || []).map((t) => [t, row(t, st.live)]);
+    const rows = (st.tasks || []).map((t) => [t, row(t, st.live, (st.elastic || {}).parked)]);
     while (body.rows.length > rows.length) body.deleteRow(-1);
     rows.forEach(([t, r], i) => {
       const tr = body.rows[i] || body.insertRow();
