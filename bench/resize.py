@@ -29,6 +29,7 @@ from bench.tfjobs import ORCHESTRATOR, PY, REPO, TaskLog, base_env, run_orchestr
 EPOCHS = 60  # a spare must be ready before training ends on loaded cores; the bench stops the job once measured
 _NOTICE = "every worker saves at its next step"
 _SAVED = re.compile(r"checkpoint saved after step (\d+)")
+_MARK = re.compile(r"bench: mark ([\w-]+) \(unix ([\d.]+)\)")
 
 
 def launch_args() -> list[str]:
@@ -101,5 +102,22 @@ def measure(workdir: Path, run_id: str) -> dict:
                 "resumed_from_step": lives[1].get("resumed_from_step"),
                 "saved_step": saved.pop() if len(saved) == 1 else sorted(saved),
                 "spare_used": any(s.get("task") == "worker-0" for s in spares if isinstance(s, dict)),
-                "segments": (r.summary or {}).get("segments")})
+                "segments": (r.summary or {}).get("segments"),
+                "timeline_s": timeline(r.events, notice, r.run_dir / "attempt-1" / "worker-0" / "stdout.log")})
+    return out
+
+
+def timeline(events, notice: float, task_log: Path) -> dict[str, float]:
+    """Where the pause went: seconds from the notice to the orchestrator's marks after it (``life-ended``,
+    the next life's ``prepared``, ``health-up``) and to the new task's (``task-main`` ... ``restored``)."""
+    out: dict[str, float] = {}
+    for _, line in events:
+        if (m := _MARK.search(line)) and float(m[2]) >= notice:
+            out.setdefault(m[1], round(float(m[2]) - notice, 3))
+    try:
+        text = task_log.read_text(errors="replace")
+    except OSError:
+        return out
+    for label, t in _MARK.findall(text):
+        out.setdefault(f"task {label}", round(float(t) - notice, 3))
     return out

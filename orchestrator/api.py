@@ -318,6 +318,7 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         try:
             result = job.supervisor.run()
             workers = _next_size(job, result)
+            bench_mark("life-ended", sys.stderr)  # bench/resize.py: where a resize's pause goes
             if workers is None:
                 from orchestrator.report.summary import build_summary, write_summary  # not before the tasks start
 

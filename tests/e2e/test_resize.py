@@ -5,10 +5,11 @@
 * ``resize RUN --workers 1`` once the run reports step >= 30 (a bounded wait on the run's status): every
   worker saves at one step (the preemption's coordinated save) and the group continues at 1 worker
   from that step in the same launcher: segments [2 workers, 1 worker], 0 steps lost, 135 steps.
-* ``--epochs 4 --inject-fault worker:1:lose@step=60``: worker 1's slot is withdrawn (not restarted in
+* ``--epochs 12 --inject-fault worker:1:lose@step=60``: worker 1's slot is withdrawn (not restarted in
   place): the group continues at 1 worker from the last checkpoint (the end of epoch 1, step 45),
-  the steps after it lost and trained again; at step >= 100 ``resize RUN --workers 2`` gives the
-  slot back (``grew back``: a coordinated save, 0 steps lost), and the job finishes its 180 steps.
+  the steps after it lost and trained again; once it reports step >= 60 at 1 worker, ``resize RUN
+  --workers 2`` gives the slot back (``grew back``: a coordinated save, 0 steps lost), and the job
+  finishes its 540 steps.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.e2e.test_preemption import STEPS_3_EPOCHS
 from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
 from tests.e2e.test_resume import _saved_step
 
-STEPS_4_EPOCHS = 180  # 45 steps per epoch at the global batch 32, at any size
+STEPS_12_EPOCHS = 540  # 45 steps per epoch at the global batch 32, at any size (1 worker trains ~150 steps/s here)
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +51,8 @@ def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it
     assert "resize accepted: run shrink continues at 1 worker(s)" in capsys.readouterr().out
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines[-40:])
+    assert any("resize asked: 2 -> 1 worker(s)" in line for line in launch.lines), "".join(launch.lines[-40:])
+    assert not any("not done: training has ended" in line for line in launch.lines), "".join(launch.lines[-40:])
     saved = _saved_step(launch.run_dir)
     assert 30 <= saved < STEPS_3_EPOCHS
     one, two = summary["segments"]
@@ -63,10 +66,10 @@ def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it
 
 
 def test_a_lost_slot_shrinks_the_group_to_1_worker_and_resize_gives_it_back(tmp_path, launches, capsys):  # noqa: F811
-    launch = start(launches, tmp_path, "lose", "--workers", "1:2", "--epochs", "4",
+    launch = start(launches, tmp_path, "lose", "--workers", "1:2", "--epochs", "12",
                    "--inject-fault", "worker:1:lose@step=60")
     launch.wait_for(r"worker-1's slot is lost: the group continues at 1 worker\(s\) from the last checkpoint")
-    wait_until(lambda: _step(launch.run_dir) >= 100, 300, interval_s=0.05, what="step 100 at 1 worker")
+    wait_until(lambda: _step(launch.run_dir) >= 60, 300, interval_s=0.05, what="step 60 at 1 worker")
     assert main(["resize", "lose", "--runs-dir", str(tmp_path), "--workers", "2"]) == 0  # the slot given back
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines[-40:])
@@ -75,7 +78,7 @@ def test_a_lost_slot_shrinks_the_group_to_1_worker_and_resize_gives_it_back(tmp_
         (2, "launched", 1, "slot lost", 2, "grew back")
     assert two["first_step"] == 45  # the last checkpoint: the end of epoch 1
     assert one["last_step"] >= 60 and one["steps_lost"] == one["last_step"] - 45  # at least the fault's step
-    assert two["steps_lost"] == 0 and 100 <= three["first_step"] < STEPS_4_EPOCHS  # the grow: a coordinated save
-    assert three["last_step"] == summary["metrics"]["steps"] == STEPS_4_EPOCHS
+    assert two["steps_lost"] == 0 and 60 <= three["first_step"] < STEPS_12_EPOCHS  # the grow: a coordinated save
+    assert three["last_step"] == summary["metrics"]["steps"] == STEPS_12_EPOCHS
     assert summary["restarts"] == 0  # a lost slot is not a restart in place
     assert [t["task"] for t in summary["tasks"]] == ["worker:0", "worker:1"]
