@@ -54,6 +54,20 @@ def test_a_pss_worker_whose_restarts_are_spent_is_parked_and_the_job_succeeds_wi
     assert re.search(r"^worker-1\s+Parked \(signal SIGKILL\)", status.stdout, re.M), status.stdout
 
 
+
+def test_a_crash_looping_pss_worker_is_parked_before_its_restarts_are_spent(tmp_path, launches):  # noqa: F811
+    # the same exception on attempts 0 and 1 (--crash-loop-limit 2): a crash loop, with 4 restarts left
+    launch = start(launches, tmp_path, "loop", *PSS_1_2, "--restart-policy", "worker=on-failure", "--crash-loop-limit",
+                   "2", "--restart-backoff", "0.2", "--inject-fault", "worker:1:raise@step=10",
+                   "--inject-fault", "worker:1:raise@step=10,attempt=1")
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines[-40:])
+    assert summary["metrics"]["steps"] == STEPS and summary["restarts"] == 1
+    assert summary["elastic"]["parked"] == ["worker-1"]
+    assert [(s["workers"], s["cause"]) for s in summary["segments"]] == [(2, "launched"), (1, "parked worker")]
+    assert any(w.startswith("worker-1 parked (crash loop)") for w in summary["warnings"]), summary["warnings"]
+
+
 def test_a_lost_pss_worker_is_parked_and_a_resize_takes_it_back_at_its_address(tmp_path, launches):  # noqa: F811
     # far more epochs than the test needs: it stops the job (Ctrl-C) once the coordinator has worker 1 back
     launch = start(launches, tmp_path, "lose", "--strategy", "parameter_server", "--ps", "1", "--workers", "1:2",
