@@ -159,6 +159,7 @@ class Supervisor:
         """Save and leave (safe from a signal handler): every training task gets the preemption
         notice and checkpoints at its next step, within ``preemption_grace_s``; then every task
         is stopped and the job ends Preempted. A second request is a no-op."""
+        self.resizing.preempted(reason)  # from outside (not a resize's save): the run ends, no next life
         self.preemption.request(reason)
         self._exits.wake()
 
