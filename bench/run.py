@@ -17,7 +17,10 @@ next to ``mirrored``), ``preemption`` (SIGTERM to the orchestrator mid-training,
 --resume`` at once: preemption -> training resumed over the same job's cold start, steps lost;
 ``bench/preemption.py``), ``dataservice`` (the tf.data service: the built-in job through it / without,
 an input-bound map with 0, 1, 2 data workers; ``bench/dataservice.py``; full runs only), ``security``
-(launch -> first step with mutual TLS over ``--insecure``; throughput with ``--isolate-network`` over without).
+(launch -> first step with mutual TLS over ``--insecure``; throughput with ``--isolate-network`` over without),
+``resize`` (a planned MWMS resize 2 -> 1 with ``resize RUN --workers 1`` once a warm spare is ready: the pause,
+notice -> first step at the new size, over the same job's cold start, steps lost; ``bench/resize.py``; full runs
+only, ``--quick --only resize`` runs one).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
 writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
 ``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
@@ -28,7 +31,7 @@ figure: a smoke test of every code path (but the co-located convnet's), 8 Tensor
 (jobs with the same arguments are shared between sections), ~3.5 minutes on this 2-core
 machine, every section but those in
 ``FULL_ONLY`` (``beats``: about a minute of deliberately overloaded cores; ``preemption``: its one
-preemption is two cold starts, 48-80 s here by the load;
+preemption is two cold starts, 48-80 s here by the load; ``resize``: a job that must run until a spare is ready;
 ``--quick --only preemption`` runs it); its figures are not comparable to
 a full run's. Exit status: 0 when every section ran and every figure has at least
 one value, 1 otherwise (a section that raised, or a figure with no value), so CI catches a

@@ -350,10 +350,10 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
 def _next_size(job: Job, result: JobSnapshot) -> int | None:
     """The size the run continues at in a next life in this process: a size change of the running
     job ended this one (:mod:`orchestrator.supervisor.resizing`); None: the run has ended."""
-    change = job.supervisor.resizing.next
-    if job.again is None or change is None or result.state is not JobState.PREEMPTED:
+    resizing = job.supervisor.resizing
+    if job.again is None or resizing.next is None or not resizing.continues(result.state):
         return None
-    return change.workers
+    return resizing.next.workers
 
 
 def _end_life(job: Job) -> None:

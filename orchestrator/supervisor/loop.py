@@ -158,6 +158,7 @@ class Supervisor:
         """Save and leave (safe from a signal handler): every training task gets the preemption
         notice and checkpoints at its next step, within ``preemption_grace_s``; then every task
         is stopped and the job ends Preempted. A second request is a no-op."""
+        self.resizing.preempted(reason)  # from outside (not a resize's save): the run ends, no next life
         self.preemption.request(reason)
         self._exits.wake()
 
@@ -262,12 +263,11 @@ class Supervisor:
     def _snapshot_of(self, tasks: tuple[TaskSnapshot, ...], now: float) -> JobSnapshot:
         end = self.ended_at if self.ended_at is not None else now
         return JobSnapshot(
-            plan=self.plan, state=self.state, reason=self.reason,
+            plan=self.plan, state=self.state, reason=self.reason, tasks=tasks,
             exit_code=self._exit_code if self.ended_at is not None else None,
             elapsed_s=end - self.started_at, started_wall=self.started_wall, ended=self.ended_at is not None,
-            restarts_used=self.restarts_used, tasks=tasks,
+            restarts_used=self.restarts_used, spares=tuple(self.backend.spares()), lives=self.lives.lives(),
             failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
-            spares=tuple(self.backend.spares()), lives=self.lives.lives(),
             earlier_failures=self.carried.failures, warnings=tuple(self.warnings), faults=self._rehearsal.records(),
         )
 

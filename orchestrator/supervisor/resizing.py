@@ -69,6 +69,8 @@ class Resizing:
         self._reached: int | None = None  # the step a lost slot's fault fired at: the group trained that far
         self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
         self._reason = ""
+        self._what = ""  # the reason of the preemption a resize asked for (its coordinated save)
+        self._outside = False  # a preemption from outside was asked: the run ends Preempted, no next life
         self.next: SizeChange | None = None
         """The size the run continues at in its next life (None: it does not continue)."""
 
@@ -114,7 +116,7 @@ class Resizing:
     def step(self, tasks: Sequence[TaskRuntime], state: JobState) -> list[Action]:
         """What to do now: a resize asked (MWMS: the coordinated save, then this life ends), a
         slot lost (MWMS: stop the group, continue one smaller; fail below MIN); [] otherwise."""
-        if state.terminal or self.next is not None:
+        if state.terminal or self.next is not None or self._outside:
             return []
         asked, self._asked = self._asked, None
         if asked is not None and self._trained(tasks):  # evaluation, export: a new group would train nothing
@@ -125,7 +127,7 @@ class Resizing:
                            tuple(f"worker-{i}" for i in asked.unpark))]
         if asked is not None:
             self.next = asked
-            what = f"{asked.cause}: {self.size} -> {asked.workers} worker(s)"
+            what = self._what = f"{asked.cause}: {self.size} -> {asked.workers} worker(s)"
             return [Event(f"{what} ({self._reason}); every worker saves at its next step, then the group continues "
                           f"at {asked.workers}"), Preempt(what)]
         for rt in tasks:
@@ -157,16 +159,23 @@ class Resizing:
         parked = self._lives.life.parked if self._lives is not None else []
         return [f"worker-{i}" for i in range(self.size) if f"worker-{i}" not in parked]
 
+    def preempted(self, reason: str) -> None:
+        """A preemption was asked (safe from a signal handler): from outside (a SIGTERM, a time
+        limit: not this part's own coordinated save), the run ends Preempted and no next life follows."""
+        if reason != self._what:
+            self._outside = True
+
     def continues(self, state: JobState) -> bool:
-        """The run continues in a next life at another size (this one ended for a size change):
-        the backend stays open for it (its warm spares become the new group's tasks)."""
-        return self.next is not None and state is JobState.PREEMPTED
+        """The run continues in a next life at another size (this one ended for a size change, and
+        no preemption from outside came meanwhile): the backend stays open for it (its warm spares
+        become the new group's tasks)."""
+        return self.next is not None and state is JobState.PREEMPTED and not self._outside
 
     def ended_by(self, state: JobState) -> tuple[str | None, int | None]:
         """The cause this life ended with when a size change ended it (its ``lives`` entry's
         ``cause``, the next segment's), None otherwise; and the step the group is known to have
         reached (a ``lose`` fault's ``step=N``: heartbeats may not have said it before the
         loss), None when not known."""
-        if self.next is None or state is not JobState.PREEMPTED:
+        if self.next is None or not self.continues(state):
             return None, None
         return self.next.cause, self._reached

@@ -93,3 +93,17 @@ def test_a_lost_slot_below_min_fails_the_job(tmp_path):
     assert result.state is JobState.FAILED
     assert result.reason == "worker 1's slot is lost and 1 worker(s) remain, fewer than MIN 2"
     assert not h.sup.resizing.continues(result.state)  # the backend closes: no next life
+
+
+def test_a_preemption_from_outside_during_a_resize_ends_the_run_preempted_without_a_next_life(tmp_path):
+    h = Elastic(tmp_path, 1, 2)
+    h.all_beat(step=5)
+    h.tick()
+    assert h.sup.resizing.request(1, "resize asked by a test", JobState.RUNNING)[0]
+    h.tick()
+    h.sup.request_preemption("SIGTERM to the orchestrator")  # the node itself is being preempted meanwhile
+    h.exit("worker-0", 143)
+    h.exit("worker-1", 143)
+    result = h.finish()
+    assert result.state is JobState.PREEMPTED and not h.sup.resizing.continues(result.state)
+    assert h.sup.lives.lives()[-1].cause == "preempted"  # launch --resume continues it, at the size it asks
