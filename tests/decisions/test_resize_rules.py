@@ -117,3 +117,25 @@ def test_a_lost_slot_life_ends_at_least_at_the_faults_step():
     book.coordinator_beat(0, None, 0.0)  # heartbeats said step 0; the fault fired after step 60
     book.close("Preempted", "slot lost", 1.0, cause=SLOT_LOST, reached=60)
     assert (book.lives()[-1].last_step, book.lives()[-1].cause) == (60, SLOT_LOST)
+
+
+@pytest.mark.parametrize("workers, elastic, spares", [
+    (2, None, 2),          # MWMS: one per trainer, as before
+    (1, None, 1),
+    (1, (1, 2), 2),        # elastic, running at 1 of 1..2: a grow back to 2 starts in warm spares too
+    (2, (1, 2), 2),
+    (2, (2, 3), 3),
+])
+def test_an_elastic_mwms_job_keeps_spares_for_its_group_at_max(tmp_path, workers, elastic, spares):
+    from orchestrator.plan import make_plan
+    from orchestrator.spec import JobSpec
+    from orchestrator.spec.elastic import ElasticSpec
+    from orchestrator.spec.model import TrainingSpec
+    from orchestrator.supervisor.rules.spares import spare_request
+
+    spec = JobSpec.create(workers=workers, elastic=ElasticSpec(*elastic) if elastic else None,
+                          training=TrainingSpec(batch_size_per_replica=12))  # a global batch every size divides
+    addresses = {t: f"127.0.0.1:{30000 + i}" for i, t in enumerate(spec.tasks())}
+    plan = make_plan(spec, addresses, run_id="t", run_dir=tmp_path, health_address="127.0.0.1:1", token="x", cores=2)
+    request = spare_request(plan)
+    assert request is not None and request.count == spares

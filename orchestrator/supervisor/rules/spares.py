@@ -18,9 +18,10 @@ _PER_TASK_ENV = ("TF_CONFIG", "ORCH_FAULTS")
 
 
 def spare_request(plan: Plan) -> SpareRequest | None:
-    """The warm spares ``plan`` keeps once it trains, None for none: every trainer must run
-    the same command (a spare cannot know which task it will become); the job's common
-    environment, without the per-task variables, is the spares' environment."""
+    """The warm spares ``plan`` keeps once it trains, None for none (elastic workers: what a
+    group at MAX needs, whatever the size now): every trainer must run the same command (a spare
+    cannot know which task it will become); the job's common environment, without the per-task
+    variables, is the spares' environment."""
     spec = plan.spec
     trainers = [plan.task_plan(t) for t in spec.trainers()]
     if not trainers:
@@ -29,7 +30,9 @@ def spare_request(plan: Plan) -> SpareRequest | None:
     if any(tp.argv != first.argv for tp in trainers):
         return None
     builtin = first.reports_heartbeats
-    count = decisions.spare_count(spec.strategy, len(trainers), spec.supervision.spares, builtin)
+    # elastic workers: as many as the group at MAX, so a grow back starts warm too (docs/elastic.md)
+    group = len(trainers) if spec.elastic is None else spec.chief + spec.elastic.max
+    count = decisions.spare_count(spec.strategy, group, spec.supervision.spares, builtin)
     if count <= 0:
         return None
     common = {k: v for k, v in first.env.items() if k not in _PER_TASK_ENV}
