@@ -95,7 +95,8 @@ def test_a_lost_pss_worker_is_parked_and_a_resize_takes_it_back_at_its_address(t
     causes = [(s["workers"], s["cause"], s.get("tasks")) for s in summary["segments"]]
     assert causes == [(2, "launched", None), (1, "slot lost", ["worker-1"]), (2, "grew back", ["worker-1"])]
     lost, back = summary["segments"][1:]
-    assert lost["last_step"] == back["first_step"] >= 180 > lost["first_step"] >= 10  # trained on while parked
+    # the chief trained on while worker-1 was parked (its heartbeats, once a second, said a later step)
+    assert lost["last_step"] == back["first_step"] > lost["first_step"] >= 10
     assert summary["elastic"]["workers"] == 2 and summary["elastic"]["parked"] == []
     print(f"grow at the same address: resize asked -> back in the coordinator's rotation "
           f"{recovery['detection_to_resumed_training_s']:.1f} s")
