@@ -306,6 +306,15 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
     """Supervise the job to its end; returns the final snapshot and the summary (also written, with
     ``history.json``: the progress series and events the page charts).
 
+    A size change of a running elastic job (``resize``, a lost slot: :mod:`orchestrator.supervisor.resizing`)
+    ends a life of the run; the next one, at the new size, is prepared and run here at once, on the
+    same open backend (its warm spares), and ``job``'s fields become the next life's (a caller's
+    signal handler reaches the new supervisor). The summary is the last life's.
+
+    Raises:
+        SpecError, LaunchError: the next life could not be prepared (the summary of the life
+            that ended is written first: Preempted, ``launch --resume`` continues it).
+
     Args:
         job: from :func:`prepare`.
         web_linger_s: with a web page: after the end, keep serving until every open page has
@@ -338,6 +347,9 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
             nxt = job.again(workers)
         except BaseException:
             job.supervisor.backend.close()  # kept open for the next life, which did not start
+            from orchestrator.report.summary import build_summary, write_summary
+
+            write_summary(job.plan.run_dir, build_summary(result))  # Preempted: launch --resume continues it
             raise
         for name in ("plan", "supervisor", "server", "store", "recorder", "web", "endpoint_path", "lock", "lease",
                      "again"):  # in place: a caller's signal handler reaches the next life's supervisor
