@@ -12,6 +12,7 @@ The ledger is the test's own (``ORCH_LEASES_DIR``, tests/conftest.py).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_
 PROGRAM = [sys.executable, "-m", "tests.programs.task"]
 GIB = 2**30
 UUIDS = [f"GPU-{i}{i}{i}{i}-fake" for i in range(4)]
+TWO = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
 
 
 @pytest.fixture
@@ -92,3 +94,45 @@ def test_an_elastic_run_starts_at_min_beside_a_run_holding_the_rest_and_waits_on
     assert {(t["env"]["ORCH_GLOBAL_BATCH_SIZE"], t["env"]["ORCH_PER_REPLICA_BATCH_SIZE"]) for t in plan["tasks"]} \
         == {("48", "24")}  # keep-global: the global batch of 4 workers, split among 2
     assert_no_process_left(all_pids(summary))
+
+
+@pytest.mark.skipif(len(TWO) < 2, reason="two runs pinned apart need two cores")
+def test_an_elastic_run_pinned_beside_another_starts_on_the_core_left(tmp_path):
+    """The same with cores (no GPU): on two cores, run ``a`` pins one (``--threads-per-task 1``),
+    and ``--workers 1:2`` starts at once at 1 worker on the other instead of waiting for both."""
+    runs = tmp_path / "runs"
+    environ = {**test_env(), "TEST_BEHAVIOR": "succeed-when:go:1"}
+
+    def launch(run_id: str, workers: str, *flags: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            orchestrator_cmd("launch", "--runs-dir", str(runs), "--run-id", run_id, "--workers", workers,
+                             "--threads-per-task", "1", "--spares", "0", "--plain", *flags, "--", *PROGRAM),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=environ,
+            preexec_fn=lambda: os.sched_setaffinity(0, TWO))
+
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        procs["a"] = launch("a", "1")
+        wait_until(lambda: _started(runs, "a", 1) or procs["a"].poll() is not None, 60, what="run a's task")
+        procs["b"] = launch("b", "1:2", "--wait-for-resources", "20")
+        wait_until(lambda: _started(runs, "b", 1) or procs["b"].poll() is not None, 60, what="run b's task")
+        assert all(p.poll() is None for p in procs.values()), {n: p.communicate() for n, p in procs.items()}
+        for name in procs:
+            (runs / name / "go").write_text("")
+        outputs = {n: p.communicate(timeout=60) for n, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert {n: p.returncode for n, p in procs.items()} == {"a": 0, "b": 0}, outputs
+    plans = {n: json.loads((runs / n / "plan.json").read_text()) for n in procs}
+    assert len(plans["b"]["tasks"]) == 1 and plans["b"]["spec"]["workers"]["start"] == 1
+    cores = {n: plans[n]["cpus"]["tasks"]["worker-0"] for n in procs}
+    assert cores["a"] != cores["b"] and {cores["a"], cores["b"]} == {str(c) for c in TWO}, cores
+    warned = [w for w in outputs["b"][1].splitlines() if "elastic workers:" in w]
+    assert len(warned) == 1, outputs["b"]
+    assert warned[0].startswith(f"warning: elastic workers: 2 cannot be placed (cores {cores['a']}, held by run a "
+                                f"(pid {procs['a'].pid}, ports "), warned
+    assert warned[0].endswith("); the job starts at 1 (its range 1..2)")
+    assert warned[0].removeprefix("warning: ") in plans["b"]["warnings"]
