@@ -38,6 +38,8 @@ to before it starts them, and returns the lease when its life ends:
   once. As Slurm's and Kueue's ``StrictFIFO`` queues, an earlier waiter is never overtaken on what
   it waits for (:func:`ahead`).
 
+* **Elastic workers** start at the largest size down to MIN that fits (:func:`decide_sized`).
+
 The decision is a pure function (:func:`decide`, table-tested in ``tests/decisions``); the
 ledger's file I/O is :class:`Ledger`.
 """
@@ -321,12 +323,10 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
 
 
 def decide_sized(spec: JobSpec, *args: Any, **kwargs: Any) -> tuple[JobSpec, Decision]:
-    """:func:`decide` (same arguments), and for elastic workers that do not fit beside the other
-    runs at their size, the largest size down to MIN that does
-    (:func:`orchestrator.resources.elastic.largest_that_fits`; docs/elastic.md): the spec at that
-    size and its decision, the warning naming both sizes in its ``warnings`` (and its placement's).
-    When not even MIN fits: the decision at MIN (what the run waits for, its claims).
-    """
+    """:func:`decide` (same arguments), and for elastic workers that do not fit at their size, the
+    largest size down to MIN that does (:func:`orchestrator.resources.elastic.largest_that_fits`):
+    the spec at that size and its decision, the warning naming both sizes in its ``warnings`` (and
+    its placement's); when not even MIN fits, the decision at MIN (what it waits for, its claims)."""
     tried, fit = largest_that_fits(spec, lambda sized: decide(sized, *args, **kwargs), lambda d: d.granted)
     sized, decision = tried[-1]
     if not fit:  # granted at its size (0), or waiting (None): for MIN
@@ -439,8 +439,9 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
         ports: how many ports of this machine its tasks bind (a block is leased for them; 0: none).
 
     Returns:
-        The lease; an empty one when nothing is pinned, no device is dealt and no port is bound
-        here (or when the ledger cannot be used: a warning says so).
+        The lease (with ``spec`` at the size granted when elastic workers start below theirs); an
+        empty one when nothing is pinned, no device is dealt and no port is bound here (or when
+        the ledger cannot be used: a warning says so).
 
     Raises:
         SpecError: naming ``wait-for-resources``: still held after ``wait_s`` seconds (the line
