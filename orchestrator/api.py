@@ -11,6 +11,7 @@ checks both paths share.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -39,6 +40,7 @@ from orchestrator.report.history import Recorder
 from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
+from orchestrator.resources.elastic import SHRUNK
 from orchestrator.resources.gpus import discover
 from orchestrator.resources.placement import Placement, place_elastic
 from orchestrator.resume import carried_over, check_resumable, resized_spec
@@ -96,6 +98,21 @@ def place_gpus(spec: JobSpec, engine: Backend[Any]) -> tuple[JobSpec, Placement]
         SpecError: GPUs asked that the node does not have (``--gpus-per-task``).
     """
     return place_elastic(spec, discover() if engine.supports(Capability.HOST_GPUS) else None)
+
+
+def leased(spec: JobSpec, placement: Placement, lease: leases.Lease, engine: Backend[Any]) -> tuple[JobSpec, Placement]:
+    """The spec and placement a run starts with once it holds its lease: the lease's placement
+    (its GPUs beside the other runs) over the node's, the node's warnings kept; for elastic workers
+    granted below their size (:func:`orchestrator.resources.leases.decide_sized`) the spec at that
+    size, its placement, and the warning naming both sizes."""
+    sized = lease.spec or spec
+    mine = lease.placement or (placement if lease.spec is None else place_gpus(sized, engine)[1])
+    kept = tuple(w for w in placement.warnings if w not in mine.warnings  # the node's (at another size: its shrink)
+                 and (lease.spec is None or w.startswith(SHRUNK)))
+    notes = tuple(w for w in lease.warnings if w not in mine.warnings)  # the lease's without a device dealt
+    if not kept and not notes:
+        return sized, mine
+    return sized, dataclasses.replace(mine, warnings=(*kept, *mine.warnings, *notes))
 
 
 def dry_run(
@@ -224,7 +241,7 @@ def prepare(
                                allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
                                wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent),
                                ports=ports)  # waits while others hold it
-        placement = lease.placement or placement
+        spec, placement = leased(spec, placement, lease, engine)
         if not reused:
             engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec, lease.ports) if lease.ports else engine.allocate(spec)  # inside its block

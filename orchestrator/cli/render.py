@@ -17,6 +17,7 @@ import yaml
 
 from orchestrator.cli.specflags import add_spec_flags, spec_from_flags
 from orchestrator.errors import SpecError
+from orchestrator.render.elastic import bounds_not_rendered
 from orchestrator.render.jobset import jobset_manifest
 from orchestrator.render.kubernetes import tfjob_manifest, with_queue
 from orchestrator.render.networkpolicy import network_policy
@@ -180,6 +181,9 @@ def run_render(args: argparse.Namespace) -> int:
             manifest = with_tls_secret(manifest, secret)
             _tls_files(spec, args, secret)
         print(manifest_yaml(manifest), end="")
+        note = bounds_not_rendered(spec, args.format)  # no engine has a field for them (render/elastic.py)
+        if note is not None:
+            print(note, file=sys.stderr)
         if args.isolate_network:
             print("---\n" + manifest_yaml(network_policy(args.name, args.format)), end="")
         return 0

@@ -38,6 +38,8 @@ to before it starts them, and returns the lease when its life ends:
   once. As Slurm's and Kueue's ``StrictFIFO`` queues, an earlier waiter is never overtaken on what
   it waits for (:func:`ahead`).
 
+* **Elastic workers** start at the largest size down to MIN that fits (:func:`decide_sized`).
+
 The decision is a pure function (:func:`decide`, table-tested in ``tests/decisions``); the
 ledger's file I/O is :class:`Ledger`.
 """
@@ -62,6 +64,7 @@ import psutil
 from orchestrator import env
 from orchestrator.errors import SpecError
 from orchestrator.resources.cores import assign_cores, format_cpus, training_roles
+from orchestrator.resources.elastic import largest_that_fits, shrunk_note
 from orchestrator.resources.gpus import GpuUsage, Inventory
 from orchestrator.resources.placement import Placement, place
 from orchestrator.resources.portblocks import PortBlock, block_size, format_block, free_block, port_range
@@ -319,6 +322,20 @@ def decide(spec: JobSpec, allowed: Sequence[int], inventory: Inventory | None, u
     return Decision(True, cores, leased_cores, placement, warnings=tuple(warnings), ports=block)
 
 
+def decide_sized(spec: JobSpec, *args: Any, **kwargs: Any) -> tuple[JobSpec, Decision]:
+    """:func:`decide` (same arguments), and for elastic workers that do not fit at their size, the
+    largest size down to MIN that does (:func:`orchestrator.resources.elastic.largest_that_fits`):
+    the spec at that size and its decision, the warning naming both sizes in its ``warnings`` (and
+    its placement's); when not even MIN fits, the decision at MIN (what it waits for, its claims)."""
+    tried, fit = largest_that_fits(spec, lambda sized: decide(sized, *args, **kwargs), lambda d: d.granted)
+    sized, decision = tried[-1]
+    if not fit:  # granted at its size (0), or waiting (None): for MIN
+        return sized, decision
+    note = shrunk_note(spec, sized.workers, tried[0][1].waiting)
+    placement = decision.placement and replace(decision.placement, warnings=(*decision.placement.warnings, note))
+    return sized, replace(decision, placement=placement, warnings=(*decision.warnings, note))
+
+
 class Ledger:
     """The ledger file of :func:`ledger_dir`, one transaction at a time (``flock``)."""
 
@@ -373,6 +390,8 @@ class Lease:
         warnings: busy devices it uses.
         waited_s: how long it waited.
         ports: ``[low, high)``, its block of this machine's ports (None: draw as without leases).
+        spec: elastic workers granted below the size asked (:func:`decide_sized`): the spec at
+            the size leased; None: at the size asked.
     """
 
     cores: tuple[int, ...] | None = None
@@ -380,6 +399,7 @@ class Lease:
     warnings: tuple[str, ...] = ()
     waited_s: float = 0.0
     ports: PortBlock | None = None
+    spec: JobSpec | None = None
     _key: tuple[int, float, str] | None = None
     _ledger: Ledger | None = field(default=None, repr=False)
 
@@ -419,8 +439,9 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
         ports: how many ports of this machine its tasks bind (a block is leased for them; 0: none).
 
     Returns:
-        The lease; an empty one when nothing is pinned, no device is dealt and no port is bound
-        here (or when the ledger cannot be used: a warning says so).
+        The lease (with ``spec`` at the size granted when elastic workers start below theirs); an
+        empty one when nothing is pinned, no device is dealt and no port is bound here (or when
+        the ledger cannot be used: a warning says so).
 
     Raises:
         SpecError: naming ``wait-for-resources``: still held after ``wait_s`` seconds (the line
@@ -445,8 +466,8 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
         try:
             with ledger.transaction() as entries:
                 others = [h for h in entries if h.key != (me, started, run_id)]
-                decision = decide(spec, allowed, inventory, usage, others, host_cpus=host_cpus, since=since,
-                                  ports=ports, port_span=span, port_start=start)
+                sized, decision = decide_sized(spec, allowed, inventory, usage, others, host_cpus=host_cpus,
+                                               since=since, ports=ports, port_span=span, port_start=start)
                 if decision.granted:
                     entry = Holder(run_id, me, started, decision.leased_cores, decision.leased_gpus,
                                    runs_dir=str(runs_dir), ports=decision.ports)
@@ -463,7 +484,7 @@ def acquire(spec: JobSpec, run_id: str, inventory: Inventory | None, *, allowed:
             return Lease()
         if decision.granted:
             return Lease(decision.cores, decision.placement, decision.warnings, waited, decision.ports,
-                         (me, started, run_id), ledger)
+                         None if sized is spec else sized, (me, started, run_id), ledger)
         line = f"waiting for {decision.waiting}"
         if expired:
             shown = int(wait_s) if wait_s is not None and float(wait_s).is_integer() else wait_s

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from orchestrator import env
 from orchestrator.errors import SpecError
 from orchestrator.resources.cores import training_roles
+from orchestrator.resources.elastic import largest_that_fits, shrunk_note
 from orchestrator.resources.gpus import VISIBLE_ENV, Gpu, Inventory
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -193,28 +194,31 @@ def place(spec: JobSpec, inventory: Inventory | None) -> Placement:
 
 def place_elastic(spec: JobSpec, inventory: Inventory | None) -> tuple[JobSpec, Placement]:
     """:func:`place`, and for elastic workers (``--workers MIN:MAX``) that cannot all be placed at
-    their size, the largest size down to MIN that can (docs/elastic.md): the spec at that size and
-    its placement, with a warning naming both sizes.
+    their size, the largest size down to MIN that can (docs/elastic.md;
+    :func:`orchestrator.resources.elastic.largest_that_fits`): the spec at that size and its
+    placement, with a warning naming both sizes.
 
     Raises:
         SpecError: as :func:`place` at the spec's size, when no size down to MIN can be placed either.
     """
-    try:
-        return spec, place(spec, inventory)
-    except SpecError as exc:
-        if spec.elastic is None:
-            raise
-        refusal = exc
-    for workers in range(spec.workers - 1, spec.elastic.min - 1, -1):
-        smaller = dataclasses.replace(spec, workers=workers)
+    def attempt(sized: JobSpec) -> Placement | SpecError:
         try:
-            placement = place(smaller, inventory)
-        except SpecError:
-            continue
-        note = (f"elastic workers: {spec.workers} cannot be placed ({refusal.problem}); the job starts at {workers} "
-                f"(its range {spec.elastic.min}..{spec.elastic.max})")
-        return smaller, dataclasses.replace(placement, warnings=(*placement.warnings, note))
-    raise refusal
+            return place(sized, inventory)
+        except SpecError as exc:
+            return exc
+
+    tried, fit = largest_that_fits(spec, attempt, lambda outcome: isinstance(outcome, Placement))
+    refusal = tried[0][1]
+    if fit is None:
+        assert isinstance(refusal, SpecError)
+        raise refusal
+    sized, placement = tried[fit]
+    assert isinstance(placement, Placement)
+    if fit == 0:
+        return spec, placement
+    assert isinstance(refusal, SpecError)
+    note = shrunk_note(spec, sized.workers, refusal.problem)
+    return sized, dataclasses.replace(placement, warnings=(*placement.warnings, note))
 
 
 def srun_gpu_options(task_env: Mapping[str, str]) -> list[str]:

@@ -255,6 +255,9 @@ def tfjob_semantics(doc: dict) -> list[str]:
             errs.append(f"semantics: {rtype}: no container named 'tensorflow' (the operator sets TF_CONFIG only there)")
         if rtype in ("Chief", "Master", "Evaluator") and rs.get("replicas", 1) != 1:
             errs.append(f"semantics: {rtype} replicas must be 1")
+    if (doc.get("spec") or {}).get("enableDynamicWorker"):  # pkg/controller.v1/tensorflow/tensorflow.go
+        errs.append("semantics: enableDynamicWorker: the operator then writes TF_CONFIG as {\"sparseCluster\": ...}, "
+                    "which TensorFlow 2's TFConfigClusterResolver does not read (no cluster)")
     return errs
 
 

@@ -24,6 +24,7 @@ import yaml
 from orchestrator import env, tls
 from orchestrator.errors import SpecError
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
+from orchestrator.render.elastic import bounds_not_rendered
 from orchestrator.render.jobset import jobset_manifest
 from orchestrator.render.kubernetes import tfjob_manifest
 from orchestrator.render.networkpolicy import POD_LABEL
@@ -87,6 +88,55 @@ def test_render_cli_prints_a_valid_jobset_and_tfjob():
         assert "&id" not in result.stdout  # no YAML aliases
         (doc,) = yaml.safe_load_all(result.stdout)
         assert validate(doc) == []
+
+
+def _workers_rendered(doc: dict) -> int:
+    if doc["kind"] == "TFJob":
+        return doc["spec"]["tfReplicaSpecs"]["Worker"]["replicas"]
+    (job,) = [r for r in doc["spec"]["replicatedJobs"] if r["name"] == "worker"]
+    return job["replicas"] * job["template"]["spec"]["parallelism"]
+
+
+def _worker_env(doc: dict) -> dict[str, str]:
+    if doc["kind"] == "TFJob":
+        container = doc["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    else:
+        (job,) = [r for r in doc["spec"]["replicatedJobs"] if r["name"] == "worker"]
+        container = job["template"]["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+@pytest.mark.parametrize("fmt, engine", [("tfjob", "the TFJob (kubeflow.org/v1) has no field for worker bounds"),
+                                         ("jobset", "the JobSet (jobset.x-k8s.io/v1alpha2) has no field for worker "
+                                                    "bounds")])
+@pytest.mark.parametrize("args, size", [
+    (["--spec", "cluster_specs/mwms-elastic.yaml"], "2 workers (MAX)"),
+    (["--strategy", "parameter_server", "--ps", "1", "--workers", "1:3"], "3 workers (MAX)"),
+])
+def test_render_elastic_workers_says_in_one_line_the_bounds_are_not_rendered_and_renders_max(fmt, engine, args, size):
+    result = subprocess.run(orchestrator_cmd("render", *args, "--format", fmt, "--image", "reg/tfo:1", "--insecure"),
+                            capture_output=True, text=True, timeout=60, cwd=REPO, env=test_env())
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "elastic" in line]
+    low, high = (1, 2) if "--spec" in args else (1, 3)
+    assert len(notes) == 1, result.stderr  # one line
+    assert notes[0].startswith(f"note: elastic workers {low}..{high} are not rendered: {engine} (")
+    assert f"; it is rendered at {size}, each pod told the bounds in ORCH_WORKERS_MIN/ORCH_WORKERS_MAX" in notes[0]
+    (doc,) = yaml.safe_load_all(result.stdout)
+    validate = validate_tfjob if fmt == "tfjob" else validate_jobset
+    assert validate(doc) == [] and _workers_rendered(doc) == high
+    assert (_worker_env(doc)["ORCH_WORKERS_MIN"], _worker_env(doc)["ORCH_WORKERS_MAX"]) == (str(low), str(high))
+    fixed = subprocess.run(orchestrator_cmd("render", "--workers", "2", "--format", fmt, "--image", "reg/tfo:1",
+                                            "--insecure"), capture_output=True, text=True, timeout=60, cwd=REPO,
+                           env=test_env())
+    assert fixed.returncode == 0 and "elastic" not in fixed.stderr, fixed.stderr  # a fixed count: nothing to say
+
+
+def test_the_bounds_line_names_a_start_below_max():
+    spec = build_spec({"workers": {"min": 1, "max": 2, "start": 1}}, {})
+    assert bounds_not_rendered(spec, "jobset").endswith(  # type: ignore[union-attr]
+        "; it is rendered at 1 worker, each pod told the bounds in ORCH_WORKERS_MIN/ORCH_WORKERS_MAX (docs/elastic.md)")
+    assert bounds_not_rendered(build_spec({"workers": 2}, {}), "tfjob") is None
 
 
 @pytest.mark.parametrize("fmt, label", [("jobset", "jobset.sigs.k8s.io/jobset-name"),
@@ -455,6 +505,12 @@ TLS_PLANTED: dict[str, tuple[Callable[[dict, dict], None], set[str]]] = {
 
 TFJOB_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
     # kind of error: (mutation, validators that must catch it)
+    # elastic bounds a TFJob has no field for (orchestrator/render/elastic.py): PyTorchJob's elasticPolicy, and the
+    # enableDynamicWorker switch, whose sparse TF_CONFIG TensorFlow 2 cannot read
+    "worker bounds as PyTorchJob's elasticPolicy": (
+        lambda d: d["spec"].__setitem__("elasticPolicy", {"minReplicas": 1, "maxReplicas": 3}), {"model"}),
+    "enableDynamicWorker (a sparse TF_CONFIG)": (
+        lambda d: d["spec"].__setitem__("enableDynamicWorker", True), {"semantics"}),
     "unknown field in a container (imagePullPolicyy)": (
         lambda d: _tf_container(d).__setitem__("imagePullPolicyy", "Always"), {"schema", "model"}),
     "unknown field in the TFJob spec (tfReplicaSpec)": (
@@ -498,6 +554,9 @@ def _js_env(d: dict, var: str) -> dict:
 
 
 JOBSET_PLANTED: dict[str, tuple[Mutate, set[str]]] = {
+    "worker bounds in a replicated job (minReplicas: no such field)": (
+        lambda d: next(r for r in d["spec"]["replicatedJobs"] if r["name"] == "worker").__setitem__("minReplicas", 1),
+        {"model", "crd"}),
     "unknown field in a container (imagePullPolicyy)": (
         lambda d: _js_container(d).__setitem__("imagePullPolicyy", "Always"), {"schema", "model", "crd"}),
     "unknown field in the JobSet spec (replicatedJob)": (
