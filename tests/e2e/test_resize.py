@@ -1,10 +1,12 @@
 """A running elastic MWMS job changes size with real TensorFlow (issue 34; docs/elastic.md).
 
-``--workers 1:2 --epochs 3``: 2 TF processes (the global batch 32 kept at every size: 135 steps).
+``--workers 1:2 --epochs 12``: 2 TF processes (the global batch 32 kept at every size: 540 steps; 12
+epochs, not 3, so the resize lands mid-training even when a loaded machine's heartbeat shows step 30
+late (with 3 epochs, one run in five failed the one-save-step check)).
 
 * ``resize RUN --workers 1`` once the run reports step >= 30 (a bounded wait on the run's status): every
   worker saves at one step (the preemption's coordinated save) and the group continues at 1 worker
-  from that step in the same launcher: segments [2 workers, 1 worker], 0 steps lost, 135 steps.
+  from that step in the same launcher: segments [2 workers, 1 worker], 0 steps lost, 540 steps.
 * ``--epochs 12 --inject-fault worker:1:lose@step=60``: worker 1's slot is withdrawn (not restarted in
   place): the group continues at 1 worker from the last checkpoint (the end of epoch 1, step 45),
   the steps after it lost and trained again; once it reports step >= 60 at 1 worker, ``resize RUN
@@ -20,7 +22,6 @@ from orchestrator.cli import main
 from orchestrator.health.client import EndpointError
 from orchestrator.report.runs import read_endpoint
 from tests.conftest import wait_until
-from tests.e2e.test_preemption import STEPS_3_EPOCHS
 from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
 from tests.e2e.test_resume import _saved_step
 
@@ -45,7 +46,7 @@ def _step(run_dir) -> int:
 
 
 def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it_saved(tmp_path, launches, capsys):  # noqa: F811
-    launch = start(launches, tmp_path, "shrink", "--workers", "1:2", "--epochs", "3")
+    launch = start(launches, tmp_path, "shrink", "--workers", "1:2", "--epochs", "12")
     wait_until(lambda: _step(launch.run_dir) >= 30, 300, interval_s=0.05, what="step 30")
     assert main(["resize", "shrink", "--runs-dir", str(tmp_path), "--workers", "1"]) == 0  # in this process: at once
     assert "resize accepted: run shrink continues at 1 worker(s)" in capsys.readouterr().out
@@ -54,13 +55,13 @@ def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it
     assert any("resize asked: 2 -> 1 worker(s)" in line for line in launch.lines), "".join(launch.lines[-40:])
     assert not any("not done: training has ended" in line for line in launch.lines), "".join(launch.lines[-40:])
     saved = _saved_step(launch.run_dir)
-    assert 30 <= saved < STEPS_3_EPOCHS
+    assert 30 <= saved < STEPS_12_EPOCHS
     one, two = summary["segments"]
     assert (one["workers"], one["first_step"], one["last_step"], one["cause"], one["steps_lost"]) == \
         (2, 0, saved, "launched", 0)
     assert (two["workers"], two["global_batch_size"], two["per_replica_batch_size"], two["first_step"],
-            two["last_step"], two["cause"]) == (1, 32, 32, saved, STEPS_3_EPOCHS, "resize asked")
-    assert summary["metrics"]["steps"] == STEPS_3_EPOCHS
+            two["last_step"], two["cause"]) == (1, 32, 32, saved, STEPS_12_EPOCHS, "resize asked")
+    assert summary["metrics"]["steps"] == STEPS_12_EPOCHS
     assert summary["elastic"]["workers"] == 1 and [t["task"] for t in summary["tasks"]] == ["worker:0"]
     assert [life["cause"] for life in summary["lives"]] == ["resize asked", "succeeded"]
 
