@@ -323,6 +323,20 @@ class ExitHooks(Generic[H]):
         return None
 
 
+class LostNodes:
+    """Which of a job's nodes are lost (gone, cut off: their tasks cannot be restarted there), a
+    concern of its own (:attr:`Backend.lost_nodes`). This default knows of none: every task runs
+    where the backend can always start it again (local, docker)."""
+
+    def node_of(self, task: TaskId) -> str | None:
+        """The node ``task`` was placed on when that node is lost, else None. Asked by the
+        supervisor after a failure of an elastic job's worker (an elastic MWMS group then continues
+        one smaller without it); bounded (a probe of the node waits a few seconds at most); never
+        raises. A backend that answers a node places no task of a later :meth:`Backend.allocate` on
+        it. Default: None."""
+        return None
+
+
 HOOKS: Mapping[Capability, tuple[type, tuple[str, ...]]] = {
     Capability.LIFECYCLE: (LifecycleHooks, ("open", "close")),
     Capability.PORTS: (PortHooks, ("release_port", "reserve_again")),
@@ -366,6 +380,7 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
         parent_death_signal: True when tasks are this process's children and may set
             ``PR_SET_PDEATHSIG`` (the plan then carries ``ORCH_ORCHESTRATOR_PID``).
         health_host: the address the health endpoint binds, reachable by the tasks.
+        lost_nodes: which nodes are lost (:class:`LostNodes`; the default knows of none).
 
     Raises:
         TypeError: (at class creation) declared capabilities that do not match the hooks
@@ -379,6 +394,7 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
     python: str = sys.executable
     parent_death_signal: bool = True
     health_host: str = "127.0.0.1"
+    lost_nodes: LostNodes = LostNodes()
 
     def __init__(self, options: Any = None) -> None:
         """``options``: an instance of :attr:`options_type`, or None for its defaults."""

@@ -26,6 +26,10 @@ and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
   probed (TCP connect, 1 s); tasks placed on a node that does not answer, or whose step could not
   be killed, move to the nodes left, least loaded first, within ``tasks_per_node``; when they do
   not fit the restart is refused and the job fails saying so.
+  An elastic MWMS job's worker that failed on a lost node (:class:`NodeWatch`: the node's
+  step could not be killed, or its slurmd does not answer) makes the group continue one smaller
+  instead, while at least MIN workers remain (:mod:`orchestrator.supervisor.resizing`); the next
+  life's :meth:`SlurmBackend.allocate` places no task on a lost node.
 * **Shared run directory**: :meth:`SlurmBackend.open` writes a file into the runs directory and
   reads it back on every node (one step); a directory the nodes do not share is bad input. So
   does :meth:`SlurmBackend.allocate` for the tf.data service's ``work_dir`` outside the runs
@@ -62,7 +66,7 @@ from typing import Iterable, Sequence
 
 from orchestrator import env as envvars
 from orchestrator.backends.addresses import AddressBook
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, Registration
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, LostNodes, Registration
 from orchestrator.backends.host import pidfd
 from orchestrator.backends.options import SLURM, SlurmOptions
 from orchestrator.backends.slurm_commands import (
@@ -126,6 +130,7 @@ class SlurmBackend(Backend[SlurmStep]):
         self._lock = threading.Lock()
         self._steps: list[SlurmStep] = []
         self._probe: JobProbe | None = None
+        self.lost_nodes = NodeWatch(self)
 
     # -- setting up ------------------------------------------------------------------------
     def open(self, run_id: str, run_dir: Path) -> None:
@@ -171,18 +176,23 @@ class SlurmBackend(Backend[SlurmStep]):
         tasks register their ports. Fixed addresses of a spec file are replaced. No ``ports``
         block: each task binds a port on its node, not this machine's (no lease is taken).
 
+        Nodes found lost (:attr:`SlurmBackend.lost`: an earlier life of the run lost them) are left out.
+
         Raises:
-            SpecError: the tasks do not fit on the allocation's nodes.
+            SpecError: the tasks do not fit on the allocation's nodes (those not lost).
         """
         if getattr(spec, "addresses", None):
             log.warning("the spec's fixed addresses are replaced: on Slurm every task binds a port on its node")
-        nodes = self.nodes or ["localhost"]
+        nodes = [n for n in self.nodes if n not in self.lost] if self.nodes else ["localhost"]
+        if not nodes:
+            raise SpecError("SLURM_JOB_NODELIST", ",".join(self.nodes), "every node of the allocation is lost",
+                            "run the job again in a new allocation")
         tasks = list(spec.tasks())
         self.placement = place(tasks, nodes, self.tasks_per_node_option)
         self.cores_divided_for = spec if node_cpus_plan(spec, self.environ).nodes else None
         self.tasks_per_node = self.tasks_per_node_option or math.ceil(len(tasks) / len(nodes))
         if self.run_dir is not None and self.nodes:  # the dispatcher's journal, on a file system every node shares
-            check_work_dir(self.environ, self.nodes, self.run_id, self.run_dir.parent, spec.data_service)
+            check_work_dir(self.environ, nodes, self.run_id, self.run_dir.parent, spec.data_service)
         self.book = AddressBook(spec, self.run_dir)
         return {task: f"{self.node_addr.get(node, node)}:0" for task, node in self.placement.items()}
 
@@ -386,3 +396,28 @@ class SlurmBackend(Backend[SlurmStep]):
                             if on_lost else "")
         except Exception:  # noqa: BLE001 - cleanup never costs the summary
             log.warning("could not clean up the job steps", exc_info=True)
+
+
+class NodeWatch(LostNodes):
+    """Which nodes of a :class:`SlurmBackend`'s allocation are lost: those whose step did not end
+    after SIGKILL (:meth:`SlurmBackend.poll`) or whose slurmd does not answer a probe (TCP connect,
+    at most 1 s), kept in the backend's :attr:`SlurmBackend.lost`.
+
+    Args:
+        backend: the backend whose placement and nodes it watches.
+    """
+
+    def __init__(self, backend: SlurmBackend) -> None:
+        self._backend = backend
+
+    def node_of(self, task: TaskId) -> str | None:
+        """``task``'s node when it is lost (probed now when not known lost yet), else None (also for
+        a task never placed)."""
+        b = self._backend
+        node = b.placement.get(task)
+        if node is None:
+            return None
+        if node not in b.lost and not node_answers(b.node_addr.get(node, node), b.slurmd_port):
+            log.warning("node %s does not answer (slurmd at port %d): lost", node, b.slurmd_port)
+            b.lost.add(node)
+        return node if node in b.lost else None

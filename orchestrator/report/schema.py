@@ -147,7 +147,8 @@ class RunSummary:
         'one per size the run trained at, in order (docs/elastic.md): `workers`, `global_batch_size`,'
         ' `per_replica_batch_size`, `learning_rate_factor`, `first_step` (the step it resumed from; 0 for a'
         ' fresh start, or the last step before a change within a life), `last_step`, `cause` (`launched`,'
-        ' `resumed at another size`, `parked worker`), `steps_lost` (steps trained in it that the next one'
+        ' `resumed at another size`, `resize asked`, `slot lost`, `node lost`, `grew back`, `parked worker`),'
+        ' `steps_lost` (steps trained in it that the next one'
         ' trained again), `lives` (the lives it spans), `tasks` (a change within a life: the workers it'
         ' concerns, e.g. the parked one)'))
     elastic: dict[str, Any] | None = field(metadata=_doc(

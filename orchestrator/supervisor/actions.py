@@ -164,6 +164,16 @@ class Resize:
     unpark: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class NodeLost:
+    """Ask the backend whether the node of ``task``'s failed attempt is lost
+    (:meth:`~orchestrator.backends.base.LostNodes.node_of`) and hand its answer to
+    :meth:`~orchestrator.supervisor.resizing.Resizing.node_lost`, which decides (an elastic MWMS
+    group continues one smaller); worker task name."""
+
+    task: str
+
+
 Action = (Event | Warn | Persist | Become | End | Stop | Notice | Failed | Hung | Stuck | Restart | RestartAt
-          | DropRestarts | Preempt | Start | Spares | Resize)
+          | DropRestarts | Preempt | Start | Spares | Resize | NodeLost)
 """Every record a part may return."""

@@ -4,7 +4,7 @@
 of steps it takes. The parts decide and own their state: heartbeat intake (:mod:`.beats`), failures and restarts
 (:mod:`.failures`), endings and graces (:mod:`.ending`), hang checks (:mod:`.hangs`), a job preemption
 (:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), size changes
-(:mod:`.resizing`), the start order (:mod:`.waves`). Each returns what it wants
+(:mod:`.resizing`: a resize asked, a slot or node lost), the start order (:mod:`.waves`). Each returns what it wants
 done as small frozen records (:mod:`.actions`); :meth:`Supervisor._do` carries them out, in order; this module alone
 holds the backend. The parts share one read-only task table (:mod:`.table`) and never call each other; their rules
 are pure functions (:mod:`.decisions` and beside it). Every wait is bounded; time is this process's monotonic clock
@@ -38,7 +38,7 @@ from orchestrator.supervisor.exits import LOOK_EVERY, ExitWatch
 from orchestrator.supervisor.failures import Restarts
 from orchestrator.supervisor.hangs import HangChecks, culprits_first, peers_to_dump
 from orchestrator.supervisor.options import KILL_WAIT_S, VIEW_TASKS_PER_S, LoopOptions
-from orchestrator.supervisor.pictures import Pictures
+from orchestrator.supervisor.pictures import Pictures, job_snapshot
 from orchestrator.supervisor.preemption import Preemption
 from orchestrator.supervisor.records.lives import Carried, LifeBook
 from orchestrator.supervisor.records.recovery import RecoveryBook
@@ -215,7 +215,7 @@ class Supervisor:
         self._do(self.waves.next(self.state.terminal or self._interrupt is not None), now)  # the next start wave
         self._check_hangs(now)  # hangs (and exits between slices)
         self._do([do.Event(t) for t in self._rehearsal.watch(self.tasks, now)], now)  # before a restart replaces it
-        self._do(self.resizing.step(self.tasks, self.state), now)  # a resize asked, a slot lost: not restarted in place
+        self._do(self.resizing.step(self.tasks, self.state), now)  # a resize asked, a slot or node lost: not in place
         self._decide(now)  # failures: restart or end
         self._start_due_restarts(now)
         if self.preemption.deadline is not None and not self.state.terminal:
@@ -261,15 +261,8 @@ class Supervisor:
         return self._snapshot_of(tuple(task_snapshot(rt, now) for rt in self.tasks), now)
 
     def _snapshot_of(self, tasks: tuple[TaskSnapshot, ...], now: float) -> JobSnapshot:
-        end = self.ended_at if self.ended_at is not None else now
-        return JobSnapshot(
-            plan=self.plan, state=self.state, reason=self.reason, tasks=tasks,
-            exit_code=self._exit_code if self.ended_at is not None else None,
-            elapsed_s=end - self.started_at, started_wall=self.started_wall, ended=self.ended_at is not None,
-            restarts_used=self.restarts_used, spares=tuple(self.backend.spares()), lives=self.lives.lives(),
-            failures=tuple(self.log.failures), recoveries=self.book.records(self.started_at), fatal=self.fatal,
-            earlier_failures=self.carried.failures, warnings=tuple(self.warnings), faults=self._rehearsal.records(),
-        )
+        return job_snapshot(self, tasks, now, exit_code=self._exit_code, spares=tuple(self.backend.spares()),
+                            faults=self._rehearsal.records())
 
     # -- acting: what the parts returned, in order --------------------------------------------
     def _do(self, actions: Iterable[do.Action], now: float) -> None:
@@ -326,6 +319,9 @@ class Supervisor:
                         self._start(self.table.named(name))
             elif isinstance(action, do.Resize):  # PSS: workers parked or taken back (failures.Restarts.resized)
                 self._do(self.restarts.resized(action, now), now)
+            elif isinstance(action, do.NodeLost):  # an elastic MWMS worker failed: is its node lost? (Slurm)
+                rt = self.table.named(action.task)
+                self._do(self.resizing.node_lost(rt, self.backend.lost_nodes.node_of(rt.task)), now)
             elif isinstance(action, do.Spares) and self._spares is not None:
                 self.backend.keep_spares(self._spares)
 

@@ -12,8 +12,9 @@ N tasks are at most about ``N / per_tick`` ticks old. The final snapshot is alwa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from orchestrator.supervisor.records.snapshot import TaskSnapshot
+from orchestrator.supervisor.records.snapshot import JobSnapshot, TaskSnapshot
 from orchestrator.supervisor.records.states import TaskRuntime
 
 
@@ -60,3 +61,20 @@ class Pictures:
             return None
         done, self._round = tuple(self._round), []
         return done
+
+
+def job_snapshot(sup: Any, tasks: tuple[TaskSnapshot, ...], now: float, *, exit_code: int,
+                 spares: tuple[Any, ...], faults: tuple[Any, ...]) -> JobSnapshot:
+    """The job's picture at ``now`` (orchestrator monotonic seconds) with ``tasks`` (their pictures, plan order):
+    the job-level fields read off ``sup`` (the :class:`~orchestrator.supervisor.loop.Supervisor`; not imported
+    here: the loop imports this module); ``exit_code`` counts once the job has ended; ``spares``: the backend's
+    warm spares; ``faults``: the rehearsal's records."""
+    end = sup.ended_at if sup.ended_at is not None else now
+    return JobSnapshot(
+        plan=sup.plan, state=sup.state, reason=sup.reason, tasks=tasks,
+        exit_code=exit_code if sup.ended_at is not None else None,
+        elapsed_s=end - sup.started_at, started_wall=sup.started_wall, ended=sup.ended_at is not None,
+        restarts_used=sup.restarts_used, spares=spares, lives=sup.lives.lives(),
+        failures=tuple(sup.log.failures), recoveries=sup.book.records(sup.started_at), fatal=sup.fatal,
+        earlier_failures=sup.carried.failures, warnings=tuple(sup.warnings), faults=faults,
+    )

@@ -1,11 +1,15 @@
-"""Size changes of a running elastic job (issue 34, docs/elastic.md): a resize asked, a slot lost.
+"""Size changes of a running elastic job (issue 34, docs/elastic.md): a resize asked, a slot or node lost.
 
 A request (``python -m orchestrator resize RUN --workers N``, the ``ResizeJob`` call) lands here
 from the health server's thread (:meth:`Resizing.request`: checked against the job's bounds by
 :func:`~orchestrator.supervisor.rules.resize.size_change`, then left for the loop); a worker whose
 slot is withdrawn (an injected ``lose``: :func:`~orchestrator.supervisor.rules.resize.slot_lost`)
-is found among the task table's ended attempts. Each tick the loop asks :meth:`Resizing.step`
-what to do, before its failure decisions (a lost slot is not restarted in place):
+is found among the task table's ended attempts; so is a worker whose node may be lost (any
+other failed worker attempt of an elastic MWMS job: :meth:`Resizing.step` returns
+:class:`~orchestrator.supervisor.actions.NodeLost`, the loop asks the backend, and
+:meth:`Resizing.node_lost` decides by :func:`~orchestrator.supervisor.rules.resize.node_lost`).
+Each tick the loop asks :meth:`Resizing.step` what to do, before its failure decisions (a lost
+slot or node is not restarted in place):
 
 * MultiWorkerMirroredStrategy fixes a group's size when the strategy is built, so a size change
   ends this life of the run and the next one starts at the new size, with a new ``TF_CONFIG``
@@ -13,7 +17,8 @@ what to do, before its failure decisions (a lost slot is not restarted in place)
   --workers N`` would): a planned resize first takes the coordinated save of a preemption
   (every worker saves at one step and leaves: 0 steps lost); a lost slot stops the group at once
   and the next life starts one smaller from the last checkpoint when at least MIN workers remain,
-  else the job fails.
+  else the job fails; a lost node (Slurm) does the same when at least MIN remain, else the failure
+  decision takes it as for a fixed count (the task moves to a node left).
 * ParameterServerStrategy parks and unparks specific workers (:class:`SizeChange`'s ``park`` /
   ``unpark``) and the others keep running (TF's ``ClusterCoordinator`` trains on without a worker
   and re-adds one restarted at the same address): a shrink parks the highest workers, a grow takes
@@ -31,7 +36,7 @@ from collections.abc import Sequence
 
 from orchestrator.plan import Plan
 from orchestrator.proto.phases import phase_name
-from orchestrator.supervisor.actions import Action, End, Event, Preempt, Resize, Stop
+from orchestrator.supervisor.actions import Action, End, Event, NodeLost, Preempt, Resize, Stop
 from orchestrator.supervisor.records.lives import Carried, LifeBook
 from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
 from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES
@@ -39,9 +44,11 @@ from orchestrator.supervisor.rules.rehearsal import planned_faults
 from orchestrator.supervisor.rules.resize import (
     GREW_BACK,
     MWMS,
+    NODE_LOST,
     RESIZE_ASKED,
     SLOT_LOST,
     SizeChange,
+    node_lost,
     size_change,
     slot_lost,
 )
@@ -62,11 +69,12 @@ class Resizing:
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
         self.size = spec.workers
         self._coordinator = spec.coordinator
-        self.lost_before = any(life.cause == SLOT_LOST for life in carried.lives)
+        self.lost_before = any(life.cause in (SLOT_LOST, NODE_LOST) for life in carried.lives)
         self._lives = lives
         self._lose = {(f.task.name, f.attempt): int(f.at) if f.trigger == "step" else None
                       for f in planned_faults(plan) if f.kind == "lose"}
         self._reached: int | None = None  # the step a lost slot's fault fired at: the group trained that far
+        self._asked_node: set[tuple[str, int]] = set()  # failed worker attempts whose node the backend was asked of
         self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
         self._reason = ""
         self._what = ""  # the reason of the preemption a resize asked for (its coordinated save)
@@ -115,7 +123,9 @@ class Resizing:
 
     def step(self, tasks: Sequence[TaskRuntime], state: JobState) -> list[Action]:
         """What to do now: a resize asked (MWMS: the coordinated save, then this life ends), a
-        slot lost (MWMS: stop the group, continue one smaller; fail below MIN); [] otherwise."""
+        slot lost (MWMS: stop the group, continue one smaller; fail below MIN), a failed worker of an
+        elastic MWMS job whose node the backend is to be asked of (:class:`NodeLost`, once per
+        attempt); [] otherwise."""
         if state.terminal or self.next is not None or self._outside:
             return []
         asked, self._asked = self._asked, None
@@ -136,7 +146,32 @@ class Resizing:
                     and slot_lost(["lose"], a.stop_requested)):
                 self._reached = self._lose.pop((rt.task.name, a.number))
                 return self._lost(rt)
-        return []
+        if self.bounds is None or self.strategy != MWMS:
+            return []
+        failed = [(rt.task.name, rt.current.number) for rt in tasks if rt.task.task_type == "worker"
+                  and rt.current.state is TaskState.FAILED and not rt.current.stop_requested]
+        ask = [key for key in failed if key not in self._asked_node]
+        self._asked_node.update(ask)
+        return [NodeLost(name) for name, _ in ask]
+
+    def node_lost(self, rt: TaskRuntime, node: str | None) -> list[Action]:
+        """The backend's answer about the node of ``rt``'s failed attempt (``node``: the lost node
+        it ran on; None: not lost): under MWMS with at least MIN workers left, stop the group and
+        continue one smaller from the last checkpoint (:func:`node_lost`); otherwise [] (the failure
+        decision takes it as for a fixed count), with an event when the node is lost below MIN."""
+        if self.next is not None or self.bounds is None:
+            return []
+        a = rt.current
+        change = node_lost(self.strategy, self.bounds, range(self.size), rt.task.task_type, rt.task.task_index, node,
+                           a.stop_requested or a.state is not TaskState.FAILED)
+        if change is None:
+            return []
+        if change.refusal:
+            return [Event(f"{rt.task.name}'s node {node} is lost; not shrinking: {change.refusal}")]
+        self.next = change
+        why = (f"{rt.task.name}'s node {node} is lost: the group continues at {change.workers} worker(s) from the "
+               "last checkpoint")
+        return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {NODE_LOST}")]
 
     def _trained(self, tasks: Sequence[TaskRuntime]) -> bool:
         """The coordinator reported the end of training (a phase after it)."""

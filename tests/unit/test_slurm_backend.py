@@ -1,16 +1,19 @@
 """The Slurm backend's pure parts: placement, moving tasks off lost nodes, exit statuses, the
-address book's rules, and the batch script of ``python -m orchestrator sbatch``."""
+address book's rules, and the batch script of ``python -m orchestrator sbatch``; and, without Slurm, an
+allocation that leaves lost nodes out and the node watch (:class:`~orchestrator.backends.slurm.NodeWatch`)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from pathlib import Path
 
 import pytest
 
 from orchestrator.backends.addresses import AddressBook
-from orchestrator.backends.slurm import exit_code_of, move_off, place
+from orchestrator.backends.options import SlurmOptions
+from orchestrator.backends.slurm import SlurmBackend, exit_code_of, move_off, place
 from orchestrator.cli import main
 from orchestrator.cli.sbatch import launch_argv
 from orchestrator.errors import SpecError
@@ -182,3 +185,20 @@ def test_a_work_dir_in_the_runs_directory_or_read_back_everywhere_is_taken(tmp_p
     assert set(addresses) == {D0, DW0, W0, W1}
     monkeypatch.setattr(slurm_commands, "command", None)  # under the runs directory: no probe at all
     backend.allocate(_spec(workers=2, data_service={"workers": 1, "work_dir": str(tmp_path / "runs" / "journal")}))
+
+
+def test_an_allocation_places_no_task_on_a_lost_node_and_the_node_watch_names_lost_nodes():
+    # the next life of an elastic run after a lost node (docs/elastic.md#slurm): allocate() again, on the nodes left
+    backend = SlurmBackend(SlurmOptions(environ={}))
+    backend.nodes, backend.lost = ["n0", "n1", "n2"], {"n0"}
+    backend.allocate(_spec(workers=2))
+    assert backend.placement == {W0: "n1", W1: "n2"}
+    with socket.socket() as listening:  # n1's and n2's slurmd: a port that answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        backend.node_addr, backend.slurmd_port = {"n1": "127.0.0.1", "n2": "127.0.0.1"}, listening.getsockname()[1]
+        assert backend.lost_nodes.node_of(W0) is None and backend.lost_nodes.node_of(TaskId("ps", 0)) is None
+    assert backend.lost_nodes.node_of(W1) == "n2" and backend.lost == {"n0", "n2"}  # it no longer answers: lost
+    backend.lost = {"n0", "n1", "n2"}
+    with pytest.raises(SpecError, match="every node of the allocation is lost"):
+        backend.allocate(_spec(workers=1))

@@ -35,7 +35,7 @@ SEGMENT_RESUMED = "resumed at another size"
 """``cause`` of a segment a ``launch --resume RUN --workers N`` began (docs/elastic.md)."""
 SEGMENT_PARKED = "parked worker"
 """``cause`` of a segment a parked PSS worker began (:mod:`orchestrator.supervisor.rules.parking`)."""
-RESIZED = ("resize asked", "slot lost", "grew back")
+RESIZED = ("resize asked", "slot lost", "grew back", "node lost")
 """Causes of a life a size change of the running job ended (:mod:`orchestrator.supervisor.rules.resize`'s
 ``CAUSES``), and of the segment the next life begins; under PSS, of a change within a life too."""
 

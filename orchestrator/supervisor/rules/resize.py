@@ -7,6 +7,8 @@
   ``ClusterCoordinator`` carries on without a worker: specific workers are parked and unparked,
   the others keep running).
 * :func:`slot_lost`: whether a worker's end was its slot withdrawn (an injected ``lose``).
+* :func:`node_lost`: whether a worker's end was its node lost (the backend says so: Slurm's
+  slurmd does not answer, or the step did not end after SIGKILL), and the size change it makes.
 * :func:`grow_back_at`: when a withdrawn slot may be taken back by itself, after a cooldown that
   doubles with each loss in a window, so a flapping node does not restart the group over and
   over (torchrun's ``--max-restarts`` bounds the same churn by count; the doubling is the
@@ -15,13 +17,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 RESIZE_ASKED = "resize asked"
 SLOT_LOST = "slot lost"
 GREW_BACK = "grew back"
-CAUSES = (RESIZE_ASKED, SLOT_LOST, GREW_BACK)
+NODE_LOST = "node lost"
+CAUSES = (RESIZE_ASKED, SLOT_LOST, GREW_BACK, NODE_LOST)
 """``cause`` of a size change (and of the ``segments`` entry it begins)."""
 
 MWMS, PSS = "multi_worker_mirrored", "parameter_server"
@@ -106,6 +109,38 @@ def slot_lost(planned_kinds: Sequence[str], stop_requested: bool) -> bool:
     """Whether an attempt's end was its slot withdrawn: a ``lose`` fault was planned for that
     attempt and the orchestrator did not stop it itself (``stop_requested``)."""
     return "lose" in planned_kinds and not stop_requested
+
+
+def node_lost(strategy: str, bounds: tuple[int, int] | None, active: Sequence[int], task_type: str, index: int,
+              node: str | None, stop_requested: bool) -> SizeChange | None:
+    """The size change a failed attempt makes when its node is lost (issue 34: a Slurm node gone).
+
+    The checks, in order: the job's workers are elastic (``bounds`` set) and its strategy is
+    MultiWorkerMirroredStrategy (ParameterServerStrategy parks workers instead: not built for a lost
+    node), the attempt is a worker's (``task_type`` ``worker``; a chief, ps or evaluator is not
+    elastic), the orchestrator did not stop it itself (``stop_requested``: a group restart, a stop),
+    and the backend names its node as lost (``node``).
+
+    Args:
+        strategy: ``multi_worker_mirrored`` or ``parameter_server``.
+        bounds: (MIN, MAX) of the job's workers; None for a fixed count.
+        active: the worker slots training now (indexes, ascending).
+        task_type: the failed attempt's task type.
+        index: its task index.
+        node: the lost node it ran on (the backend's answer); None: its node is not lost.
+        stop_requested: the orchestrator stopped the attempt itself.
+
+    Returns:
+        None when a check fails: not a lost node's elastic worker, the failure decision takes it as
+        before (on Slurm the task moves to a node left and the group restarts at its size). Else a
+        :class:`SizeChange` of cause :data:`NODE_LOST`: the group restarts one smaller from the last
+        checkpoint without that slot (:func:`size_change`'s rule for a lost slot), or ``refusal``
+        set (size unchanged) when fewer than MIN workers would remain: then too as before.
+    """
+    if bounds is None or strategy != MWMS or task_type != "worker" or stop_requested or node is None:
+        return None
+    change = size_change(strategy, active, bounds, lost=index)
+    return change if change.refusal else replace(change, cause=NODE_LOST)
 
 
 def grow_back_at(losses: Sequence[float], cooldown_s: float, window_s: float) -> float | None:

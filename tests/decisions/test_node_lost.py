@@ -1,0 +1,99 @@
+"""An elastic job's worker on a lost node (issue 34, Slurm): the rule as a table
+(orchestrator/supervisor/rules/resize.py ``node_lost``), then the loop tick by tick with the fake
+backend of test_supervisor_loop, whose :class:`~orchestrator.backends.base.LostNodes` names a node:
+the MWMS group stops and the run continues one smaller (cause ``node lost``) instead of restarting
+the task elsewhere; below MIN, or with a node that is not lost, the failure decision takes it as for
+a fixed count (a group restart at the same size)."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.backends.base import LostNodes
+from orchestrator.spec.model import TaskId
+from orchestrator.supervisor import JobState
+from orchestrator.supervisor.records.lives import segments
+from orchestrator.supervisor.rules.resize import NODE_LOST, SizeChange, node_lost
+from tests.decisions.test_resize_loop import Elastic
+
+MWMS, PSS = "multi_worker_mirrored", "parameter_server"
+
+
+@pytest.mark.parametrize("strategy, bounds, active, task_type, index, node, stop_requested, change", [
+    # an elastic MWMS worker on a lost node: the group continues one smaller without that slot
+    (MWMS, (1, 2), [0, 1], "worker", 1, "osl1", False, SizeChange(1, going=(1,), cause=NODE_LOST,
+                                                                     restart_group=True)),
+    (MWMS, (2, 3), [0, 1, 2], "worker", 0, "osl0", False, SizeChange(2, going=(0,), cause=NODE_LOST,
+                                                                        restart_group=True)),
+    # below MIN: refused (the size kept), the failure decision then takes it as today
+    (MWMS, (2, 2), [0, 1], "worker", 1, "osl1", False,
+     SizeChange(2, refusal="worker 1's slot is lost and 1 worker(s) remain, fewer than MIN 2")),
+    # as today (None): its node is not lost, the orchestrator stopped it, a fixed count, not a worker, PSS
+    (MWMS, (1, 2), [0, 1], "worker", 1, None, False, None),
+    (MWMS, (1, 2), [0, 1], "worker", 1, "osl1", True, None),
+    (MWMS, None, [0, 1], "worker", 1, "osl1", False, None),
+    (MWMS, (1, 2), [0, 1], "chief", 0, "osl0", False, None),
+    (MWMS, (1, 2), [0, 1], "evaluator", 0, "osl2", False, None),
+    (PSS, (1, 2), [0, 1], "worker", 1, "osl1", False, None),
+])
+def test_node_lost(strategy, bounds, active, task_type, index, node, stop_requested, change):
+    assert node_lost(strategy, bounds, active, task_type, index, node, stop_requested) == change
+
+
+class Lost(LostNodes):
+    def __init__(self, lost: dict[str, str]) -> None:
+        self.lost = lost  # task name -> its lost node
+        self.asked: list[str] = []
+
+    def node_of(self, task: TaskId) -> str | None:
+        self.asked.append(task.name)
+        return self.lost.get(task.name)
+
+
+def _lost_worker_1(tmp_path, lo: int, hi: int, lost: dict[str, str]) -> Elastic:
+    h = Elastic(tmp_path, lo, hi)
+    h.backend.lost_nodes = Lost(lost)
+    h.all_beat(step=60)
+    h.tick()
+    h.exit("worker-1", -signal.SIGKILL)  # its step killed after it was declared hung, as on Slurm
+    h.tick(0.1)
+    return h
+
+
+def test_a_worker_on_a_lost_node_shrinks_the_group_instead_of_restarting_it(tmp_path):
+    h = _lost_worker_1(tmp_path, 1, 2, {"worker-1": "osl1"})
+    assert "worker-1's node osl1 is lost: the group continues at 1 worker(s) from the last checkpoint" in h.view.events
+    result = h.finish()
+    assert result.state is JobState.PREEMPTED and h.sup.resizing.next.workers == 1
+    assert h.sup.resizing.continues(result.state)  # the backend stays open for the next life
+    assert [a for _, a in h.backend.started if a.attempt > 0] == []  # nothing restarted in place
+    assert h.sup.restarts_used == 0  # a lost node is not a crash
+    life = h.sup.lives.lives()[-1]
+    assert life.cause == NODE_LOST and h.sup.resizing.ended_by(result.state) == (NODE_LOST, None)
+    assert h.backend.lost_nodes.asked == ["worker-1"]  # asked once, of the failed attempt
+
+
+def test_the_next_life_begins_a_segment_of_cause_node_lost(tmp_path):
+    h = _lost_worker_1(tmp_path, 1, 2, {"worker-1": "osl1"})
+    h.finish()
+    first = h.sup.lives.lives()[-1]
+    second = replace(first, number=2, cause="succeeded", size={**first.size, "workers": 1}, resumed_from_step=50,
+                     last_step=90)
+    assert [(s["workers"], s["cause"]) for s in segments((first, second))] == [(2, "launched"), (1, NODE_LOST)]
+
+
+@pytest.mark.parametrize("lo, lost", [
+    (2, {"worker-1": "osl1"}),  # below MIN: as a fixed count (on Slurm the task then moves to a node left)
+    (1, {}),                    # its node is not lost: a crash, restarted as before
+])
+def test_otherwise_the_group_restarts_at_its_size_as_before(tmp_path, lo, lost):
+    h = _lost_worker_1(tmp_path, lo, 2, lost)
+    h.tick(1.0)
+    assert [t.attempt for t in h.sup.snapshot().tasks] == [1, 1] and h.sup.resizing.next is None
+    assert h.sup.state is not JobState.PREEMPTED
+    said = [e for e in h.view.events if "is lost; not shrinking" in e]
+    assert said == (["worker-1's node osl1 is lost; not shrinking: worker 1's slot is lost and 1 worker(s) remain, "
+                     "fewer than MIN 2"] if lost else [])
