@@ -166,7 +166,7 @@ class Resize:
 
 @dataclass(frozen=True)
 class NodeLost:
-    """Ask the backend whether the node of ``task``'s failed attempt is lost
+    """Ask the backend whether the node of ``task``'s attempt (failed, or live beside a failed peer) is lost
     (:meth:`~orchestrator.backends.base.LostNodes.node_of`) and hand its answer to
     :meth:`~orchestrator.supervisor.resizing.Resizing.node_lost`, which decides (an elastic MWMS
     group continues one smaller); worker task name."""

@@ -5,7 +5,8 @@ from the health server's thread (:meth:`Resizing.request`: checked against the j
 :func:`~orchestrator.supervisor.rules.resize.size_change`, then left for the loop); a worker whose
 slot is withdrawn (an injected ``lose``: :func:`~orchestrator.supervisor.rules.resize.slot_lost`)
 is found among the task table's ended attempts; so is a worker whose node may be lost (any
-other failed worker attempt of an elastic MWMS job: :meth:`Resizing.step` returns
+other failed worker attempt of an elastic MWMS job, and the live workers beside it, since a
+partition may fail a peer first: :meth:`Resizing.step` returns
 :class:`~orchestrator.supervisor.actions.NodeLost`, the loop asks the backend, and
 :meth:`Resizing.node_lost` decides by :func:`~orchestrator.supervisor.rules.resize.node_lost`).
 Each tick the loop asks :meth:`Resizing.step` what to do, before its failure decisions (a lost
@@ -124,8 +125,8 @@ class Resizing:
     def step(self, tasks: Sequence[TaskRuntime], state: JobState) -> list[Action]:
         """What to do now: a resize asked (MWMS: the coordinated save, then this life ends), a
         slot lost (MWMS: stop the group, continue one smaller; fail below MIN), a failed worker of an
-        elastic MWMS job whose node the backend is to be asked of (:class:`NodeLost`, once per
-        attempt); [] otherwise."""
+        elastic MWMS job: the backend is to be asked of its node and of the live workers' nodes
+        (:class:`NodeLost`, once per failed attempt); [] otherwise."""
         if state.terminal or self.next is not None or self._outside:
             return []
         asked, self._asked = self._asked, None
@@ -148,22 +149,28 @@ class Resizing:
                 return self._lost(rt)
         if self.bounds is None or self.strategy != MWMS:
             return []
-        failed = [(rt.task.name, rt.current.number) for rt in tasks if rt.task.task_type == "worker"
-                  and rt.current.state is TaskState.FAILED and not rt.current.stop_requested]
+        workers = [rt for rt in tasks if rt.task.task_type == "worker"]
+        failed = [(rt.task.name, rt.current.number) for rt in workers
+                  if rt.current.state is TaskState.FAILED and not rt.current.stop_requested]
         ask = [key for key in failed if key not in self._asked_node]
+        if not ask:
+            return []
         self._asked_node.update(ask)
-        return [NodeLost(name) for name, _ in ask]
+        # a lost node may fail a peer first (its collective breaks on the partition before the lost worker's
+        # heartbeats are missed): ask of the live workers' nodes too
+        names = [name for name, _ in ask] + [rt.task.name for rt in workers if rt.live]
+        return [NodeLost(name) for name in names]
 
     def node_lost(self, rt: TaskRuntime, node: str | None) -> list[Action]:
-        """The backend's answer about the node of ``rt``'s failed attempt (``node``: the lost node
-        it ran on; None: not lost): under MWMS with at least MIN workers left, stop the group and
-        continue one smaller from the last checkpoint (:func:`node_lost`); otherwise [] (the failure
-        decision takes it as for a fixed count), with an event when the node is lost below MIN."""
+        """The backend's answer about the node of ``rt``'s attempt (failed, or live beside a failed
+        peer; ``node``: the lost node it runs on; None: not lost): under MWMS with at least MIN workers
+        left, stop the group and continue one smaller from the last checkpoint (:func:`node_lost`);
+        otherwise [] (the failure decision takes it as for a fixed count), with an event when the node
+        is lost below MIN. Once a change is decided, [] for every other answer."""
         if self.next is not None or self.bounds is None:
             return []
-        a = rt.current
         change = node_lost(self.strategy, self.bounds, range(self.size), rt.task.task_type, rt.task.task_index, node,
-                           a.stop_requested or a.state is not TaskState.FAILED)
+                           rt.current.stop_requested)
         if change is None:
             return []
         if change.refusal:

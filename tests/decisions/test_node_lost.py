@@ -73,7 +73,22 @@ def test_a_worker_on_a_lost_node_shrinks_the_group_instead_of_restarting_it(tmp_
     assert h.sup.restarts_used == 0  # a lost node is not a crash
     life = h.sup.lives.lives()[-1]
     assert life.cause == NODE_LOST and h.sup.resizing.ended_by(result.state) == (NODE_LOST, None)
-    assert h.backend.lost_nodes.asked == ["worker-1"]  # asked once, of the failed attempt
+    assert h.backend.lost_nodes.asked == ["worker-1", "worker-0"]  # of the failed attempt, then the live worker
+
+
+def test_a_peer_failed_first_by_the_partition_still_shrinks_the_group_off_the_lost_node(tmp_path):
+    h = Elastic(tmp_path, 1, 2)
+    h.backend.lost_nodes = Lost({"worker-1": "osl1"})
+    h.all_beat(step=60)
+    h.tick()
+    h.exit("worker-0", 1)  # its collective broke on the partition; worker-1 is not yet missed
+    h.tick(0.1)
+    assert "worker-1's node osl1 is lost: the group continues at 1 worker(s) from the last checkpoint" in h.view.events
+    result = h.finish()
+    assert result.state is JobState.PREEMPTED and h.sup.resizing.next.going == (1,)
+    assert [a for _, a in h.backend.started if a.attempt > 0] == []
+    h.tick(1.0)
+    assert h.backend.lost_nodes.asked == ["worker-0", "worker-1"]  # once per failure, not every tick
 
 
 def test_the_next_life_begins_a_segment_of_cause_node_lost(tmp_path):

@@ -7,8 +7,8 @@
   ``ClusterCoordinator`` carries on without a worker: specific workers are parked and unparked,
   the others keep running).
 * :func:`slot_lost`: whether a worker's end was its slot withdrawn (an injected ``lose``).
-* :func:`node_lost`: whether a worker's end was its node lost (the backend says so: Slurm's
-  slurmd does not answer, or the step did not end after SIGKILL), and the size change it makes.
+* :func:`node_lost`: whether a worker's node is lost (the backend says so: Slurm's slurmd does
+  not answer, or the step did not end after SIGKILL), and the size change it makes.
 * :func:`grow_back_at`: when a withdrawn slot may be taken back by itself, after a cooldown that
   doubles with each loss in a window, so a flapping node does not restart the group over and
   over (torchrun's ``--max-restarts`` bounds the same churn by count; the doubling is the
@@ -113,7 +113,9 @@ def slot_lost(planned_kinds: Sequence[str], stop_requested: bool) -> bool:
 
 def node_lost(strategy: str, bounds: tuple[int, int] | None, active: Sequence[int], task_type: str, index: int,
               node: str | None, stop_requested: bool) -> SizeChange | None:
-    """The size change a failed attempt makes when its node is lost (issue 34: a Slurm node gone).
+    """The size change a worker's lost node makes (issue 34: a Slurm node gone), asked after a failure
+    of a worker of the group: of the failed attempt's node and of the live workers' (a partition may
+    fail a peer before the lost worker's heartbeats are missed).
 
     The checks, in order: the job's workers are elastic (``bounds`` set) and its strategy is
     MultiWorkerMirroredStrategy (ParameterServerStrategy parks workers instead: not built for a lost
@@ -125,9 +127,9 @@ def node_lost(strategy: str, bounds: tuple[int, int] | None, active: Sequence[in
         strategy: ``multi_worker_mirrored`` or ``parameter_server``.
         bounds: (MIN, MAX) of the job's workers; None for a fixed count.
         active: the worker slots training now (indexes, ascending).
-        task_type: the failed attempt's task type.
+        task_type: the attempt's task type.
         index: its task index.
-        node: the lost node it ran on (the backend's answer); None: its node is not lost.
+        node: the lost node it runs (or ran) on, the backend's answer; None: its node is not lost.
         stop_requested: the orchestrator stopped the attempt itself.
 
     Returns:
