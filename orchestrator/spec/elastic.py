@@ -37,11 +37,15 @@ BATCH_POLICIES = ("keep-global", "keep-per-replica")
 LR_SCALINGS = ("none", "linear")
 """``--lr-scaling`` values (``keep-per-replica`` only)."""
 
-KEYS = ("min", "max", "start", "batch_policy", "lr_scaling")
+KEYS = ("min", "max", "start", "batch_policy", "lr_scaling", "grow_back")
 """Keys of the spec file's ``workers`` mapping."""
 
 ELASTIC_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 """Strategies whose workers may be elastic."""
+
+GROW_BACK_S = 30.0
+"""The default cooldown of ``--grow-back on``: seconds since the last size change before an elastic
+MWMS job running below MAX grows back by itself (docs/elastic.md)."""
 
 _RANGE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
@@ -63,6 +67,34 @@ def parse_workers(value: object) -> object:
     return {"min": int(match.group(1)), "max": int(match.group(2))}
 
 
+def parse_grow_back(value: object) -> float | None:
+    """``--grow-back on|off|SECONDS`` (spec ``workers.grow_back``): the cooldown in seconds, None for off.
+
+    ``on`` (or true, or absent) is :data:`GROW_BACK_S`; ``off`` (or false) is None; a number >= 0 is
+    that many seconds.
+
+    Raises:
+        SpecError: naming ``workers.grow_back`` for anything else.
+    """
+    if value is None or value is True:
+        return GROW_BACK_S
+    if value is False:
+        return None
+    text = str(value).strip().lower()
+    if text == "on":
+        return GROW_BACK_S
+    if text == "off":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds >= 0 or seconds == float("inf"):
+        raise SpecError("workers.grow_back", value, "must be on, off or a cooldown in seconds >= 0",
+                        f"e.g. --grow-back 60, --grow-back off, or leave it out (on: {GROW_BACK_S:g} s)")
+    return seconds
+
+
 @dataclass(frozen=True)
 class ElasticSpec:
     """The elastic bounds of a job's workers and its batch policy.
@@ -72,12 +104,15 @@ class ElasticSpec:
         max: most workers; the job starts at MAX.
         batch_policy: ``keep-global`` or ``keep-per-replica`` (:data:`BATCH_POLICIES`).
         lr_scaling: ``none`` or ``linear`` (``keep-per-replica`` only).
+        grow_back_s: an MWMS job below MAX grows back by itself when capacity returns, this many
+            seconds after its last size change at the earliest; None: it does not (``--grow-back off``).
     """
 
     min: int
     max: int
     batch_policy: str = "keep-global"
     lr_scaling: str = "none"
+    grow_back_s: float | None = GROW_BACK_S
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> tuple["ElasticSpec", int]:
@@ -96,7 +131,7 @@ class ElasticSpec:
                 raise SpecError(f"workers.{bound}", value, "must be a whole number >= 1 (elastic workers need "
                                 "both bounds)", "e.g. --workers 2:4, or workers: {min: 2, max: 4}")
         spec = cls(int(raw["min"]), int(raw["max"]), str(raw.get("batch_policy") or "keep-global"),
-                   str(raw.get("lr_scaling") or "none"))
+                   str(raw.get("lr_scaling") or "none"), parse_grow_back(raw.get("grow_back")))
         start = raw.get("start")
         if start is None:
             start = spec.max
@@ -107,7 +142,7 @@ class ElasticSpec:
     def to_fields(self, workers: int) -> dict[str, Any]:
         """The spec file's ``workers`` mapping (the inverse of :meth:`from_raw`)."""
         return {"min": self.min, "max": self.max, "start": workers, "batch_policy": self.batch_policy,
-                "lr_scaling": self.lr_scaling}
+                "lr_scaling": self.lr_scaling, "grow_back": "off" if self.grow_back_s is None else self.grow_back_s}
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,7 @@ FLAG_FIELDS = {
     "data_service_sharding": "data_service.sharding",
     "batch_policy": "workers.batch_policy",
     "lr_scaling": "workers.lr_scaling",
+    "grow_back": "workers.grow_back",
     "shm_size": "containers.shm_size",  # the docker backend's --shm-size, compose's, render's
     "memory": "containers.memory",  # the docker backend's --memory, compose's (render's is pod_memory)
 }

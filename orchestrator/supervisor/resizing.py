@@ -4,7 +4,9 @@ A request (``python -m orchestrator resize RUN --workers N``, the ``ResizeJob`` 
 from the health server's thread (:meth:`Resizing.request`: checked against the job's bounds by
 :func:`~orchestrator.supervisor.rules.resize.size_change`, then left for the loop); a worker whose
 slot is withdrawn (an injected ``lose``: :func:`~orchestrator.supervisor.rules.resize.slot_lost`)
-is found among the task table's ended attempts. Each tick the loop asks :meth:`Resizing.step`
+is found among the task table's ended attempts; a job below MAX whose machine has room again grows back
+by itself after a cooldown (``--grow-back``: the watch :class:`~orchestrator.supervisor.growback.GrowBack`,
+MWMS only). Each tick the loop asks :meth:`Resizing.step`
 what to do, before its failure decisions (a lost slot is not restarted in place):
 
 * MultiWorkerMirroredStrategy fixes a group's size when the strategy is built, so a size change
@@ -27,11 +29,12 @@ The part decides; the loop carries out what it returns (:mod:`~orchestrator.supe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orchestrator.plan import Plan
 from orchestrator.proto.phases import phase_name
 from orchestrator.supervisor.actions import Action, End, Event, Preempt, Resize, Stop
+from orchestrator.supervisor.growback import GrowBack
 from orchestrator.supervisor.records.lives import Carried, LifeBook
 from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
 from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES
@@ -54,9 +57,12 @@ class Resizing:
         plan: the job's plan (its spec's ``elastic`` bounds; its ``lose`` faults).
         carried: the run's earlier lives (a grow after a lost slot is ``grew back``).
         lives: this life's record (PSS: the workers parked now); None: none parked.
+        room: the most workers the machine has room for now (:class:`GrowBack`); None: no grow back.
+        started_wall: Unix seconds this life started.
     """
 
-    def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None) -> None:
+    def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None,
+                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0) -> None:
         spec = plan.spec
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
@@ -73,6 +79,7 @@ class Resizing:
         self._outside = False  # a preemption from outside was asked: the run ends Preempted, no next life
         self.next: SizeChange | None = None
         """The size the run continues at in its next life (None: it does not continue)."""
+        self.grow = GrowBack(plan, carried, room, started_wall)
 
     def request(self, workers: int, reason: str, state: JobState) -> tuple[bool, str]:
         """A resize asked (the ``ResizeJob`` call; safe from another thread: one assignment).
@@ -113,9 +120,11 @@ class Resizing:
                                  RESIZE_ASKED, park=change.park, unpark=change.unpark)
         return True, ""
 
-    def step(self, tasks: Sequence[TaskRuntime], state: JobState) -> list[Action]:
+    def step(self, tasks: Sequence[TaskRuntime], state: JobState, now: float | None = None) -> list[Action]:
         """What to do now: a resize asked (MWMS: the coordinated save, then this life ends), a
-        slot lost (MWMS: stop the group, continue one smaller; fail below MIN); [] otherwise."""
+        slot lost (MWMS: stop the group, continue one smaller; fail below MIN), room again below
+        MAX after the cooldown (``now``: the loop's clock; MWMS: the coordinated save of a grow
+        back); [] otherwise."""
         if state.terminal or self.next is not None or self._outside:
             return []
         asked, self._asked = self._asked, None
@@ -136,7 +145,21 @@ class Resizing:
                     and slot_lost(["lose"], a.stop_requested)):
                 self._reached = self._lose.pop((rt.task.name, a.number))
                 return self._lost(rt)
-        return []
+        return self._grow_back(tasks, state, now) if now is not None and self.strategy == MWMS else []
+
+    def _grow_back(self, tasks: Sequence[TaskRuntime], state: JobState, now: float) -> list[Action]:
+        """MWMS below MAX, room again after the cooldown: the planned resize of a request, cause ``grew back``."""
+        target = self.grow.look(now, self.size, state is JobState.RUNNING)
+        if target is None or self.bounds is None or self._trained(tasks):
+            return []
+        change = size_change(self.strategy, range(self.size), self.bounds, target=target, cause=GREW_BACK)
+        if change.refusal or not change.restart_group:
+            return []
+        self.next = change
+        what = self._what = f"{GREW_BACK}: {self.size} -> {target} worker(s)"
+        return [Event(f"{what} (the machine has room for {target} again, {self.grow.cooldown_s:g} s or more after "
+                      f"the last size change); every worker saves at its next step, then the group continues at "
+                      f"{target}"), Preempt(what)]
 
     def _trained(self, tasks: Sequence[TaskRuntime]) -> bool:
         """The coordinator reported the end of training (a phase after it)."""

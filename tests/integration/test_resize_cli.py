@@ -83,3 +83,19 @@ def test_resize_of_a_run_that_is_not_elastic_or_not_there(tmp_path: Path):
 ])
 def test_the_lose_fault_is_for_an_elastic_jobs_workers(tmp_path: Path, args, words):
     one_line_exit_2(cli("launch", "--dry-run", "--runs-dir", str(tmp_path), *args), "inject-fault", *words)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--workers", "1:2", "--grow-back", "soon"), ("workers.grow_back='soon'", "must be on, off or a cooldown",
+                                                   "e.g. --grow-back 60, --grow-back off")),
+    (("--workers", "1:2", "--grow-back", "-5"), ("workers.grow_back='-5'",)),
+    (("--workers", "2", "--grow-back", "10"), ("grow-back='10'", "is for elastic workers", "--workers MIN:MAX")),
+])
+def test_grow_back_refusals_are_one_line_and_exit_2(tmp_path: Path, args, words):
+    one_line_exit_2(cli("launch", "--dry-run", "--runs-dir", str(tmp_path), *args), *words)
+
+
+def test_grow_back_is_in_the_plan(tmp_path: Path):
+    done = cli("launch", "--dry-run", "--json", "--runs-dir", str(tmp_path), "--workers", "1:2", "--grow-back", "off")
+    assert done.returncode == 0, done.stderr
+    assert '"grow_back": "off"' in done.stdout, done.stdout
