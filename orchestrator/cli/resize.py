@@ -61,7 +61,8 @@ def run_resize(args: argparse.Namespace) -> int:
         raise SpecError("RUN", run_dir.name, f"is not running (its endpoint does not answer: {exc})",
                         "see python -m orchestrator status") from None
     if not accepted:
-        raise SpecError("workers", args.workers, refusal or f"refused by the job ({state})",
+        refusal = (refusal or f"refused by the job ({state})").removeprefix(f"workers={args.workers}: ")
+        raise SpecError("workers", args.workers, refusal,
                         "see python -m orchestrator status")
     print(f"resize accepted: run {run_dir.name} continues at {args.workers} worker(s) (was {state})", flush=True)
     return 0

@@ -243,6 +243,10 @@ def check_elastic(elastic: ElasticSpec, strategy: str, chief: int, workers: int,
         raise SpecError("workers.lr_scaling", elastic.lr_scaling, "keep-global keeps the global batch, so "
                         "the learning rate needs no scaling", "drop --lr-scaling, or use --batch-policy "
                         "keep-per-replica")
+    if strategy == "parameter_server" and elastic.grow_back_s not in (None, GROW_BACK_S):
+        raise SpecError("workers.grow_back", elastic.grow_back_s, "parameter_server jobs do not grow back by "
+                        "themselves (resize RUN --workers N takes parked workers back)",
+                        "drop --grow-back, or use --strategy multi_worker_mirrored")
     if fixed_addresses:
         raise SpecError("workers", f"{elastic.min}:{elastic.max}", "elastic workers with fixed addresses are "
                         "not supported yet", "drop addresses (the backend chooses them), or a plain --workers N")

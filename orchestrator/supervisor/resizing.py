@@ -77,6 +77,7 @@ class Resizing:
         self._reason = ""
         self._what = ""  # the reason of the preemption a resize asked for (its coordinated save)
         self._outside = False  # a preemption from outside was asked: the run ends Preempted, no next life
+        self._training_ended = False  # the coordinator reported a phase after training (seen by the loop)
         self.next: SizeChange | None = None
         """The size the run continues at in its next life (None: it does not continue)."""
         self.grow = GrowBack(plan, carried, room, started_wall)
@@ -90,6 +91,8 @@ class Resizing:
             return False, f"the job is {state.value}, not running"
         if self.next is not None or self._asked is not None:
             return False, "a size change is already under way"
+        if self._training_ended:  # evaluation, export: a new group would train nothing
+            return False, "training has ended (evaluation, export): nothing left to train at another size"
         if self.strategy != MWMS:
             return self._pss_request(workers, reason)
         cause = GREW_BACK if workers > self.size and self.lost_before else RESIZE_ASKED
@@ -127,8 +130,9 @@ class Resizing:
         back); [] otherwise."""
         if state.terminal or self.next is not None or self._outside:
             return []
+        self._training_ended = self._training_ended or self._trained(tasks)
         asked, self._asked = self._asked, None
-        if asked is not None and self._trained(tasks):  # evaluation, export: a new group would train nothing
+        if asked is not None and self._training_ended:  # evaluation, export: a new group would train nothing
             return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
         if asked is not None and self.strategy != MWMS:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),

@@ -75,6 +75,9 @@ def test_the_sizes_keep_global_allows(bounds, policy, strategy, chief, per_repli
     ({"strategy": "mirrored", "workers": {"min": 1, "max": 1}}, "workers", "no elastic workers"),
     ({"workers": {"min": 1, "max": 2}, "addresses": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}}, "workers",
      "fixed addresses"),
+    # a cooldown under PSS would be ignored: its jobs do not grow back by themselves
+    ({"strategy": "parameter_server", "workers": {"min": 1, "max": 2, "grow_back": 10}}, "workers.grow_back",
+     "parameter_server jobs do not grow back by themselves"),
 ])
 def test_bad_elastic_specs_are_refused_in_one_line_naming_the_field(raw, field, says):
     with pytest.raises(SpecError) as exc:

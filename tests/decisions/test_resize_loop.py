@@ -63,6 +63,16 @@ def test_refusals_leave_the_job_as_it_is(tmp_path):
     assert h.sup.resizing.request(1, "r", JobState.RUNNING) == (False, "a size change is already under way")
 
 
+def test_a_resize_asked_after_training_ended_is_refused_not_accepted(tmp_path):
+    h = Elastic(tmp_path, 1, 2)
+    h.all_beat(phase="finishing", step=90)  # evaluation, export: a new group would train nothing
+    h.tick()
+    assert h.sup.resizing.request(1, "r", JobState.RUNNING) == \
+        (False, "training has ended (evaluation, export): nothing left to train at another size")
+    h.tick()
+    assert h.backend.latest("worker-0").signals == [] and h.sup.resizing.next is None
+
+
 def test_a_lost_slot_stops_the_group_instead_of_restarting_it_in_place(tmp_path):
     h = Elastic(tmp_path, 1, 2, ("worker:1:lose@step=60",))
     h.all_beat(step=60)

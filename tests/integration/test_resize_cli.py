@@ -28,6 +28,8 @@ def one_line_exit_2(done: subprocess.CompletedProcess, *words: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     for word in words:
         assert word in lines[0], lines[0]
+    field = lines[0].removeprefix("error: ").split(": ", 1)[0]
+    assert f"{field}: {field}: " not in lines[0], lines[0]  # the field named once
 
 
 @pytest.fixture
