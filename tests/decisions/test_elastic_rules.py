@@ -201,6 +201,11 @@ def _life(number, workers, per_replica, *, resumed=None, last=None, lost=None, r
     # killed at 75, resumed at the same size from 70: one segment of two lives, 5 steps lost
     ((_life(1, 2, 16, last=75, lost=5), _life(2, 2, 16, resumed=70, last=135)),
      [(2, 16, 0, 135, "launched", 5, [1, 2])]),
+    # a slot lost at 60 (checkpoint 45), then resized twice before either new group trained a step:
+    # those two segments trained nothing, from the checkpoint the last one resumed from
+    ((_life(1, 2, 16, last=60, lost=15), _life(2, 1, 32), _life(3, 2, 16), _life(4, 1, 32, resumed=45, last=270)),
+     [(2, 16, 0, 60, "launched", 15, [1]), (1, 32, 45, 45, "resumed at another size", 0, [2]),
+      (2, 16, 45, 45, "resumed at another size", 0, [3]), (1, 32, 45, 270, "resumed at another size", None, [4])]),
 ])
 def test_segments_are_one_per_size_the_run_trained_at(lives, want):
     from orchestrator.supervisor.records.lives import segments

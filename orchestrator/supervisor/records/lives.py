@@ -290,6 +290,18 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
             out.append({**dict(change["size"]), "first_step": change.get("step"), "last_step": life.last_step,
                         "cause": change["cause"], "steps_lost": life.steps_lost if n == len(life.resized) else 0,
                         "lives": [life.number], "tasks": list(change.get("tasks") or ())})
+    return _untrained(out)
+
+
+def _untrained(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Segments whose lives ended before their first step (a resize asked while the group was still
+    starting) trained nothing: they resumed from the checkpoint the next one resumed from, and lost 0."""
+    known = None
+    for seg in reversed(out):
+        if seg["first_step"] is None and known is not None and seg["last_step"] in (None, known):
+            seg.update(first_step=known, last_step=known, steps_lost=0 if seg["steps_lost"] is None else
+                       seg["steps_lost"])
+        known = seg["first_step"]
     return out
 
 
