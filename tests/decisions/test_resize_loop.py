@@ -221,3 +221,12 @@ def test_a_size_a_user_asked_for_is_not_grown_out_of(tmp_path):
     h.tick()
     h.train_for(100.0)
     assert h.asked == 0 and h.sup.resizing.next is None
+
+
+def test_the_summary_of_a_life_below_max_names_the_per_replica_batch_it_trains_with(tmp_path):
+    from orchestrator.report.summary import build_summary
+    from tests.decisions.test_supervisor_loop import spec_of
+
+    h = Harness(tmp_path, spec_of(workers=1, elastic=ElasticSpec(1, 2)))  # 1 of 1..2, keep-global
+    training = build_summary(h.sup.snapshot())["training"]
+    assert (training["replicas"], training["global_batch_size"], training["batch_size_per_replica"]) == (1, 32, 32)
