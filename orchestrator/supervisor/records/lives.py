@@ -275,6 +275,10 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
         last = out[-1] if out else None
         lost = 0 if life.resized else life.steps_lost  # a life's steps lost are its last size's
         if last is not None and all(last[k] == size[k] for k in ("workers", "global_batch_size")):
+            if last["first_step"] is None and last["last_step"] is None and life.resumed_from_step is not None:
+                last["first_step"] = life.resumed_from_step  # its earlier lives ended before their first step
+                if len(out) > 1 and (out[-2]["last_step"] or 0) < life.resumed_from_step:
+                    out[-2]["last_step"] = life.resumed_from_step  # saved before it was reported
             last["last_step"] = life.last_step if life.last_step is not None else last["last_step"]
             last["steps_lost"] = _add(last["steps_lost"], lost)
             last["lives"].append(life.number)
