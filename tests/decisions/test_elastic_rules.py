@@ -206,6 +206,10 @@ def _life(number, workers, per_replica, *, resumed=None, last=None, lost=None, r
     ((_life(1, 2, 16, last=60, lost=15), _life(2, 1, 32), _life(3, 2, 16), _life(4, 1, 32, resumed=45, last=270)),
      [(2, 16, 0, 60, "launched", 15, [1]), (1, 32, 45, 45, "resumed at another size", 0, [2]),
       (2, 16, 45, 45, "resumed at another size", 0, [3]), (1, 32, 45, 270, "resumed at another size", None, [4])]),
+    # resized at 180 (saved at 199), resized again before the new group's first step
+    ((_life(1, 2, 16, last=180, lost=0), _life(2, 1, 32), _life(3, 2, 16, resumed=199, last=900)),
+     [(2, 16, 0, 199, "launched", 0, [1]), (1, 32, 199, 199, "resumed at another size", 0, [2]),
+      (2, 16, 199, 900, "resumed at another size", None, [3])]),
     # resized at 135 (saved at 152), stopped before the new group's first step, resumed at that size:
     # one segment of lives 2 and 3, from the step life 3 resumed from
     ((_life(1, 2, 16, last=135, lost=0), _life(2, 1, 32), _life(3, 1, 32, resumed=152, last=900)),

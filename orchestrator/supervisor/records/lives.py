@@ -306,6 +306,9 @@ def _untrained(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
             seg.update(first_step=known, last_step=known, steps_lost=0 if seg["steps_lost"] is None else
                        seg["steps_lost"])
         known = seg["first_step"]
+    for before, seg in zip(out, out[1:]):
+        if seg["first_step"] is not None and (before["last_step"] or 0) < seg["first_step"]:
+            before["last_step"] = seg["first_step"]  # its last steps were saved before they were reported
     return out
 
 
