@@ -50,6 +50,9 @@ def run_resize(args: argparse.Namespace) -> int:
     if endpoint is None:
         summary = read_json(run_dir / SUMMARY_FILE)
         state = summary["status"] if summary else "its orchestrator is gone"
+        if state == "Succeeded":  # launch --resume refuses it too: nothing left to train
+            raise SpecError("RUN", run_dir.name, "is not running (Succeeded): it has nothing left to train",
+                            f"launch a new run (a new --run-id) with --workers {args.workers}")
         raise SpecError("RUN", run_dir.name, f"is not running ({state})",
                         f"resize a running job; continue an ended one with launch --resume {run_dir.name} "
                         f"--workers {args.workers}")

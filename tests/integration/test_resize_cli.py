@@ -78,6 +78,18 @@ def test_resize_of_a_run_that_is_not_elastic_or_not_there(tmp_path: Path):
     one_line_exit_2(cli("resize", "nope", "--runs-dir", str(tmp_path), "--workers", "1"), "RUN='nope'")
 
 
+def test_resize_of_a_run_that_succeeded_does_not_point_at_a_resume_that_is_refused(tmp_path: Path):
+    planned = cli("launch", "--dry-run", "--json", "--runs-dir", str(tmp_path), "--workers", "1:2")
+    assert planned.returncode == 0, planned.stderr
+    run = tmp_path / "done"
+    run.mkdir()
+    (run / "plan.json").write_text(planned.stdout)  # the plan launch writes
+    (run / "summary.json").write_text(json.dumps({"status": "Succeeded"}))
+    done = cli("resize", "done", "--runs-dir", str(tmp_path), "--workers", "1")
+    one_line_exit_2(done, "RUN='done'", "Succeeded", "nothing left to train", "new run")
+    assert "--resume" not in done.stderr  # launch --resume refuses a run that succeeded
+
+
 @pytest.mark.parametrize("args, words", [
     (("--workers", "2", "--inject-fault", "worker:1:lose@step=3"), ("lose needs elastic workers",)),
     (("--workers", "1:2", "--chief", "--inject-fault", "chief:0:lose@step=3"), ("chief:0 is not a worker",)),
