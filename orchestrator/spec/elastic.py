@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 from orchestrator.errors import SpecError
 
@@ -260,7 +260,12 @@ def check_elastic(elastic: ElasticSpec, strategy: str, chief: int, workers: int,
         chief_note = " (with the chief's replica)" if chief else ""
         raise SpecError("workers", f"{elastic.min}:{elastic.max}",
                         f"keep-global: the global batch {glob} cannot be split evenly at "
-                        f"{', '.join(map(str, bad))} worker(s){chief_note}; valid sizes: "
-                        f"{', '.join(map(str, sizes))}",
+                        f"{_few(bad)} worker(s){chief_note}; valid sizes: {_few(sizes, 32)}",
                         "pick MIN:MAX among the valid sizes, a --batch-size whose global batch every size divides, "
                         "or --batch-policy keep-per-replica")
+
+
+def _few(sizes: Sequence[int], most: int = 12) -> str:
+    """``sizes`` for a one-line message: the first ``most``, then how many more (``--workers 1:1000``)."""
+    shown = ", ".join(map(str, sizes[:most]))
+    return shown if len(sizes) <= most else f"{shown} and {len(sizes) - most} more"
