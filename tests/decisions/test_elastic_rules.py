@@ -117,6 +117,16 @@ def test_a_batch_policy_with_a_plain_count_is_refused():
     assert exc.value.field == "batch-policy"
 
 
+@pytest.mark.parametrize("raw, flags, field, says", [
+    ({}, {"grow_back": "5"}, "grow-back", "plain count: the default"),  # no --workers: the default 4
+    ({"workers": 2}, {"batch_policy": "keep-per-replica"}, "batch-policy", "plain count: the spec file's 2"),
+])
+def test_an_elastic_flag_over_a_plain_count_from_the_file_or_the_default_names_the_flag(raw, flags, field, says):
+    with pytest.raises(SpecError) as exc:  # was: workers.min=None, a field the user never wrote
+        build_spec(raw, overrides_from_flags(_flags(**flags)))
+    assert exc.value.field == field and says in str(exc.value), str(exc.value)
+
+
 def _plan(**workers) -> dict:
     return {"spec": spec_fields(build_spec({"workers": {"min": 1, "max": 2, **workers}, "training": {"epochs": 3}}))}
 
