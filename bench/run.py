@@ -20,7 +20,10 @@ an input-bound map with 0, 1, 2 data workers; ``bench/dataservice.py``; full run
 (launch -> first step with mutual TLS over ``--insecure``; throughput with ``--isolate-network`` over without),
 ``resize`` (a planned MWMS resize 2 -> 1 with ``resize RUN --workers 1`` once a warm spare is ready: the pause,
 notice -> first step at the new size, over the same job's cold start, steps lost; ``bench/resize.py``; full runs
-only, ``--quick --only resize`` runs one).
+only, ``--quick --only resize`` runs one), ``pss_shrink`` (a PSS ``--workers 2:3`` job loses worker 2 mid-training:
+coordinator restarts, the chief's steps/s at 2 workers over 2/3 of its rate at 3; ``bench/elastic.py``; full runs
+only), ``resize_accuracy`` (test accuracy of an MWMS run resized 3 -> 2 -> 3 against a fixed 3-worker run with the
+same seed, in points; ``bench/elastic.py``; full runs only).
 Writes ``bench/results/<name>.json`` and ``bench/results/README.md`` (a run with ``--only``
 writes its own section of that file and ``suite-<sections>.json``, keeping the full run's table);
 ``--results-dir DIR`` writes them there instead (CI: a temporary directory, so the committed
@@ -51,7 +54,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import dataservice, light, preemption, resize, timeline
+from bench import dataservice, elastic, light, preemption, resize, timeline
 from bench.kills import (
     REJOINED,
     epoch_ends,
@@ -72,9 +75,9 @@ PREEMPTION = ["--inject-fault", "worker:1:term@step=60"]
 SIGKILL_EVERY_10 = ["--checkpoint-every", "10", "--inject-fault", "worker:1:kill@step=67"]
 SECTIONS = ("tf", "colocated", "recovery", "hang", "detect", "beats", "footprint", "client", "ingest", "scale",
             "several", "checkpoint", "hogwild", "preemption", "dataservice",
-            "security", "resize")
+            "security", "resize", "pss_shrink", "resize_accuracy")
 # left out of --quick unless named by --only: over a minute on these 2 shared cores
-FULL_ONLY = ("preemption", "beats", "dataservice", "resize")
+FULL_ONLY = ("preemption", "beats", "dataservice", "resize", "pss_shrink", "resize_accuracy")
 
 
 class Suite:
@@ -574,6 +577,16 @@ class Suite:
         """MWMS ``--workers 1:2``: ``resize RUN --workers 1`` once a spare is ready; the pause over
         the cold start, steps lost (``bench/resize.py``)."""
         resize.section(self, log)
+
+    # -- 12: elastic jobs: a PSS shrink, accuracy after 3 -> 2 -> 3 (issue 34) ----------------------
+    def pss_shrink(self) -> None:
+        """PSS ``--workers 2:3`` loses worker 2: coordinator restarts, steps/s after over 2/3 of before
+        (``bench/elastic.py``)."""
+        elastic.pss_shrink_section(self, log)
+
+    def resize_accuracy(self) -> None:
+        """MWMS 3 -> 2 -> 3 against a fixed 3-worker run: test accuracy apart, in points (``bench/elastic.py``)."""
+        elastic.resize_accuracy_section(self, log)
 
     # -- 11: the tf.data service (issue 38) ----------------------------------------------------
     def dataservice(self) -> None:

@@ -31,7 +31,8 @@ PY = sys.executable
 _FIRST = re.compile(r"bench: first step (\d+) done \(unix ([\d.]+)\)")
 _EPOCH = re.compile(r"bench: epoch (\d+) done at step (\d+) \(unix ([\d.]+)\)")
 _BATCH = re.compile(r"global batch (\d+)")
-_FAULT = re.compile(r"injecting fault: (\w+) at step=(\d+) \(unix ([\d.]+)\)")
+# a fault the job's gate handed over (a PSS worker's, a ps's) ends "(unix T; handed over at job step S)"
+_FAULT = re.compile(r"injecting fault: (\w+) at step=(\d+) \(unix ([\d.]+)(?:; handed over at job step \d+)?\)")
 ORCHESTRATOR = "orchestrator"  # what a ``kill_when`` returns to signal the orchestrator process itself
 
 

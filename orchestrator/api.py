@@ -41,7 +41,8 @@ from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
 from orchestrator.resources.elastic import SHRUNK
-from orchestrator.resources.gpus import discover
+from orchestrator.resources.gpus import Inventory, discover
+from orchestrator.resources.growroom import RoomProbe
 from orchestrator.resources.placement import Placement, place_elastic
 from orchestrator.resume import carried_over, check_resumable, resized_spec
 from orchestrator.rundir import RunDir, read_json, write_json_atomic, write_private
@@ -113,6 +114,20 @@ def leased(spec: JobSpec, placement: Placement, lease: leases.Lease, engine: Bac
     if not kept and not notes:
         return sized, mine
     return sized, dataclasses.replace(mine, warnings=(*kept, *mine.warnings, *notes))
+
+
+def _room_probe(spec: JobSpec, run_id: str, engine: Backend[Any], inventory: Inventory | None) -> RoomProbe | None:
+    """What the lease ledger has room for, for an elastic MWMS run that grows back by itself
+    (``--grow-back``: :mod:`orchestrator.supervisor.growback`); None when it does not, or when the
+    backend leases nothing of this machine (Slurm: its scheduler places the tasks)."""
+    here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
+    if spec.elastic is None or spec.elastic.grow_back_s is None or spec.strategy.value != "multi_worker_mirrored" \
+            or not here:
+        return None
+    ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
+    return RoomProbe(spec, run_id, allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
+                     inventory=inventory,
+                     ports=lambda sized: len(sized.tasks()) if ports else 0)
 
 
 def dry_run(
@@ -237,7 +252,8 @@ def prepare(
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
         ports = len(spec.tasks()) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else 0
-        lease = leases.acquire(spec, run_id, discover() if engine.supports(Capability.HOST_GPUS) else None,
+        inventory = discover() if engine.supports(Capability.HOST_GPUS) else None
+        lease = leases.acquire(spec, run_id, inventory,
                                allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
                                wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent),
                                ports=ports)  # waits while others hold it
@@ -292,7 +308,7 @@ def prepare(
         write_json_atomic(rd.record, run_record(sup))
 
     supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
-                            **supervisor_options)
+                            room=_room_probe(spec, run_id, engine, inventory), **supervisor_options)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
     bench_mark("prepared", sys.stderr)

@@ -36,9 +36,11 @@ from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec
 from orchestrator.supervisor.records.lives import Carried
 
-CHANGEABLE = frozenset({"supervision.deadline_s", "workers.start", "containers.shm_size", "containers.memory"})
+CHANGEABLE = frozenset({"supervision.deadline_s", "workers.start", "workers.grow_back", "containers.shm_size",
+                        "containers.memory"})
 """Spec fields a resumed run may change: the job deadline (each life's own), the size of
-elastic workers (within MIN..MAX, checked by :func:`orchestrator.spec.elastic.check_elastic`), and
+elastic workers (within MIN..MAX, checked by :func:`orchestrator.spec.elastic.check_elastic`) and
+their grow-back cooldown (``--grow-back``: a run of an earlier version has none), and
 the size of its containers (a run that died of a full ``/dev/shm`` resumes with ``--shm-size 2G``:
 the fix its failure names)."""
 

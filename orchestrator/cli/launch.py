@@ -60,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     topo.add_argument("--lr-scaling", default=None, choices=LR_SCALINGS,
                       help="with --batch-policy keep-per-replica: linear (the learning rate x global batch / the "
                       "global batch at MAX) or none (default)")
+    topo.add_argument("--grow-back", default=None, metavar="on|off|SECONDS",
+                      help="with --workers MIN:MAX under multi_worker_mirrored: a job running below MAX grows back "
+                      "toward MAX by itself when capacity returns (other runs' leases released), through a "
+                      "coordinated save, at the earliest SECONDS after its last size change (on: 30, the "
+                      "default; off: only `resize` grows it)")
     topo.add_argument("--ps", type=int, default=None, help="parameter-server tasks (parameter_server only; default 1)")
     topo.add_argument("--chief", action="store_true", default=None,
                       help="add a chief task (always present with parameter_server)")

@@ -50,6 +50,9 @@ def run_resize(args: argparse.Namespace) -> int:
     if endpoint is None:
         summary = read_json(run_dir / SUMMARY_FILE)
         state = summary["status"] if summary else "its orchestrator is gone"
+        if state == "Succeeded":  # launch --resume refuses it too: nothing left to train
+            raise SpecError("RUN", run_dir.name, "is not running (Succeeded): it has nothing left to train",
+                            f"launch a new run (a new --run-id) with --workers {args.workers}")
         raise SpecError("RUN", run_dir.name, f"is not running ({state})",
                         f"resize a running job; continue an ended one with launch --resume {run_dir.name} "
                         f"--workers {args.workers}")
@@ -61,7 +64,8 @@ def run_resize(args: argparse.Namespace) -> int:
         raise SpecError("RUN", run_dir.name, f"is not running (its endpoint does not answer: {exc})",
                         "see python -m orchestrator status") from None
     if not accepted:
-        raise SpecError("workers", args.workers, refusal or f"refused by the job ({state})",
+        refusal = (refusal or f"refused by the job ({state})").removeprefix(f"workers={args.workers}: ")
+        raise SpecError("workers", args.workers, refusal,
                         "see python -m orchestrator status")
     print(f"resize accepted: run {run_dir.name} continues at {args.workers} worker(s) (was {state})", flush=True)
     return 0

@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator.report.dataservice import data_service_section
 from orchestrator.report.schema import HeartbeatEntry, RunSummary, TaskEntry, field_docs
 from orchestrator.rundir import RunDir, write_json_atomic
+from orchestrator.spec.elastic import batch_facts
 from orchestrator.spec.model import JobSpec, Strategy
 from orchestrator.supervisor.forensics import left_behind_text
 from orchestrator.supervisor.records import lives as lifelog
@@ -163,7 +164,7 @@ def run_summary(snapshot: JobSnapshot) -> RunSummary:
             "checkpoint_every": spec.training.checkpoint_every,
             "data": spec.training.data or "digits",
             "epochs": spec.training.epochs,
-            "batch_size_per_replica": spec.training.batch_size_per_replica,
+            "batch_size_per_replica": batch_facts(spec).per_replica_batch_size,  # at the size it runs at
             "replicas": spec.replicas,
             "global_batch_size": spec.global_batch_size,
             "steps_per_epoch": metrics.get("steps_per_epoch", spec.training.steps_per_epoch),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 from orchestrator.errors import SpecError
 
@@ -37,11 +37,15 @@ BATCH_POLICIES = ("keep-global", "keep-per-replica")
 LR_SCALINGS = ("none", "linear")
 """``--lr-scaling`` values (``keep-per-replica`` only)."""
 
-KEYS = ("min", "max", "start", "batch_policy", "lr_scaling")
+KEYS = ("min", "max", "start", "batch_policy", "lr_scaling", "grow_back")
 """Keys of the spec file's ``workers`` mapping."""
 
 ELASTIC_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 """Strategies whose workers may be elastic."""
+
+GROW_BACK_S = 30.0
+"""The default cooldown of ``--grow-back on``: seconds since the last size change before an elastic
+MWMS job running below MAX grows back by itself (docs/elastic.md)."""
 
 _RANGE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
@@ -63,6 +67,34 @@ def parse_workers(value: object) -> object:
     return {"min": int(match.group(1)), "max": int(match.group(2))}
 
 
+def parse_grow_back(value: object) -> float | None:
+    """``--grow-back on|off|SECONDS`` (spec ``workers.grow_back``): the cooldown in seconds, None for off.
+
+    ``on`` (or true, or absent) is :data:`GROW_BACK_S`; ``off`` (or false) is None; a number >= 0 is
+    that many seconds.
+
+    Raises:
+        SpecError: naming ``workers.grow_back`` for anything else.
+    """
+    if value is None or value is True:
+        return GROW_BACK_S
+    if value is False:
+        return None
+    text = str(value).strip().lower()
+    if text == "on":
+        return GROW_BACK_S
+    if text == "off":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds >= 0 or seconds == float("inf"):
+        raise SpecError("workers.grow_back", value, "must be on, off or a cooldown in seconds >= 0",
+                        f"e.g. --grow-back 60, --grow-back off, or leave it out (on: {GROW_BACK_S:g} s)")
+    return seconds
+
+
 @dataclass(frozen=True)
 class ElasticSpec:
     """The elastic bounds of a job's workers and its batch policy.
@@ -72,12 +104,15 @@ class ElasticSpec:
         max: most workers; the job starts at MAX.
         batch_policy: ``keep-global`` or ``keep-per-replica`` (:data:`BATCH_POLICIES`).
         lr_scaling: ``none`` or ``linear`` (``keep-per-replica`` only).
+        grow_back_s: an MWMS job below MAX grows back by itself when capacity returns, this many
+            seconds after its last size change at the earliest; None: it does not (``--grow-back off``).
     """
 
     min: int
     max: int
     batch_policy: str = "keep-global"
     lr_scaling: str = "none"
+    grow_back_s: float | None = GROW_BACK_S
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> tuple["ElasticSpec", int]:
@@ -96,7 +131,7 @@ class ElasticSpec:
                 raise SpecError(f"workers.{bound}", value, "must be a whole number >= 1 (elastic workers need "
                                 "both bounds)", "e.g. --workers 2:4, or workers: {min: 2, max: 4}")
         spec = cls(int(raw["min"]), int(raw["max"]), str(raw.get("batch_policy") or "keep-global"),
-                   str(raw.get("lr_scaling") or "none"))
+                   str(raw.get("lr_scaling") or "none"), parse_grow_back(raw.get("grow_back")))
         start = raw.get("start")
         if start is None:
             start = spec.max
@@ -107,7 +142,7 @@ class ElasticSpec:
     def to_fields(self, workers: int) -> dict[str, Any]:
         """The spec file's ``workers`` mapping (the inverse of :meth:`from_raw`)."""
         return {"min": self.min, "max": self.max, "start": workers, "batch_policy": self.batch_policy,
-                "lr_scaling": self.lr_scaling}
+                "lr_scaling": self.lr_scaling, "grow_back": "off" if self.grow_back_s is None else self.grow_back_s}
 
 
 @dataclass(frozen=True)
@@ -208,6 +243,10 @@ def check_elastic(elastic: ElasticSpec, strategy: str, chief: int, workers: int,
         raise SpecError("workers.lr_scaling", elastic.lr_scaling, "keep-global keeps the global batch, so "
                         "the learning rate needs no scaling", "drop --lr-scaling, or use --batch-policy "
                         "keep-per-replica")
+    if strategy == "parameter_server" and elastic.grow_back_s not in (None, GROW_BACK_S):
+        raise SpecError("workers.grow_back", elastic.grow_back_s, "parameter_server jobs do not grow back by "
+                        "themselves (resize RUN --workers N takes parked workers back)",
+                        "drop --grow-back, or use --strategy multi_worker_mirrored")
     if fixed_addresses:
         raise SpecError("workers", f"{elastic.min}:{elastic.max}", "elastic workers with fixed addresses are "
                         "not supported yet", "drop addresses (the backend chooses them), or a plain --workers N")
@@ -221,7 +260,12 @@ def check_elastic(elastic: ElasticSpec, strategy: str, chief: int, workers: int,
         chief_note = " (with the chief's replica)" if chief else ""
         raise SpecError("workers", f"{elastic.min}:{elastic.max}",
                         f"keep-global: the global batch {glob} cannot be split evenly at "
-                        f"{', '.join(map(str, bad))} worker(s){chief_note}; valid sizes: "
-                        f"{', '.join(map(str, sizes))}",
+                        f"{_few(bad)} worker(s){chief_note}; valid sizes: {_few(sizes, 32)}",
                         "pick MIN:MAX among the valid sizes, a --batch-size whose global batch every size divides, "
                         "or --batch-policy keep-per-replica")
+
+
+def _few(sizes: Sequence[int], most: int = 12) -> str:
+    """``sizes`` for a one-line message: the first ``most``, then how many more (``--workers 1:1000``)."""
+    shown = ", ".join(map(str, sizes[:most]))
+    return shown if len(sizes) <= most else f"{shown} and {len(sizes) - most} more"

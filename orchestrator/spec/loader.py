@@ -101,6 +101,7 @@ FLAG_FIELDS = {
     "data_service_sharding": "data_service.sharding",
     "batch_policy": "workers.batch_policy",
     "lr_scaling": "workers.lr_scaling",
+    "grow_back": "workers.grow_back",
     "shm_size": "containers.shm_size",  # the docker backend's --shm-size, compose's, render's
     "memory": "containers.memory",  # the docker backend's --memory, compose's (render's is pod_memory)
 }
@@ -352,6 +353,12 @@ def build_spec(raw: Mapping, overrides: Mapping | None = None) -> JobSpec:
         SpecError: naming the first bad field.
     """
     overrides = overrides or {}
+    flagged = overrides.get("workers")
+    if isinstance(flagged, Mapping) and not isinstance(raw.get("workers"), Mapping) and "min" not in flagged:
+        key = next(iter(flagged))  # --batch-policy, --lr-scaling, --grow-back over a plain count (or the default)
+        count = "the default" if raw.get("workers") is None else f"the spec file's {raw['workers']}"
+        raise SpecError(key.replace("_", "-"), flagged[key], f"is for elastic workers (the workers are a plain "
+                        f"count: {count})", "give --workers MIN:MAX or workers: {min: .., max: ..}, or drop it")
     fields = merge(raw, overrides)
     if ("restart_policy" in (raw.get("supervision") or {})
             and "restart_policy" in overrides.get("supervision", {})):

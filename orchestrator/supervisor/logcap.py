@@ -10,9 +10,16 @@ size"): when one grows past it, its middle is cut, keeping
 
 with one marker line between them saying how much was cut. Every writer of a task log (the local
 and Slurm backends' redirections, the Docker backend's copy, a spare's reopening) appends
-(``O_APPEND``), so the file is cut in place: truncated to its head, then the marker and the tail
-appended; the task writes on at the new end. As with logrotate's ``copytruncate``, what the task
-writes during the cut itself (microseconds) may land before the marker or be lost.
+(``O_APPEND``), so the file is cut in place while the task writes on at its end:
+
+* where the file system can (ext4, XFS: Linux's ``fallocate(FALLOC_FL_COLLAPSE_RANGE)``,
+  fallocate(2)), the middle is collapsed out of the file, whole blocks of it, under the kernel's
+  lock of the file, so a line the task appends during the cut lands after the tail and nothing is
+  lost (a task's last words, the traceback the root cause reads, come just after a flood); the
+  marker then overwrites the last bytes of the head;
+* elsewhere (tmpfs, NFS, another OS), as logrotate's ``copytruncate`` does: the tail read to the
+  file's end, the file truncated to its head, the marker and the tail appended; what the task
+  writes between that read and the truncation (microseconds) is lost.
 
 :func:`cut_plan` is the rule (pure); :class:`LogCaps` runs it from each tick (``Intake.logs``: a stat per log file,
 all of them at most once a second, less often for thousands of tasks) and keeps what was cut, for
@@ -21,7 +28,10 @@ the live view and the summary's ``warnings``.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +43,45 @@ DEFAULT_MAX_LOG_SIZE_BYTES = 256 * 1024 * 1024
 epoch: kilobytes), small enough that a flood on every task of a job does not fill a disk."""
 MARKER = "\n[... {cut} cut from the middle of this log by the orchestrator (--max-log-size {cap}): its first " \
          "{head} and its last {tail} are kept ...]\n"
+MARKER_BYTES = 256
+"""The room of the marker line: it is padded to this length, so that a later cut rewrites it in place."""
+FALLOC_FL_COLLAPSE_RANGE = 0x08
+"""``linux/falloc.h``: remove a byte range (whole blocks) from a file, shifting what follows down."""
+
+
+def _fallocate() -> object | None:
+    """libc's ``fallocate(fd, mode, offset, len)``, or None where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def collapse_range(fd: int, offset: int, length: int) -> bool:
+    """Remove ``[offset, offset + length)`` (bytes; both multiples of the file system's block size)
+    from the open file ``fd``: what follows moves down, and writers appending meanwhile append
+    after it (fallocate(2), ``FALLOC_FL_COLLAPSE_RANGE``). Returns False where the file system
+    or the OS cannot (EOPNOTSUPP on tmpfs and NFS, EINVAL): the caller copies instead.
+
+    Raises:
+        OSError: any other failure of the call (EIO, EBADF)."""
+    fn = _FALLOCATE
+    if fn is None:
+        return False
+    if fn(fd, FALLOC_FL_COLLAPSE_RANGE, offset, length) == 0:  # type: ignore[operator]
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err))
+
+
+_FALLOCATE = _fallocate()
 
 
 def size_text(n: float) -> str:
@@ -55,12 +104,13 @@ def cut_plan(size_bytes: int, max_bytes: int, head_bytes: int | None = None) -> 
     """Whether a log file of ``size_bytes`` is cut, and how; None while it is within ``max_bytes``.
 
     The head kept is the first quarter of the cap (``head_bytes``: the head an earlier cut kept,
-    which stays as it is); the tail, the rest of the cap less the marker line's room (256 bytes),
-    so that a cut file is at most ``max_bytes`` long."""
+    which stays as it is); the tail, the rest of the cap less the marker line's room
+    (:data:`MARKER_BYTES`), so that a cut file is at most ``max_bytes`` long (a collapse cuts whole
+    blocks, so it keeps up to a block less of the tail)."""
     if size_bytes <= max_bytes:
         return None
     head = head_bytes if head_bytes is not None else max_bytes // 4
-    return CutPlan(head, max(0, max_bytes - head - 256))
+    return CutPlan(head, max(0, max_bytes - head - MARKER_BYTES))
 
 
 class LogCaps:
@@ -68,10 +118,13 @@ class LogCaps:
 
     Args:
         max_bytes: the cap of each log file, bytes (``supervision.max_log_size_bytes``).
+        collapse: cut by collapsing the middle where the file system can (:func:`collapse_range`);
+            False copies and truncates everywhere (the fallback, which tests also run).
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, collapse: bool = True) -> None:
         self.max_bytes = max_bytes
+        self.collapse = collapse
         self._cut: dict[Path, tuple[str, int, int]] = {}  # path -> (task name, bytes cut so far, head kept)
         self._next_at = 0.0
 
@@ -109,7 +162,10 @@ class LogCaps:
             plan = cut_plan(size, self.max_bytes, head if head >= 0 else None)
             if plan is None:
                 continue
-            cut = cut_before + self._cut_file(path, size, plan, cut_before)
+            dropped = self._cut_file(path, size, plan, cut_before)
+            if not dropped:  # failed
+                continue
+            cut = cut_before + dropped
             self._cut[path] = (name, cut, plan.head_bytes)
             if not cut_before:
                 out.append(f"{name}'s {path.name} passed --max-log-size {size_text(self.max_bytes)}: its middle is "
@@ -119,15 +175,42 @@ class LogCaps:
     def _cut_file(self, path: Path, size: int, plan: CutPlan, cut_before: int) -> int:
         """Cut ``path`` (``size`` bytes) in place; returns the bytes dropped now (0 when it failed)."""
         try:
-            with open(path, "rb") as fh:
-                fh.seek(size - plan.tail_bytes)
-                tail = fh.read(plan.tail_bytes)
-            dropped = max(0, size - plan.head_bytes - len(tail))  # after an earlier cut: its marker, a few bytes
-            marker = MARKER.format(cut=size_text(cut_before + dropped), cap=size_text(self.max_bytes),
-                                   head=size_text(plan.head_bytes), tail=size_text(len(tail)))
-            os.truncate(path, plan.head_bytes)
-            with open(path, "ab") as fh:
-                fh.write(marker.encode() + tail)
+            with open(path, "r+b") as fh:
+                if self.collapse:
+                    dropped = self._collapse(fh.fileno(), size, plan, cut_before)
+                    if dropped is not None:
+                        return dropped
+                fh.seek(max(plan.head_bytes, size - plan.tail_bytes))
+                tail = fh.read()  # to the end: with what the task wrote since the stat
+                os.truncate(path, plan.head_bytes)  # at once: what is written in between is lost
+                tail = tail[-plan.tail_bytes:] if plan.tail_bytes else b""
+                dropped = max(0, size - plan.head_bytes - len(tail))  # after an earlier cut: its marker, a few bytes
+            with open(path, "ab") as out:  # appends, as the task does
+                out.write(self._marker(cut_before + dropped, plan.head_bytes, len(tail)) + tail)
             return dropped
         except OSError:
             return 0
+
+    def _collapse(self, fd: int, size: int, plan: CutPlan, cut_before: int) -> int | None:
+        """Collapse whole blocks between the head and the tail out of ``fd``, then write the marker
+        over the head's last :data:`MARKER_BYTES`; None where the file system cannot."""
+        block = os.fstat(fd).st_blksize or 4096
+        start = plan.head_bytes - plan.head_bytes % block
+        excess = size - plan.tail_bytes - start
+        length = min(-(-excess // block), (size - start) // block) * block  # whole blocks: the tail kept <= its share
+        if start < MARKER_BYTES:
+            return None
+        if length <= 0:
+            return 0
+        if not collapse_range(fd, start, length):
+            return None
+        dropped = length + (0 if cut_before else MARKER_BYTES)  # the first marker overwrites the head's end
+        head = start - MARKER_BYTES
+        os.pwrite(fd, self._marker(cut_before + dropped, head, size - start - length), head)
+        return dropped
+
+    def _marker(self, cut: int, head: int, tail: int) -> bytes:
+        """The marker line, padded to :data:`MARKER_BYTES` (a later cut rewrites it in place)."""
+        text = MARKER.format(cut=size_text(cut), cap=size_text(self.max_bytes), head=size_text(head),
+                             tail=size_text(tail))
+        return text[:-1].ljust(MARKER_BYTES - 1).encode()[:MARKER_BYTES - 1] + b"\n"

@@ -3,12 +3,13 @@
 :meth:`Supervisor.run` starts the tasks, then ticks until the job is over; each :meth:`Supervisor.tick` is the list
 of steps it takes. The parts decide and own their state: heartbeat intake (:mod:`.beats`), failures and restarts
 (:mod:`.failures`), endings and graces (:mod:`.ending`), hang checks (:mod:`.hangs`), a job preemption
-(:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), size changes
-(:mod:`.resizing`: a resize asked, a slot or node lost), the start order (:mod:`.waves`). Each returns what it wants
-done as small frozen records (:mod:`.actions`); :meth:`Supervisor._do` carries them out, in order; this module alone
-holds the backend. The parts share one read-only task table (:mod:`.table`) and never call each other; their rules
-are pure functions (:mod:`.decisions` and beside it). Every wait is bounded; time is this process's monotonic clock
-(injectable); tests drive the loop tick by tick with a fake backend and clock.
+(:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), size changes (a slot or node lost) and grow-back
+(:mod:`.resizing`), the start order
+(:mod:`.waves`). Each returns what it wants done as small frozen records (:mod:`.actions`); :meth:`Supervisor._do`
+carries them out, in order; this module alone holds the backend. The parts share one read-only task table
+(:mod:`.table`) and never call each other; their rules are pure functions (:mod:`.decisions` and beside it). Every
+wait is bounded; time is this process's monotonic clock (injectable); tests drive the loop tick by tick with a fake
+backend and clock.
 
 Ends: Succeeded (the success policy met), Failed (a failure the policy does not retry, the deadline: exit 1),
 Preempted (saved and left: exit 75, resumable), Interrupted (Ctrl-C: 130). The earliest failure that ended the job
@@ -74,11 +75,10 @@ class Supervisor:
         store: where the health server puts heartbeats.
         view: live output; default none.
         carried: what a resumed run takes over from its earlier lives (:class:`Carried`).
-        persist: called with the supervisor whenever the run record changes (the API writes
-            ``run.json``); None: nothing persisted.
-        on_started: called by :meth:`run` once every task's first attempt has started, before the first tick
-            (the API starts the health server there, on the port it held:
-            :class:`~orchestrator.health.endpoint.HealthEndpoint`); what it raises ends the run with every task stopped.
+        persist: called with the supervisor whenever the run record changes (``run.json``); None: nothing persisted.
+        on_started: called by :meth:`run` once every task's first attempt has started, before the first tick (the
+            API starts the health server there); what it raises ends the run with every task stopped.
+        room: the most workers the machine has room for now (MWMS grow-back, :mod:`.growback`); None: no grow-back.
         clock: monotonic clock, seconds.
         **options: the timing knobs of :class:`~orchestrator.supervisor.options.LoopOptions`
             (``stop_timeout_s``, ``success_grace_s``, ``tick_s``, ``preemption_grace_s``, ...).
@@ -97,6 +97,7 @@ class Supervisor:
         carried: Carried | None = None,
         persist: Callable[["Supervisor"], None] | None = None,
         on_started: Callable[[], None] | None = None,
+        room: Callable[[], int | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         **options: float,
     ) -> None:
@@ -131,7 +132,7 @@ class Supervisor:
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
         # the parts: each owns its state and returns what it wants done
         self.preemption = Preemption(o.preemption_grace_s)
-        self.resizing = Resizing(plan, self.carried, self.lives)  # requests: from the server thread
+        self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall)  # requests: server thread
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
                                  preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)
@@ -215,7 +216,7 @@ class Supervisor:
         self._do(self.waves.next(self.state.terminal or self._interrupt is not None), now)  # the next start wave
         self._check_hangs(now)  # hangs (and exits between slices)
         self._do([do.Event(t) for t in self._rehearsal.watch(self.tasks, now)], now)  # before a restart replaces it
-        self._do(self.resizing.step(self.tasks, self.state), now)  # a resize asked, a slot or node lost: not in place
+        self._do(self.resizing.step(self.tasks, self.state, now), now)  # a resize asked, a slot or node lost, grow back
         self._decide(now)  # failures: restart or end
         self._start_due_restarts(now)
         if self.preemption.deadline is not None and not self.state.terminal:

@@ -8,9 +8,11 @@ is found among the task table's ended attempts; so is a worker whose node may be
 other failed worker attempt of an elastic MWMS job, and the live workers beside it, since a
 partition may fail a peer first: :meth:`Resizing.step` returns
 :class:`~orchestrator.supervisor.actions.NodeLost`, the loop asks the backend, and
-:meth:`Resizing.node_lost` decides by :func:`~orchestrator.supervisor.rules.resize.node_lost`).
-Each tick the loop asks :meth:`Resizing.step` what to do, before its failure decisions (a lost
-slot or node is not restarted in place):
+:meth:`Resizing.node_lost` decides by :func:`~orchestrator.supervisor.rules.resize.node_lost`); a job below MAX whose
+machine has room again grows back by itself after a cooldown (``--grow-back``: the watch
+:class:`~orchestrator.supervisor.growback.GrowBack`, MWMS only). Each tick the loop asks
+:meth:`Resizing.step` what to do, before its failure decisions (a lost slot or node is not
+restarted in place):
 
 * MultiWorkerMirroredStrategy fixes a group's size when the strategy is built, so a size change
   ends this life of the run and the next one starts at the new size, with a new ``TF_CONFIG``
@@ -33,11 +35,12 @@ The part decides; the loop carries out what it returns (:mod:`~orchestrator.supe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orchestrator.plan import Plan
 from orchestrator.proto.phases import phase_name
 from orchestrator.supervisor.actions import Action, End, Event, NodeLost, Preempt, Resize, Stop
+from orchestrator.supervisor.growback import GrowBack
 from orchestrator.supervisor.records.lives import Carried, LifeBook
 from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
 from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES
@@ -62,9 +65,12 @@ class Resizing:
         plan: the job's plan (its spec's ``elastic`` bounds; its ``lose`` faults).
         carried: the run's earlier lives (a grow after a lost slot is ``grew back``).
         lives: this life's record (PSS: the workers parked now); None: none parked.
+        room: the most workers the machine has room for now (:class:`GrowBack`); None: no grow back.
+        started_wall: Unix seconds this life started.
     """
 
-    def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None) -> None:
+    def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None,
+                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0) -> None:
         spec = plan.spec
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
@@ -80,8 +86,10 @@ class Resizing:
         self._reason = ""
         self._what = ""  # the reason of the preemption a resize asked for (its coordinated save)
         self._outside = False  # a preemption from outside was asked: the run ends Preempted, no next life
+        self._training_ended = False  # the coordinator reported a phase after training (seen by the loop)
         self.next: SizeChange | None = None
         """The size the run continues at in its next life (None: it does not continue)."""
+        self.grow = GrowBack(plan, carried, room, started_wall)
 
     def request(self, workers: int, reason: str, state: JobState) -> tuple[bool, str]:
         """A resize asked (the ``ResizeJob`` call; safe from another thread: one assignment).
@@ -92,6 +100,8 @@ class Resizing:
             return False, f"the job is {state.value}, not running"
         if self.next is not None or self._asked is not None:
             return False, "a size change is already under way"
+        if self._training_ended:  # evaluation, export: a new group would train nothing
+            return False, "training has ended (evaluation, export): nothing left to train at another size"
         if self.strategy != MWMS:
             return self._pss_request(workers, reason)
         cause = GREW_BACK if workers > self.size and self.lost_before else RESIZE_ASKED
@@ -122,15 +132,17 @@ class Resizing:
                                  RESIZE_ASKED, park=change.park, unpark=change.unpark)
         return True, ""
 
-    def step(self, tasks: Sequence[TaskRuntime], state: JobState) -> list[Action]:
+    def step(self, tasks: Sequence[TaskRuntime], state: JobState, now: float | None = None) -> list[Action]:
         """What to do now: a resize asked (MWMS: the coordinated save, then this life ends), a
         slot lost (MWMS: stop the group, continue one smaller; fail below MIN), a failed worker of an
         elastic MWMS job: the backend is to be asked of its node and of the live workers' nodes
-        (:class:`NodeLost`, once per failed attempt); [] otherwise."""
+        (:class:`NodeLost`, once per failed attempt), room again below MAX after the cooldown
+        (``now``: the loop's clock; MWMS: the coordinated save of a grow back); [] otherwise."""
         if state.terminal or self.next is not None or self._outside:
             return []
+        self._training_ended = self._training_ended or self._trained(tasks)
         asked, self._asked = self._asked, None
-        if asked is not None and self._trained(tasks):  # evaluation, export: a new group would train nothing
+        if asked is not None and self._training_ended:  # evaluation, export: a new group would train nothing
             return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
         if asked is not None and self.strategy != MWMS:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
@@ -147,6 +159,27 @@ class Resizing:
                     and slot_lost(["lose"], a.stop_requested)):
                 self._reached = self._lose.pop((rt.task.name, a.number))
                 return self._lost(rt)
+        if asking := self._ask_nodes(tasks):
+            return asking
+        return self._grow_back(tasks, state, now) if now is not None and self.strategy == MWMS else []
+
+    def _grow_back(self, tasks: Sequence[TaskRuntime], state: JobState, now: float) -> list[Action]:
+        """MWMS below MAX, room again after the cooldown: the planned resize of a request, cause ``grew back``."""
+        target = self.grow.look(now, self.size, state is JobState.RUNNING)
+        if target is None or self.bounds is None or self._trained(tasks):
+            return []
+        change = size_change(self.strategy, range(self.size), self.bounds, target=target, cause=GREW_BACK)
+        if change.refusal or not change.restart_group:
+            return []
+        self.next = change
+        what = self._what = f"{GREW_BACK}: {self.size} -> {target} worker(s)"
+        return [Event(f"{what} (the machine has room for {target} again, {self.grow.cooldown_s:g} s or more after "
+                      f"the last size change); every worker saves at its next step, then the group continues at "
+                      f"{target}"), Preempt(what)]
+
+    def _ask_nodes(self, tasks: Sequence[TaskRuntime]) -> list[Action]:
+        """Elastic MWMS: :class:`NodeLost` of each worker attempt failed since the last look (not stopped by
+        the orchestrator) and of the live workers; [] when none failed."""
         if self.bounds is None or self.strategy != MWMS:
             return []
         workers = [rt for rt in tasks if rt.task.task_type == "worker"]

@@ -75,12 +75,17 @@ def test_the_sizes_keep_global_allows(bounds, policy, strategy, chief, per_repli
     ({"strategy": "mirrored", "workers": {"min": 1, "max": 1}}, "workers", "no elastic workers"),
     ({"workers": {"min": 1, "max": 2}, "addresses": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}}, "workers",
      "fixed addresses"),
+    # a wide range: the sizes named are cut short, the line stays readable
+    ({"workers": {"min": 1, "max": 1000}}, "workers", "3, 6, 7, 9, 11, 12, 13, 14, 15, 17, 18, 19 and "),
+    # a cooldown under PSS would be ignored: its jobs do not grow back by themselves
+    ({"strategy": "parameter_server", "workers": {"min": 1, "max": 2, "grow_back": 10}}, "workers.grow_back",
+     "parameter_server jobs do not grow back by themselves"),
 ])
 def test_bad_elastic_specs_are_refused_in_one_line_naming_the_field(raw, field, says):
     with pytest.raises(SpecError) as exc:
         build_spec(raw)
     assert exc.value.field == field, str(exc.value)
-    assert says in str(exc.value) and "\n" not in str(exc.value)
+    assert says in str(exc.value) and "\n" not in str(exc.value) and len(str(exc.value)) < 500
 
 
 def test_a_range_starts_at_max_and_keeps_its_fields_through_plan_json():
@@ -110,6 +115,16 @@ def test_a_batch_policy_with_a_plain_count_is_refused():
     with pytest.raises(SpecError) as exc:
         overrides_from_flags(_flags(workers="3", batch_policy="keep-global"))
     assert exc.value.field == "batch-policy"
+
+
+@pytest.mark.parametrize("raw, flags, field, says", [
+    ({}, {"grow_back": "5"}, "grow-back", "plain count: the default"),  # no --workers: the default 4
+    ({"workers": 2}, {"batch_policy": "keep-per-replica"}, "batch-policy", "plain count: the spec file's 2"),
+])
+def test_an_elastic_flag_over_a_plain_count_from_the_file_or_the_default_names_the_flag(raw, flags, field, says):
+    with pytest.raises(SpecError) as exc:  # was: workers.min=None, a field the user never wrote
+        build_spec(raw, overrides_from_flags(_flags(**flags)))
+    assert exc.value.field == field and says in str(exc.value), str(exc.value)
 
 
 def _plan(**workers) -> dict:
@@ -198,6 +213,19 @@ def _life(number, workers, per_replica, *, resumed=None, last=None, lost=None, r
     # killed at 75, resumed at the same size from 70: one segment of two lives, 5 steps lost
     ((_life(1, 2, 16, last=75, lost=5), _life(2, 2, 16, resumed=70, last=135)),
      [(2, 16, 0, 135, "launched", 5, [1, 2])]),
+    # a slot lost at 60 (checkpoint 45), then resized twice before either new group trained a step:
+    # those two segments trained nothing, from the checkpoint the last one resumed from
+    ((_life(1, 2, 16, last=60, lost=15), _life(2, 1, 32), _life(3, 2, 16), _life(4, 1, 32, resumed=45, last=270)),
+     [(2, 16, 0, 60, "launched", 15, [1]), (1, 32, 45, 45, "resumed at another size", 0, [2]),
+      (2, 16, 45, 45, "resumed at another size", 0, [3]), (1, 32, 45, 270, "resumed at another size", None, [4])]),
+    # resized at 180 (saved at 199), resized again before the new group's first step
+    ((_life(1, 2, 16, last=180, lost=0), _life(2, 1, 32), _life(3, 2, 16, resumed=199, last=900)),
+     [(2, 16, 0, 199, "launched", 0, [1]), (1, 32, 199, 199, "resumed at another size", 0, [2]),
+      (2, 16, 199, 900, "resumed at another size", None, [3])]),
+    # resized at 135 (saved at 152), stopped before the new group's first step, resumed at that size:
+    # one segment of lives 2 and 3, from the step life 3 resumed from
+    ((_life(1, 2, 16, last=135, lost=0), _life(2, 1, 32), _life(3, 1, 32, resumed=152, last=900)),
+     [(2, 16, 0, 152, "launched", 0, [1]), (1, 32, 152, 900, "resumed at another size", None, [2, 3])]),
 ])
 def test_segments_are_one_per_size_the_run_trained_at(lives, want):
     from orchestrator.supervisor.records.lives import segments

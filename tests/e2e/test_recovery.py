@@ -23,11 +23,13 @@ pytestmark = pytest.mark.e2e
 class Launch:
     """A CLI launch in the background whose plain output lines can be awaited."""
 
-    def __init__(self, tmp_path: Path, run_id: str, *args: str) -> None:
+    def __init__(self, tmp_path: Path, run_id: str, *args: str, env: dict[str, str] | None = None,
+                 preexec_fn=None) -> None:
         self.run_dir = tmp_path / run_id
         self.proc = subprocess.Popen(
             orchestrator_cmd("launch", "--plain", "--runs-dir", str(tmp_path), "--run-id", run_id, *args),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=test_env(),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env or test_env(),
+            preexec_fn=preexec_fn,
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()

@@ -12,17 +12,24 @@ late (with 3 epochs, one run in five failed the one-save-step check)).
   the steps after it lost and trained again; once it reports step >= 60 at 1 worker, ``resize RUN
   --workers 2`` gives the slot back (``grew back``: a coordinated save, 0 steps lost), and the job
   finishes its 540 steps.
+* grow-back (``--grow-back 2``): on two cores, run ``a`` (the tiny program) pins one with
+  ``--threads-per-task 1``, so ``--workers 1:2 --threads-per-task 1`` starts at 1 worker; once it
+  trains, ``a`` is stopped and returns its lease, and the run grows back to 2 workers by itself through
+  the coordinated save (``grew back``, 0 steps lost) and finishes its steps.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import pytest
 
 from orchestrator.cli import main
 from orchestrator.health.client import EndpointError
 from orchestrator.report.runs import read_endpoint
-from tests.conftest import wait_until
-from tests.e2e.test_recovery import launches, start  # noqa: F401 - the fixture
+from tests.conftest import test_env, wait_until
+from tests.e2e.test_recovery import Launch, launches, start  # noqa: F401 - the fixture
 from tests.e2e.test_resume import _saved_step
 
 STEPS_12_EPOCHS = 540  # 45 steps per epoch at the global batch 32, at any size (1 worker trains ~150 steps/s here)
@@ -83,3 +90,39 @@ def test_a_lost_slot_shrinks_the_group_to_1_worker_and_resize_gives_it_back(tmp_
     assert three["last_step"] == summary["metrics"]["steps"] == STEPS_12_EPOCHS
     assert summary["restarts"] == 0  # a lost slot is not a restart in place
     assert [t["task"] for t in summary["tasks"]] == ["worker:0", "worker:1"]
+
+
+TWO = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
+
+
+def on_two_cores(started: list[Launch], tmp_path, run_id: str, *args: str, behavior: str = "") -> Launch:
+    """A launch whose orchestrator (and so its tasks) may run on :data:`TWO` only."""
+    env = {**test_env(), **({"TEST_BEHAVIOR": behavior} if behavior else {})}
+    launch = Launch(tmp_path, run_id, *args, env=env, preexec_fn=lambda: os.sched_setaffinity(0, TWO))
+    started.append(launch)  # the fixture kills it at the end
+    return launch
+
+
+@pytest.mark.skipif(len(TWO) < 2, reason="two runs pinned apart need two cores")
+def test_a_run_started_at_1_worker_beside_another_grows_back_to_2_when_it_ends(tmp_path, launches):  # noqa: F811
+    steps = 45 * 40  # 40 epochs: still training when the grow lands on a fast machine
+    other = on_two_cores(launches, tmp_path, "a", "--workers", "1", "--threads-per-task", "1", "--spares", "0", "--",
+                         sys.executable, "-m", "tests.programs.task", behavior="serve")
+    other.wait_for(r"worker-0 started")
+    launch = on_two_cores(launches, tmp_path, "b", "--workers", "1:2", "--threads-per-task", "1", "--epochs", "40",
+                          "--grow-back", "2", "--wait-for-resources", "60")
+    wait_until(lambda: _step(launch.run_dir) >= 30, 300, interval_s=0.05, what="step 30 at 1 worker")
+    assert main(["stop", "a", "--runs-dir", str(tmp_path)]) == 0  # a ends: its core is free again
+    code, summary = launch.finish()
+    assert code == 0, "".join(launch.lines[-40:])
+    assert any("elastic workers: 2 cannot be placed (cores" in line for line in launch.lines), "".join(launch.lines)
+    assert any("grew back: 1 -> 2 worker(s) (the machine has room for 2 again" in line for line in launch.lines), \
+        "".join(launch.lines[-40:])
+    one, two = summary["segments"]
+    assert (one["workers"], one["cause"], one["steps_lost"], two["workers"], two["cause"]) == \
+        (1, "launched", 0, 2, "grew back")  # the coordinated save: 0 steps lost
+    assert 30 <= two["first_step"] == one["last_step"] < steps
+    assert two["last_step"] == summary["metrics"]["steps"] == steps
+    assert summary["restarts"] == 0 and [t["task"] for t in summary["tasks"]] == ["worker:0", "worker:1"]
+    assert [life["cause"] for life in summary["lives"]] == ["grew back", "succeeded"]
+    other.finish()

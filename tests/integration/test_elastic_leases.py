@@ -136,3 +136,51 @@ def test_an_elastic_run_pinned_beside_another_starts_on_the_core_left(tmp_path):
                                 f"(pid {procs['a'].pid}, ports "), warned
     assert warned[0].endswith("); the job starts at 1 (its range 1..2)")
     assert warned[0].removeprefix("warning: ") in plans["b"]["warnings"]
+
+
+def _tasks_started(runs: Path, run_id: str) -> set[str]:
+    """The tasks of any life whose program started (said its behavior)."""
+    return {p.parent.name for p in (runs / run_id).glob("attempt-*/*/stdout.log") if "behavior=" in p.read_text()}
+
+
+def test_an_elastic_run_started_below_max_grows_back_when_the_other_run_ends(tmp_path, environ):
+    """Grow-back (``--grow-back 2``): run ``b`` (``--workers 2:4``) starts at 2 beside run ``a`` holding
+    2 of the 4 GPUs; ``a`` ends and returns its lease; ``b``, 2 s or more after its start, sees the room
+    and grows back to 4 by itself through the coordinated save (a new life of 4 workers on all 4
+    GPUs, segment cause ``grew back``), then succeeds."""
+    runs = tmp_path / "runs"
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        procs["a"] = subprocess.Popen(_cmd(runs, "a", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, cwd=REPO, env=environ)
+        wait_until(lambda: _started(runs, "a", 2) or procs["a"].poll() is not None, 60, what="run a's 2 tasks")
+        assert procs["a"].poll() is None, procs["a"].communicate()
+        procs["b"] = subprocess.Popen(_cmd(runs, "b", "2:4", "--wait-for-resources", "20", "--grow-back", "2"),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                      env=environ)
+        wait_until(lambda: _started(runs, "b", 2) or procs["b"].poll() is not None, 60, what="run b's tasks")
+        assert procs["b"].poll() is None, procs["b"].communicate()
+        assert _devices(runs, "b") == UUIDS[2:]  # 2 workers beside a
+
+        (runs / "a" / "go").write_text("")  # a ends: its lease is returned
+        outputs = {"a": procs["a"].communicate(timeout=60)}
+        wait_until(lambda: len(_tasks_started(runs, "b")) >= 4 or procs["b"].poll() is not None, 90,
+                   what="run b grown back to 4 workers")
+        assert procs["b"].poll() is None, procs["b"].communicate()
+        (runs / "b" / "go").write_text("")
+        outputs["b"] = procs["b"].communicate(timeout=60)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert {n: p.returncode for n, p in procs.items()} == {"a": 0, "b": 0}, outputs
+    assert "grew back: 2 -> 4 worker(s) (the machine has room for 4 again" in outputs["b"][0], outputs["b"]
+    summary = json.loads((runs / "b" / "summary.json").read_text())
+    assert summary["status"] == "Succeeded" and summary["elastic"]["workers"] == 4, summary
+    assert [(s["workers"], s["cause"]) for s in summary["segments"]] == [(2, "launched"), (4, "grew back")]
+    assert sorted(_devices(runs, "b")) == UUIDS  # the next life leased all 4
+    assert [(life["ended"], life["cause"]) for life in summary["lives"]][:1] == [("Preempted", "grew back")]
+    plan = json.loads((runs / "b" / "plan.json").read_text())
+    assert plan["spec"]["workers"]["start"] == 4 and plan["spec"]["workers"]["grow_back"] == 2.0
+    assert_no_process_left(all_pids(summary))

@@ -28,6 +28,8 @@ def one_line_exit_2(done: subprocess.CompletedProcess, *words: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     for word in words:
         assert word in lines[0], lines[0]
+    field = lines[0].removeprefix("error: ").split(": ", 1)[0]
+    assert f"{field}: {field}: " not in lines[0], lines[0]  # the field named once
 
 
 @pytest.fixture
@@ -76,6 +78,18 @@ def test_resize_of_a_run_that_is_not_elastic_or_not_there(tmp_path: Path):
     one_line_exit_2(cli("resize", "nope", "--runs-dir", str(tmp_path), "--workers", "1"), "RUN='nope'")
 
 
+def test_resize_of_a_run_that_succeeded_does_not_point_at_a_resume_that_is_refused(tmp_path: Path):
+    planned = cli("launch", "--dry-run", "--json", "--runs-dir", str(tmp_path), "--workers", "1:2")
+    assert planned.returncode == 0, planned.stderr
+    run = tmp_path / "done"
+    run.mkdir()
+    (run / "plan.json").write_text(planned.stdout)  # the plan launch writes
+    (run / "summary.json").write_text(json.dumps({"status": "Succeeded"}))
+    done = cli("resize", "done", "--runs-dir", str(tmp_path), "--workers", "1")
+    one_line_exit_2(done, "RUN='done'", "Succeeded", "nothing left to train", "new run")
+    assert "--resume" not in done.stderr  # launch --resume refuses a run that succeeded
+
+
 @pytest.mark.parametrize("args, words", [
     (("--workers", "2", "--inject-fault", "worker:1:lose@step=3"), ("lose needs elastic workers",)),
     (("--workers", "1:2", "--chief", "--inject-fault", "chief:0:lose@step=3"), ("chief:0 is not a worker",)),
@@ -83,3 +97,19 @@ def test_resize_of_a_run_that_is_not_elastic_or_not_there(tmp_path: Path):
 ])
 def test_the_lose_fault_is_for_an_elastic_jobs_workers(tmp_path: Path, args, words):
     one_line_exit_2(cli("launch", "--dry-run", "--runs-dir", str(tmp_path), *args), "inject-fault", *words)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--workers", "1:2", "--grow-back", "soon"), ("workers.grow_back='soon'", "must be on, off or a cooldown",
+                                                   "e.g. --grow-back 60, --grow-back off")),
+    (("--workers", "1:2", "--grow-back", "-5"), ("workers.grow_back='-5'",)),
+    (("--workers", "2", "--grow-back", "10"), ("grow-back='10'", "is for elastic workers", "--workers MIN:MAX")),
+])
+def test_grow_back_refusals_are_one_line_and_exit_2(tmp_path: Path, args, words):
+    one_line_exit_2(cli("launch", "--dry-run", "--runs-dir", str(tmp_path), *args), *words)
+
+
+def test_grow_back_is_in_the_plan(tmp_path: Path):
+    done = cli("launch", "--dry-run", "--json", "--runs-dir", str(tmp_path), "--workers", "1:2", "--grow-back", "off")
+    assert done.returncode == 0, done.stderr
+    assert '"grow_back": "off"' in done.stdout, done.stdout

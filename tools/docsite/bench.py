@@ -39,6 +39,9 @@ SECTION_TITLES = {
     "checkpoint": "Checkpoints and preemption",
     "hogwild": "Hogwild",
     "dataservice": "The tf.data service",
+    "resize": "Elastic: a planned MWMS resize's pause",
+    "pss_shrink": "Elastic: a PSS job that loses a worker",
+    "resize_accuracy": "Elastic: test accuracy after an MWMS run resized 3 -> 2 -> 3",
 }
 
 

@@ -275,6 +275,10 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
         last = out[-1] if out else None
         lost = 0 if life.resized else life.steps_lost  # a life's steps lost are its last size's
         if last is not None and all(last[k] == size[k] for k in ("workers", "global_batch_size")):
+            if last["first_step"] is None and last["last_step"] is None and life.resumed_from_step is not None:
+                last["first_step"] = life.resumed_from_step  # its earlier lives ended before their first step
+                if len(out) > 1 and (out[-2]["last_step"] or 0) < life.resumed_from_step:
+                    out[-2]["last_step"] = life.resumed_from_step  # saved before it was reported
             last["last_step"] = life.last_step if life.last_step is not None else last["last_step"]
             last["steps_lost"] = _add(last["steps_lost"], lost)
             last["lives"].append(life.number)
@@ -290,6 +294,21 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
             out.append({**dict(change["size"]), "first_step": change.get("step"), "last_step": life.last_step,
                         "cause": change["cause"], "steps_lost": life.steps_lost if n == len(life.resized) else 0,
                         "lives": [life.number], "tasks": list(change.get("tasks") or ())})
+    return _untrained(out)
+
+
+def _untrained(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Segments whose lives ended before their first step (a resize asked while the group was still
+    starting) trained nothing: they resumed from the checkpoint the next one resumed from, and lost 0."""
+    known = None
+    for seg in reversed(out):
+        if seg["first_step"] is None and known is not None and seg["last_step"] in (None, known):
+            seg.update(first_step=known, last_step=known, steps_lost=0 if seg["steps_lost"] is None else
+                       seg["steps_lost"])
+        known = seg["first_step"]
+    for before, seg in zip(out, out[1:]):
+        if seg["first_step"] is not None and (before["last_step"] or 0) < seg["first_step"]:
+            before["last_step"] = seg["first_step"]  # its last steps were saved before they were reported
     return out
 
 

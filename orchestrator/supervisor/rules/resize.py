@@ -13,6 +13,9 @@
   doubles with each loss in a window, so a flapping node does not restart the group over and
   over (torchrun's ``--max-restarts`` bounds the same churn by count; the doubling is the
   exponential backoff Kubernetes applies to a crash-looping container).
+* :func:`grow_back_to`: the size an MWMS job running below MAX grows back to by itself now, when
+  the machine has room again (``--grow-back``), or None: after a cooldown since its last size
+  change, never into a slot lost and not given back, never to a size its batch policy refuses.
 """
 
 from __future__ import annotations
@@ -162,3 +165,50 @@ def grow_back_at(losses: Sequence[float], cooldown_s: float, window_s: float) ->
     last = losses[-1]
     recent = sum(1 for t in losses if last - t <= window_s)
     return last + cooldown_s * float(2 ** (recent - 1))
+
+
+def grow_back_to(size: int, bounds: tuple[int, int], valid: Sequence[int], room: int | None, *,
+                 cooldown_s: float | None, since_change_s: float, withdrawn: int = 0,
+                 losses_ago_s: Sequence[float] = (), window_s: float = 600.0) -> int | None:
+    """The size a job running below MAX grows back to by itself now (None: not now).
+
+    Checked in this order, each a reason not to grow:
+
+    1. ``cooldown_s`` is None (``--grow-back off``), or the job runs at MAX already;
+    2. a slot lost and not given back (``withdrawn``): the backend has not said it is back (the local
+       and docker backends never do; ``resize`` gives it back);
+    3. the cooldown has not passed since the last size change (``since_change_s``), nor, after
+       slots lost in the last ``window_s``, :func:`grow_back_at`'s doubled wait since the last loss,
+       so a flapping node does not restart the group over and over;
+    4. no room (``room``: the largest size the machine could give the job now, None: not known), or
+       no size the batch policy accepts (``valid``) between the size now and the room.
+
+    Args:
+        size: the workers it runs at now.
+        bounds: (MIN, MAX).
+        valid: the sizes its batch policy accepts (:func:`orchestrator.spec.elastic.valid_sizes`).
+        room: the most workers the machine has room for now (its own lease counted as free).
+        cooldown_s: seconds after a size change before it may grow by itself; None: never.
+        since_change_s: seconds since its last size change (its life began: MWMS changes size
+            by a new life; a job started below MAX counts from its start).
+        withdrawn: slots lost and not given back since.
+        losses_ago_s: how long ago each slot loss of the run was (seconds, any order).
+        window_s: losses longer ago than this before the last one are forgiven.
+
+    Returns:
+        The largest accepted size above ``size``, at most MAX and the room; None when it should
+        not grow now.
+    """
+    lo, hi = bounds
+    if cooldown_s is None or size >= hi or withdrawn > 0:
+        return None
+    if since_change_s < cooldown_s:
+        return None
+    if losses_ago_s:
+        due = grow_back_at(sorted(-a for a in losses_ago_s), cooldown_s, window_s)
+        if due is not None and due > 0.0:
+            return None
+    if room is None:
+        return None
+    bigger = [n for n in valid if size < n <= min(hi, room) and n >= lo]
+    return max(bigger) if bigger else None
