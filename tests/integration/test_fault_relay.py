@@ -113,7 +113,10 @@ def test_a_users_ps_is_killed_at_the_chiefs_step(tmp_path):
     steps = {int(m[1]): float(m[2]) for m in re.finditer(r"chief: step (\d+) \(unix ([\d.]+)\)", chief)}
     # the ps was killed while the chief was at step 8: before its step 9 was reported
     assert steps[7] < float(fired[1]) and (9 not in steps or float(fired[1]) < steps[9]), (fired[1], steps)
-    assert "fault relay: ps:0:kill@step=8 handed over at step 8: taken" in chief
+    # the chief says how its hand-over went once the ps has taken the fault, and the ps's SIGKILL fails
+    # the job at once: the orchestrator may stop the chief before it prints that (seen in CI)
+    relayed = re.findall(r"fault relay: ps:0:kill@step=8 handed over at step (\d+): (\w+)", chief)
+    assert relayed in ([], [("8", "taken")]), relayed
 
 
 def test_a_fault_handed_over_by_a_gate_that_sends_no_step_is_said_never_to_fire(tmp_path):
