@@ -250,7 +250,7 @@ class Resizing:
         """The cause this life ended with when a size change ended it (its ``lives`` entry's
         ``cause``, the next segment's), None otherwise; and the step the group is known to have
         reached (a ``lose`` fault's ``step=N``: heartbeats may not have said it before the
-        loss), None when not known."""
+        loss, also when the loss failed the job below MIN), None when not known."""
         if self.next is None or not self.continues(state):
-            return None, None
+            return None, self._reached
         return self.next.cause, self._reached

@@ -98,13 +98,14 @@ def test_a_crash_of_an_elastic_worker_without_lose_restarts_the_group_as_before(
 
 def test_a_lost_slot_below_min_fails_the_job(tmp_path):
     h = Elastic(tmp_path, 2, 2, ("worker:1:lose@step=60",))
-    h.all_beat(step=60)
+    h.all_beat(step=30)  # the heartbeats said 30; the fault fired at 60
     h.tick()
     h.exit("worker-1", -signal.SIGKILL)
     result = h.finish()
     assert result.state is JobState.FAILED
     assert result.reason == "worker 1's slot is lost and 1 worker(s) remain, fewer than MIN 2"
     assert not h.sup.resizing.continues(result.state)  # the backend closes: no next life
+    assert h.sup.lives.lives()[-1].last_step == 60  # main: 30, the step the heartbeats had said
 
 
 def test_a_preemption_from_outside_during_a_resize_ends_the_run_preempted_without_a_next_life(tmp_path):
