@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -154,25 +155,34 @@ def _restore_node(slurm_env, node: str) -> None:
     wait_until(usable, timeout_s=90, interval_s=0.25, what=f"{node} back in service")
 
 
+def cut_node_in_epoch_2(run_dir: Path, node: str, epochs: int) -> tuple[dict[str, float], Callable[[str], None]]:
+    """An ``on_line`` for :func:`run_job` that cuts ``node`` (its slurmd SIGKILLed, its link down)
+    once worker-1 is in its 2nd epoch of ``epochs``, and the dict it records the cut's
+    ``time.monotonic()`` in (``"at"``). A known point of training, not a status line (epochs can fit
+    between two): tf-keras prints "Epoch 2/N" as it begins; worker-0 then waits in the all-reduce, so
+    the job cannot end before the loss is seen."""
+    cut: dict[str, float] = {}
+    log = run_dir / "attempt-0" / "worker-1" / "stdout.log"
+
+    def on_line(line: str) -> None:
+        if not cut and "job Running" in line:
+            wait_until(lambda: log.exists() and f"Epoch 2/{epochs}" in log.read_text(), timeout_s=180,
+                       interval_s=0.05, what="worker-1 in its 2nd epoch")
+            os.kill(_slurmd_pid(node), signal.SIGKILL)
+            subprocess.run(["ip", "link", "set", f"oslv{NODES.index(node)}", "down"], check=True)
+            cut["at"] = time.monotonic()
+
+    return cut, on_line
+
+
+
 def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves(slurm_env, tmp_path):
     """slurmd of worker-1's node SIGKILLed and the node's link cut mid-training: worker-1 stops
     heartbeating, is declared hung within the heartbeat timeout (Slurm alone waits SlurmdTimeout),
     and the group restarts with worker-1 on the spare node; the job succeeds."""
     heartbeat_timeout_s = 4.0
     lost_node = "osl1"  # placement: worker-0 on osl0, worker-1 on osl1, osl2 spare
-    cut: dict[str, float] = {}
-    log = tmp_path / "lost" / "attempt-0" / "worker-1" / "stdout.log"
-
-    def on_line(line: str) -> None:
-        # cut at a known point of training, not at a status line (6 epochs can fit between two):
-        # worker-1 in its 2nd epoch of 6 (tf-keras prints "Epoch 2/6" as it begins); worker-0 then
-        # waits in the all-reduce, so the job cannot end before the loss is seen
-        if not cut and "job Running" in line:
-            wait_until(lambda: log.exists() and "Epoch 2/6" in log.read_text(), timeout_s=180, interval_s=0.05,
-                       what="worker-1 in its 2nd epoch")
-            os.kill(_slurmd_pid(lost_node), signal.SIGKILL)
-            subprocess.run(["ip", "link", "set", f"oslv{NODES.index(lost_node)}", "down"], check=True)
-            cut["at"] = time.monotonic()
+    cut, on_line = cut_node_in_epoch_2(tmp_path / "lost", lost_node, epochs=6)
 
     try:
         code, seen, summary, left = run_job(

@@ -9,16 +9,10 @@ nodes left: ``summary.json`` has a segment of cause ``node lost``.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
-
 import pytest
 
-from tests.conftest import wait_until
-from tests.slurm.conftest import NODES, SUBNET
-from tests.slurm.test_slurm import _restore_node, _slurmd_pid, cluster_addresses, output, run_job
+from tests.slurm.conftest import SUBNET
+from tests.slurm.test_slurm import _restore_node, cluster_addresses, cut_node_in_epoch_2, output, run_job
 
 pytestmark = pytest.mark.slurm
 
@@ -26,17 +20,7 @@ pytestmark = pytest.mark.slurm
 def test_a_lost_node_of_an_elastic_mwms_job_shrinks_it_to_the_workers_left(slurm_env, tmp_path):
     heartbeat_timeout_s = 4.0
     lost_node = "osl1"  # placement: worker-0 on osl0, worker-1 on osl1, osl2 spare
-    cut: dict[str, float] = {}
-    log = tmp_path / "shrink" / "attempt-0" / "worker-1" / "stdout.log"
-
-    def on_line(line: str) -> None:
-        # worker-1 in its 2nd epoch of 4; worker-0 then waits in the all-reduce: the job cannot end first
-        if not cut and "job Running" in line:
-            wait_until(lambda: log.exists() and "Epoch 2/4" in log.read_text(), timeout_s=180, interval_s=0.05,
-                       what="worker-1 in its 2nd epoch")
-            os.kill(_slurmd_pid(lost_node), signal.SIGKILL)
-            subprocess.run(["ip", "link", "set", f"oslv{NODES.index(lost_node)}", "down"], check=True)
-            cut["at"] = time.monotonic()
+    cut, on_line = cut_node_in_epoch_2(tmp_path / "shrink", lost_node, epochs=4)
 
     try:
         code, seen, summary, left = run_job(
