@@ -32,7 +32,7 @@ import ctypes
 import errno
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +49,7 @@ FALLOC_FL_COLLAPSE_RANGE = 0x08
 """``linux/falloc.h``: remove a byte range (whole blocks) from a file, shifting what follows down."""
 
 
-def _fallocate() -> object | None:
+def _fallocate() -> Callable[[int, int, int, int], int] | None:
     """libc's ``fallocate(fd, mode, offset, len)``, or None where there is none (not Linux)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -73,7 +73,7 @@ def collapse_range(fd: int, offset: int, length: int) -> bool:
     fn = _FALLOCATE
     if fn is None:
         return False
-    if fn(fd, FALLOC_FL_COLLAPSE_RANGE, offset, length) == 0:  # type: ignore[operator]
+    if fn(fd, FALLOC_FL_COLLAPSE_RANGE, offset, length) == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.EPERM):
