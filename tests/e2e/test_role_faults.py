@@ -83,7 +83,10 @@ def test_a_ps_kill_at_a_step_fires_within_one_step_of_the_chiefs_step(tmp_path):
     # the chief's step when it handed the fault over; the chief waited at that step until the ps took it,
     # so the ps was killed while the job's step was 20: within one step of it
     assert int(job_step) == int(gate_step) == 20
-    assert float(fired_at) <= float(taken_at)
+    # the ps fires once its take returns and the chief prints once its hand-over returns: the two answers
+    # of one exchange, in either order (a CI run printed them 1 ms apart, the ps's later); the fault is
+    # fired at once, not some time after the chief went on
+    assert abs(float(fired_at) - float(taken_at)) < 5.0, (fired_at, taken_at)
     chief = next(t for t in summary["tasks"] if t["task"] == "chief:0")
     assert chief["last_heartbeat"]["step"] >= 20  # the step was sent before the hand-over
 

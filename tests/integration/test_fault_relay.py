@@ -111,8 +111,10 @@ def test_a_users_ps_is_killed_at_the_chiefs_step(tmp_path):
     assert fired is not None and fired[2] == "8", out
     chief = (tmp_path / "ps/attempt-0/chief-0/stdout.log").read_text()
     steps = {int(m[1]): float(m[2]) for m in re.finditer(r"chief: step (\d+) \(unix ([\d.]+)\)", chief)}
-    # the ps was killed while the chief was at step 8: before its step 9 was reported
-    assert steps[7] < float(fired[1]) and (9 not in steps or float(fired[1]) < steps[9]), (fired[1], steps)
+    # the ps was killed at the chief's step 8 (the job step above): after the chief's step 7, and at once,
+    # not some time after the chief went on (the ps fires once its take returns and the chief goes on once
+    # its hand-over returns: the two answers of one exchange, in either order)
+    assert steps[7] < float(fired[1]) and (9 not in steps or float(fired[1]) < steps[9] + 5.0), (fired[1], steps)
     # the chief says how its hand-over went once the ps has taken the fault, and the ps's SIGKILL fails
     # the job at once: the orchestrator may stop the chief before it prints that (seen in CI)
     relayed = re.findall(r"fault relay: ps:0:kill@step=8 handed over at step (\d+): (\w+)", chief)
