@@ -38,9 +38,11 @@ UNDISTURBED_MWMS_ACCURACY = 0.947
 the seeds fix the initial weights and the shuffle order, so the undisturbed run is reproducible and
 need not be re-run in every test session (it costs a 2-worker cluster, ~35 s)."""
 
-RESUMED_ACCURACY_TOLERANCE = 0.03
+RESUMED_ACCURACY_TOLERANCE = 0.05
 """How far a run resumed mid-epoch may land from the undisturbed one: the resumed epoch sees its
-batches in another order (measured: 0.9278 after a preemption at step 49, 0.019 from 0.9472)."""
+batches in another order, and where the preemption lands depends on the machine's speed (measured:
+0.9278 after a preemption at step 49, 0.019 from 0.9472; 0.9167 in a CI run, 0.030; the test set is
+360 examples, so 0.05 is 18 of them)."""
 
 STEPS_3_EPOCHS = 135  # 45 steps per epoch (1,437 examples / global batch 32, rounded up)
 
