@@ -51,18 +51,28 @@ def _started(runs: Path, run_id: str, tasks: int) -> bool:
     return len([p for p in (runs / run_id).glob("attempt-0/*/stdout.log") if "behavior=" in p.read_text()]) >= tasks
 
 
+def _start(procs: dict[str, subprocess.Popen], runs: Path, run_id: str, proc: subprocess.Popen, tasks: int) -> None:
+    """Keep ``proc`` (the launch of run ``run_id``) in ``procs`` and wait until ``tasks`` of its tasks
+    started, or it exited."""
+    procs[run_id] = proc
+    wait_until(lambda: _started(runs, run_id, tasks) or proc.poll() is not None, 60,
+               what=f"run {run_id}'s {tasks} task(s)")
+
+
+def _popen(runs: Path, run_id: str, workers: str, environ, *flags: str) -> subprocess.Popen:
+    """A launch of :func:`_cmd`, its output piped."""
+    return subprocess.Popen(_cmd(runs, run_id, workers, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env=environ)
+
+
 def test_an_elastic_run_starts_at_min_beside_a_run_holding_the_rest_and_waits_only_below_min(tmp_path, environ):
     runs = tmp_path / "runs"
     procs: dict[str, subprocess.Popen] = {}
     try:
-        procs["a"] = subprocess.Popen(_cmd(runs, "a", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, cwd=REPO, env=environ)
-        wait_until(lambda: _started(runs, "a", 2) or procs["a"].poll() is not None, 60, what="run a's 2 tasks")
+        _start(procs, runs, "a", _popen(runs, "a", "2", environ), 2)
         assert procs["a"].poll() is None, procs["a"].communicate()
         # the elastic run: 2 of 4 GPUs are free; today it waited for 4 (here: 20 s, then exit 2)
-        procs["b"] = subprocess.Popen(_cmd(runs, "b", "2:4", "--wait-for-resources", "20"), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, cwd=REPO, env=environ)
-        wait_until(lambda: _started(runs, "b", 2) or procs["b"].poll() is not None, 60, what="run b's tasks")
+        _start(procs, runs, "b", _popen(runs, "b", "2:4", environ, "--wait-for-resources", "20"), 2)
         assert procs["b"].poll() is None, procs["b"].communicate()
         assert _devices(runs, "a") == UUIDS[:2] and _devices(runs, "b") == UUIDS[2:]  # disjoint, 2 workers
 
@@ -112,10 +122,8 @@ def test_an_elastic_run_pinned_beside_another_starts_on_the_core_left(tmp_path):
 
     procs: dict[str, subprocess.Popen] = {}
     try:
-        procs["a"] = launch("a", "1")
-        wait_until(lambda: _started(runs, "a", 1) or procs["a"].poll() is not None, 60, what="run a's task")
-        procs["b"] = launch("b", "1:2", "--wait-for-resources", "20")
-        wait_until(lambda: _started(runs, "b", 1) or procs["b"].poll() is not None, 60, what="run b's task")
+        _start(procs, runs, "a", launch("a", "1"), 1)
+        _start(procs, runs, "b", launch("b", "1:2", "--wait-for-resources", "20"), 1)
         assert all(p.poll() is None for p in procs.values()), {n: p.communicate() for n, p in procs.items()}
         for name in procs:
             (runs / name / "go").write_text("")
@@ -151,14 +159,9 @@ def test_an_elastic_run_started_below_max_grows_back_when_the_other_run_ends(tmp
     runs = tmp_path / "runs"
     procs: dict[str, subprocess.Popen] = {}
     try:
-        procs["a"] = subprocess.Popen(_cmd(runs, "a", "2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, cwd=REPO, env=environ)
-        wait_until(lambda: _started(runs, "a", 2) or procs["a"].poll() is not None, 60, what="run a's 2 tasks")
+        _start(procs, runs, "a", _popen(runs, "a", "2", environ), 2)
         assert procs["a"].poll() is None, procs["a"].communicate()
-        procs["b"] = subprocess.Popen(_cmd(runs, "b", "2:4", "--wait-for-resources", "20", "--grow-back", "2"),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                                      env=environ)
-        wait_until(lambda: _started(runs, "b", 2) or procs["b"].poll() is not None, 60, what="run b's tasks")
+        _start(procs, runs, "b", _popen(runs, "b", "2:4", environ, "--wait-for-resources", "20", "--grow-back", "2"), 2)
         assert procs["b"].poll() is None, procs["b"].communicate()
         assert _devices(runs, "b") == UUIDS[2:]  # 2 workers beside a
 

@@ -175,6 +175,26 @@ def cut_node_in_epoch_2(run_dir: Path, node: str, epochs: int) -> tuple[dict[str
     return cut, on_line
 
 
+def run_with_a_lost_node(slurm_env, tmp_path: Path, run_id: str, node: str, epochs: int,
+                         *args: str) -> tuple[dict[str, float], list[tuple[float, str]], dict, str]:
+    """:func:`run_job` of ``run_id`` (``--epochs epochs`` and ``args``) with ``node`` cut in worker-1's
+    2nd epoch (:func:`cut_node_in_epoch_2`), the node brought back after; asserts the cut came, the
+    job exited 0 and only a step on the lost node is left (Slurm lists it until it declares the node
+    down). Returns ``(cut, seen, summary, text)``: the cut's time (``"at"``), the launch's lines with
+    their times, ``summary.json`` and the output as text."""
+    cut, on_line = cut_node_in_epoch_2(tmp_path / run_id, node, epochs)
+    try:
+        code, seen, summary, left = run_job(slurm_env, tmp_path, run_id, "--epochs", str(epochs), *args,
+                                            on_line=on_line)
+    finally:
+        _restore_node(slurm_env, node)
+    text = output(seen)
+    assert cut, "training never showed up in the output:\n" + text
+    assert code == 0, text
+    assert all(ln.endswith(f"|{node}") for ln in left), left
+    return cut, seen, summary, text
+
+
 
 def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves(slurm_env, tmp_path):
     """slurmd of worker-1's node SIGKILLed and the node's link cut mid-training: worker-1 stops
@@ -182,17 +202,9 @@ def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves
     and the group restarts with worker-1 on the spare node; the job succeeds."""
     heartbeat_timeout_s = 4.0
     lost_node = "osl1"  # placement: worker-0 on osl0, worker-1 on osl1, osl2 spare
-    cut, on_line = cut_node_in_epoch_2(tmp_path / "lost", lost_node, epochs=6)
-
-    try:
-        code, seen, summary, left = run_job(
-            slurm_env, tmp_path, "lost", "--workers", "2", "--epochs", "6",
-            "--heartbeat-timeout", str(heartbeat_timeout_s), "--restart-backoff", "0.5", on_line=on_line)
-    finally:
-        _restore_node(slurm_env, lost_node)
-    text = output(seen)
-    assert cut, "training never showed up in the output:\n" + text
-    assert code == 0, text
+    cut, seen, summary, text = run_with_a_lost_node(
+        slurm_env, tmp_path, "lost", lost_node, 6, "--workers", "2", "--heartbeat-timeout", str(heartbeat_timeout_s),
+        "--restart-backoff", "0.5")
     hung = [(t, ln) for t, ln in seen if "worker-1 is hung: no heartbeat" in ln]
     assert hung, text
     detected_s = hung[0][0] - cut["at"]
@@ -209,5 +221,3 @@ def test_a_lost_node_is_detected_within_the_heartbeat_timeout_and_its_task_moves
     print(f"node cut at step >= {before[-1] if before else 45}, training resumed from step "
           f"{recovery['resumed_from_step']}; "
           f"cut -> training again {seen_at(seen, 'training again') - cut['at']:.1f} s")
-    # only a step on the lost node may be left (Slurm lists it until it declares the node down)
-    assert all(ln.endswith(f"|{lost_node}") for ln in left), left

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.slurm.conftest import SUBNET
-from tests.slurm.test_slurm import _restore_node, cluster_addresses, cut_node_in_epoch_2, output, run_job
+from tests.slurm.test_slurm import cluster_addresses, run_with_a_lost_node
 
 pytestmark = pytest.mark.slurm
 
@@ -20,17 +20,9 @@ pytestmark = pytest.mark.slurm
 def test_a_lost_node_of_an_elastic_mwms_job_shrinks_it_to_the_workers_left(slurm_env, tmp_path):
     heartbeat_timeout_s = 4.0
     lost_node = "osl1"  # placement: worker-0 on osl0, worker-1 on osl1, osl2 spare
-    cut, on_line = cut_node_in_epoch_2(tmp_path / "shrink", lost_node, epochs=4)
-
-    try:
-        code, seen, summary, left = run_job(
-            slurm_env, tmp_path, "shrink", "--workers", "1:2", "--epochs", "4",
-            "--heartbeat-timeout", str(heartbeat_timeout_s), on_line=on_line)
-    finally:
-        _restore_node(slurm_env, lost_node)
-    text = output(seen)
-    assert cut, "training never showed up in the output:\n" + text
-    assert code == 0, text
+    cut, seen, summary, text = run_with_a_lost_node(
+        slurm_env, tmp_path, "shrink", lost_node, 4, "--workers", "1:2",
+        "--heartbeat-timeout", str(heartbeat_timeout_s))
     said = [t for t, ln in seen if "worker-1's node osl1 is lost: the group continues at 1 worker(s)" in ln]
     assert said, text
     assert "-> osl2" not in text, text  # not moved to the spare node: the group shrank
@@ -46,5 +38,3 @@ def test_a_lost_node_of_an_elastic_mwms_job_shrinks_it_to_the_workers_left(slurm
     again = [t for t, ln in seen if t > said[0] and "worker-0 Running/training" in ln]  # a status line, every 5 s
     print(f"\nnode cut -> shrink decided {said[0] - cut['at']:.1f} s; -> seen training at 1 worker "
           f"{(again[0] - cut['at']) if again else float('nan'):.1f} s; segments {summary['segments']}")
-    # only a step on the lost node may be left (Slurm lists it until it declares the node down)
-    assert all(ln.endswith(f"|{lost_node}") for ln in left), left
