@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import tf_keras as keras
 from tf_keras.src.utils import tf_utils
 
@@ -89,6 +91,7 @@ class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._facts_written = not chief  # the chief records them, once
 
     def on_train_begin(self, logs=None) -> None:
+        self._remove_temp_dir()  # before tf-keras makes its managers: a non-chief must restore the chief's state
         super().on_train_begin(logs)  # restores (model, epoch, batch) from the chief's backup
         mark("restored")
         state = self._training_state
@@ -96,21 +99,38 @@ class PreemptionBackupAndRestore(keras.callbacks.BackupAndRestore):
         if self._batch_facts is not None:  # after the handler: making it restores the checkpoint again
             self._convert_position(state)
 
+    def _remove_temp_dir(self) -> None:
+        """Removes this non-chief worker's temp checkpoint directory (``backup/workertemp_<i>``).
+
+        A non-chief saves its copy there (every worker takes part in a save under MWMS; only the
+        chief's is kept: tf-keras ``distributed_file_utils.write_dirpath``), and TF's
+        ``PreemptionCheckpointHandler`` restores a non-chief from its *write* manager. tf-keras never
+        removes the directory (its ``back_up`` passes the temp directory itself to
+        ``remove_temp_dirpath``, which removes ``workertemp_<i>/workertemp_<i>``), so an attempt
+        after a restart found the last one's copy: a step other than the chief's (replicas
+        that diverge silently), or, after a SIGKILL during a save, a ``checkpoint`` file that names
+        files never written (``NotFoundError`` at the restart). The chief's directory is kept.
+        """
+        import tensorflow as tf
+        from tf_keras.src.distribute import distributed_file_utils
+
+        path = distributed_file_utils.write_dirpath(self.backup_dir, self.model.distribute_strategy)
+        if os.path.normpath(path) != os.path.normpath(self.backup_dir):
+            try:
+                tf.io.gfile.rmtree(path)
+            except tf.errors.NotFoundError:
+                pass
+
     def _install_handler(self, state) -> None:
         """TF's ``PreemptionCheckpointHandler`` on the callback's checkpoint managers (not on Google
         Cloud, where tf-keras made its own)."""
         if state._enable_save_before_preemption:
             return  # Google Cloud: tf-keras made its own handler
         import tensorflow as tf
-        from tf_keras.src.distribute import distributed_file_utils
 
         strategy = self.model.distribute_strategy
         writer = state.write_checkpoint_manager
-
-        def cleanup() -> None:  # a non-chief's write directory is a temp one (tf-keras' rule)
-            distributed_file_utils.remove_temp_dirpath(writer.directory, strategy)
-
-        cleanup()  # a stale temp checkpoint of an earlier attempt must not be restored below
+        cleanup = self._remove_temp_dir
         handler = tf.distribute.experimental.PreemptionCheckpointHandler(
             strategy.cluster_resolver, writer, termination_config=self._termination_config(cleanup))
         handler._read_checkpoint_manager = state.read_checkpoint_manager  # as worker_training_state.py does

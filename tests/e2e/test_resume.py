@@ -82,6 +82,12 @@ def test_a_sigkilled_orchestrator_resumes_losing_at_most_checkpoint_every_steps(
     print(f"tasks gone {time.monotonic() - killed_at:.2f} s after the orchestrator's SIGKILL")
     endpoint = first.run_dir / "endpoint.json"
     assert endpoint.exists()  # the killed orchestrator could not clean up
+    # what a SIGKILL during a save leaves (a CI run got it): worker-1's temp copy's ``checkpoint`` file names files
+    # never written. TF's handler restores a non-chief from that copy, so the resume failed with NotFoundError;
+    # a resumed non-chief must restore the chief's checkpoint only
+    temp = first.run_dir / "backup" / "workertemp_1"
+    temp.mkdir(parents=True, exist_ok=True)
+    (temp / "checkpoint").write_text('model_checkpoint_path: "ckpt-999"\nall_model_checkpoint_paths: "ckpt-999"\n')
 
     second = start(launches, tmp_path, "killed", "--resume", "killed")
     code, summary = second.finish()
