@@ -17,7 +17,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator import rundir, tls
 from orchestrator.backends import get_backend
@@ -116,14 +116,17 @@ def leased(spec: JobSpec, placement: Placement, lease: leases.Lease, engine: Bac
     return sized, dataclasses.replace(mine, warnings=(*kept, *mine.warnings, *notes))
 
 
-def _room_probe(spec: JobSpec, run_id: str, engine: Backend[Any], inventory: Inventory | None) -> RoomProbe | None:
+def _room_probe(spec: JobSpec, run_id: str, engine: Backend[Any],
+                inventory: Inventory | None) -> Callable[[], int | None] | None:
     """What the lease ledger has room for, for an elastic MWMS run that grows back by itself
-    (``--grow-back``: :mod:`orchestrator.supervisor.growback`); None when it does not, or when the
-    backend leases nothing of this machine (Slurm: its scheduler places the tasks)."""
+    (``--grow-back``: :mod:`orchestrator.supervisor.growback`); None when it does not. A backend that
+    leases nothing of this machine (Slurm: its scheduler places the tasks) says it itself
+    (:meth:`~orchestrator.backends.base.Backend.grow_room`)."""
     here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
-    if spec.elastic is None or spec.elastic.grow_back_s is None or spec.strategy.value != "multi_worker_mirrored" \
-            or not here:
+    if spec.elastic is None or spec.elastic.grow_back_s is None or spec.strategy.value != "multi_worker_mirrored":
         return None
+    if not here:
+        return engine.grow_room(spec)
     ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
     return RoomProbe(spec, run_id, allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
                      inventory=inventory,

@@ -39,7 +39,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from orchestrator.backends.options import NoOptions
 from orchestrator.resources.gpus import GpuUsage
@@ -311,6 +311,14 @@ class PlacementHooks:
         nodes left): the job then fails with that reason. Default: ``(True, "")``."""
         return True, ""
 
+    def grow_room(self, spec: JobSpec) -> Callable[[], int | None] | None:
+        """The ``room`` an elastic MWMS job that grows back by itself asks, once its cooldown has
+        passed (:mod:`orchestrator.supervisor.growback`): the most workers the backend could place
+        now (None: not known), for a backend whose scheduler places the tasks (Slurm: the nodes left,
+        extension allocations). Called once per life. Default: None (the lease ledger of this
+        machine says it, or nothing grows back)."""
+        return None
+
 
 class ExitHooks(Generic[H]):
     """Capability :attr:`Capability.EXIT_EVENTS`; the default gives no event (the task is polled)."""
@@ -343,7 +351,7 @@ HOOKS: Mapping[Capability, tuple[type, tuple[str, ...]]] = {
     Capability.DIAGNOSTICS: (DiagnosticHooks, ("sample", "dump_stacks", "oom_killed", "memory_total_bytes",
                                                "job_preempted")),
     Capability.SPARES: (SpareHooks, ("keep_spares", "spares")),
-    Capability.REMOTE: (PlacementHooks, ("register_address", "prepare_restart")),
+    Capability.REMOTE: (PlacementHooks, ("register_address", "prepare_restart", "grow_room")),
     Capability.EXIT_EVENTS: (ExitHooks, ("exit_fd",)),
 }
 """Each capability with hooks: the mixin that declares them (with their do-nothing defaults) and their names."""

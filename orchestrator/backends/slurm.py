@@ -42,8 +42,15 @@ and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
 * **Preemption** (:meth:`SlurmBackend.job_preempted`): the job's own record
   (:mod:`orchestrator.backends.slurm_job`: ``PreemptTime`` set, or a preempted state) confirms that
   every step SIGTERMed at once is the job being preempted, not task failures.
+* **Growing back** (:mod:`orchestrator.backends.slurm_extend`): an elastic MWMS job below MAX
+  (a lost node shrank it) grows back, once its cooldown has passed, into the allocation's nodes not
+  used (a lost node that answers again and runs a step counts), else into one-node *extension
+  allocations*: new Slurm jobs (``sbatch -N1 --exclude=...``, the run's partition, time left,
+  account, QoS and CPUs and GPUs per node) whose node joins the run; a task placed there is started
+  as a step of the extension (``srun --jobid=EXT``). :meth:`SlurmBackend.grow_room` is the room the
+  grow-back watch asks. A later life that places no task on an extension's node gives it up.
 * ``close`` cancels every step still running and waits (bounded) until ``squeue`` lists none of
-  this run's steps on the nodes that answer.
+  this run's steps on the nodes that answer, and cancels every extension allocation of the run.
 
 Tasks are not this process's children: they have no parent-death signal; a task whose
 orchestrator is unreachable for ``ORPHAN_TIMEOUT_S`` kills itself, and the allocation's end
@@ -78,6 +85,7 @@ from orchestrator.backends.slurm_commands import (
     signal_steps,
     step_ids,
 )
+from orchestrator.backends.slurm_extend import Extensions, SlurmRoom
 from orchestrator.backends.slurm_job import JobProbe
 from orchestrator.backends.slurm_step import (
     DEFAULT_SLURMD_PORT,
@@ -88,6 +96,7 @@ from orchestrator.backends.slurm_step import (
 from orchestrator.backends.stacks import faulthandler_dump
 from orchestrator.errors import LaunchError, SpecError
 from orchestrator.resources.cpus import node_cpus_plan, node_share_env
+from orchestrator.resources.extension import per_node
 from orchestrator.resources.nodes import move_off, parse_node_list, place
 from orchestrator.resources.placement import srun_gpu_options
 from orchestrator.spec.model import JobSpec, TaskId
@@ -131,6 +140,8 @@ class SlurmBackend(Backend[SlurmStep]):
         self._steps: list[SlurmStep] = []
         self._probe: JobProbe | None = None
         self.lost_nodes = NodeWatch(self)
+        self.density: int | None = None  # tasks per node of the run's first placement (grow-back keeps it)
+        self.extensions = Extensions(self.environ, "", "", None, lambda: [], lambda: [], lambda n: n, lambda: 0)
 
     # -- setting up ------------------------------------------------------------------------
     def open(self, run_id: str, run_dir: Path) -> None:
@@ -170,25 +181,38 @@ class SlurmBackend(Backend[SlurmStep]):
             raise SpecError("health-host", self.health_host, "a wildcard address would expose the health endpoint "
                             "on every interface", "give this machine's address on the cluster network")
         check_shared(self.environ, self.nodes, self.run_id, run_dir.parent)
+        self.extensions = Extensions(self.environ, self.job_id, run_id, run_dir.parent,
+                                     taken=lambda: [*self.nodes, *self.lost], lost=self._lost_of_allocation,
+                                     node_address=lambda n: self.node_addr.get(n, n),
+                                     slurmd_port=lambda: self.slurmd_port)
 
     def allocate(self, spec: JobSpec, ports: tuple[int, int] | None = None) -> dict[TaskId, str]:
         """Place every task on a node (:func:`place`); addresses read ``NODE_ADDRESS:0`` until the
         tasks register their ports. Fixed addresses of a spec file are replaced. No ``ports``
         block: each task binds a port on its node, not this machine's (no lease is taken).
 
-        Nodes found lost (:attr:`SlurmBackend.lost`: an earlier life of the run lost them) are left out.
+        Nodes found lost (:attr:`SlurmBackend.lost`: an earlier life of the run lost them) are left out,
+        but those found answering again; granted extension allocations' nodes come after the
+        allocation's (:mod:`~orchestrator.backends.slurm_extend`), and one whose node gets no task is
+        given up.
 
         Raises:
             SpecError: the tasks do not fit on the allocation's nodes (those not lost).
         """
         if getattr(spec, "addresses", None):
             log.warning("the spec's fixed addresses are replaced: on Slurm every task binds a port on its node")
-        nodes = [n for n in self.nodes if n not in self.lost] if self.nodes else ["localhost"]
+        self.lost -= self.extensions.back()  # lost nodes that answer again and run a step
+        for node, address in ((n, self.extensions.address(n)) for n in self.extensions.granted()):
+            self.node_addr.setdefault(node, address or node)
+        nodes = self.usable_nodes() if self.nodes else ["localhost"]
         if not nodes:
             raise SpecError("SLURM_JOB_NODELIST", ",".join(self.nodes), "every node of the allocation is lost",
                             "run the job again in a new allocation")
         tasks = list(spec.tasks())
         self.placement = place(tasks, nodes, self.tasks_per_node_option)
+        if self.density is None:
+            self.density = per_node(self.tasks_per_node_option, len(tasks), len(nodes))
+        self.extensions.keep(set(self.placement.values()), set(self.lost))
         self.cores_divided_for = spec if node_cpus_plan(spec, self.environ).nodes else None
         self.tasks_per_node = self.tasks_per_node_option or math.ceil(len(tasks) / len(nodes))
         if self.run_dir is not None and self.nodes:  # the dispatcher's journal, on a file system every node shares
@@ -227,7 +251,9 @@ class SlurmBackend(Backend[SlurmStep]):
         log_dir.mkdir(parents=True, exist_ok=True)
         stdout_path, stderr_path = log_dir / "stdout.log", log_dir / "stderr.log"
         step_name = f"{self.run_id}:{task.name}:{request.attempt}"
-        argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={step_name}",
+        extension = self.extensions.job_of(node)  # a node of an extension allocation: a step of that job
+        argv = ["srun", *([f"--jobid={extension}"] if extension else []), "--overlap", "--nodes=1", "--ntasks=1",
+                f"--nodelist={node}", f"--job-name={step_name}",
                 "--unbuffered", "--kill-on-bad-exit=0", "--quiet", "--export=ALL", f"--chdir={os.getcwd()}",
                 *srun_gpu_options(request.env), *request.argv]
         full_env = {**self.environ, **request.env, envvars.ADDRESS_FROM_TASK: "1",
@@ -244,7 +270,7 @@ class SlurmBackend(Backend[SlurmStep]):
             except OSError as exc:
                 raise LaunchError(f"cannot start srun for {task}: {exc}") from exc
         step = SlurmStep(task, request.attempt, popen.pid, stdout_path, stderr_path, request.runtime, popen, node,
-                         step_name)
+                         step_name, job_id=extension)
         with self._lock:
             self._steps.append(step)
         return step
@@ -331,7 +357,28 @@ class SlurmBackend(Backend[SlurmStep]):
             return ""
         return faulthandler_dump(self, step, timeout_s)
 
-    # -- lost nodes ------------------------------------------------------------------------
+    # -- lost nodes, growing back ------------------------------------------------------------
+    def usable_nodes(self) -> list[str]:
+        """The nodes tasks may be placed on now: the allocation's not lost (or lost and answering again),
+        then the granted extension allocations' nodes not lost, in the order they were granted."""
+        back = self.extensions.back()
+        return [n for n in self.nodes if n not in self.lost or n in back] + \
+            [n for n in self.extensions.granted() if n not in self.lost and n not in self.nodes]
+
+    def _lost_of_allocation(self) -> list[str]:
+        lost = set(self.lost)
+        return [n for n in self.nodes if n in lost]
+
+    def grow_room(self, spec: JobSpec) -> SlurmRoom | None:
+        """The room of an elastic MWMS job that grows back by itself (:class:`SlurmRoom`: the nodes it
+        may use, extension allocations asked for when MAX needs more); None for any other job, or
+        outside an allocation."""
+        if spec.elastic is None or spec.elastic.grow_back_s is None or not self.job_id \
+                or spec.strategy.value != "multi_worker_mirrored":
+            return None
+        density = self.density or per_node(self.tasks_per_node_option, len(spec.tasks()), len(self.nodes))
+        return SlurmRoom(spec, self.usable_nodes, lambda: set(self.placement.values()), density, self.extensions)
+
     def job_preempted(self) -> bool | None:
         """Whether Slurm is preempting this job now, from ``scontrol show job`` (bounded by
         :data:`~orchestrator.backends.slurm_job.SCONTROL_TIMEOUT_S`, cached for a second); None
@@ -349,9 +396,10 @@ class SlurmBackend(Backend[SlurmStep]):
             ``(True, note)`` with the moves made ("" for none), or ``(False, why)`` when the
             nodes left cannot hold them.
         """
-        addresses = [self.node_addr.get(n, n) for n in self.nodes]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
-            answers = dict(zip(self.nodes, pool.map(node_answers, addresses, [self.slurmd_port] * len(addresses))))
+        nodes = [*self.nodes, *(n for n in self.extensions.granted() if n not in self.nodes)]
+        addresses = [self.node_addr.get(n, n) for n in nodes]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+            answers = dict(zip(nodes, pool.map(node_answers, addresses, [self.slurmd_port] * len(addresses))))
         newly = {n for n, ok in answers.items() if not ok} - self.lost
         if newly:
             log.warning("node(s) %s do not answer (slurmd at port %d): lost", ", ".join(sorted(newly)),
@@ -360,7 +408,7 @@ class SlurmBackend(Backend[SlurmStep]):
         moving = [t for t in tasks if self.placement.get(t) in self.lost]
         if not moving:
             return True, ""
-        placed = move_off(self.placement, moving, self.nodes, self.lost, self.tasks_per_node)
+        placed = move_off(self.placement, moving, nodes, self.lost, self.tasks_per_node)
         if isinstance(placed, str):
             return False, placed
         moves = ", ".join(f"{t.name} {self.placement[t]} -> {placed[t]}" for t in moving)
@@ -370,7 +418,14 @@ class SlurmBackend(Backend[SlurmStep]):
     # -- the end ---------------------------------------------------------------------------
     def close(self) -> None:
         """Cancel every step of this run still running and wait (at most 10 s) until Slurm
-        lists none on the nodes that answer; steps on lost nodes are reported, not waited for."""
+        lists none on the nodes that answer; steps on lost nodes are reported, not waited for.
+        Then cancel every extension allocation of the run (:meth:`Extensions.close`)."""
+        try:
+            self._close_steps()
+        finally:
+            self.extensions.close()
+
+    def _close_steps(self) -> None:
         with self._lock:
             steps = list(self._steps)
         try:

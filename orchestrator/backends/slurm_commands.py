@@ -122,16 +122,17 @@ def step_ids(environ: dict[str, str], job_id: str) -> dict[str, str]:
 
 
 def resolve(environ: dict[str, str], job_id: str, steps: Sequence[SlurmStep]) -> None:
-    """Fill in the step ids still unknown (one ``squeue`` for all)."""
-    if all(s.step_id for s in steps):
-        return
-    try:
-        ids = step_ids(environ, job_id)
-    except LaunchError as exc:
-        log.warning("%s", exc)
-        return
-    for s in steps:
-        s.step_id = s.step_id or ids.get(s.step_name, "")
+    """Fill in the step ids still unknown (one ``squeue`` per job: ``job_id``, or a step's own
+    extension allocation's)."""
+    for job in dict.fromkeys(s.job_id or job_id for s in steps if not s.step_id):
+        try:
+            ids = step_ids(environ, job)
+        except LaunchError as exc:
+            log.warning("%s", exc)
+            continue
+        for s in steps:
+            if (s.job_id or job_id) == job:
+                s.step_id = s.step_id or ids.get(s.step_name, "")
 
 
 def signal_steps(environ: dict[str, str], job_id: str, steps: Sequence[SlurmStep], signum: int) -> None:

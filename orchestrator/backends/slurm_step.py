@@ -38,6 +38,8 @@ class SlurmStep(TaskHandle):
         step_id: ``JOB.STEP`` once known ("" before).
         killed_at: monotonic seconds of the SIGKILL sent to the step (None before).
         lost: the step did not end after SIGKILL; its ``srun`` was killed here.
+        job_id: the Slurm job it is a step of when not the run's own allocation (an extension
+            allocation's, :mod:`orchestrator.backends.slurm_extend`); "" for the run's own.
     """
 
     popen: subprocess.Popen[bytes] | None = None
@@ -46,4 +48,5 @@ class SlurmStep(TaskHandle):
     step_id: str = ""
     killed_at: float | None = None
     lost: bool = False
+    job_id: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -7,9 +7,13 @@ change.
 it says the size to grow to now, or None (:func:`~orchestrator.supervisor.rules.resize.grow_back_to`
 decides); the growth itself is Resizing's planned resize (the coordinated save, 0 steps lost, the
 warm spares), its cause ``grew back``. The room is asked of a callable (the API's
-:class:`~orchestrator.resources.growroom.RoomProbe`: the lease ledger), at most once every
-:data:`PROBE_EVERY_S` and only once everything else allows a grow (the cooldown passed, no slot
-withdrawn): no I/O before.
+:class:`~orchestrator.resources.growroom.RoomProbe`: the lease ledger; on Slurm the backend's
+:class:`~orchestrator.backends.slurm_extend.SlurmRoom`: the nodes left, extension allocations), at
+most once every :data:`PROBE_EVERY_S` and only once everything else allows a grow (the cooldown
+passed, no slot withdrawn): no I/O before. A room may also say (optional attributes): ``counts_lost``
+(True: it counts lost slots itself, a lost node is not room until it is back, so a slot lost is not
+withheld from it), ``news()`` (lines for the events since the last look) and ``why(workers)`` (where
+the room comes from, for the grow's event).
 
 Each MWMS size change is a new life of the run, so "since the last size change" is since this life's
 first look (its start); the slots lost in earlier lives (``slot lost``, ``node lost`` lives) and not given back by a
@@ -85,7 +89,7 @@ class GrowBack:
         lives = carried.lives
         sizes = [int((life.size or {}).get("workers") or spec.workers) for life in lives] + [spec.workers]
         changes = [(life.cause, sizes[i], sizes[i + 1]) for i, life in enumerate(lives)]
-        self.withdrawn = withdrawn_slots(changes)
+        self.withdrawn = 0 if getattr(room, "counts_lost", False) else withdrawn_slots(changes)
         self.bounds = (self.bounds[0], asked_ceiling(changes, self.bounds[1]))  # a size asked by `resize` stays
         self._lost_ago = [max(0.0, started_wall - life.ended_at) for life in lives
                           if life.cause in LOSSES and life.ended_at is not None]
@@ -114,3 +118,13 @@ class GrowBack:
             return None
         self._probe_at = now + PROBE_EVERY_S
         return rule(self._room())
+
+    def news(self) -> list[str]:
+        """What the room said since the last call (its ``news()``; [] for a room without)."""
+        said = getattr(self._room, "news", None)
+        return list(said()) if callable(said) else []
+
+    def why(self, workers: int) -> str:
+        """Where the room for ``workers`` comes from (the room's ``why``, else the machine's)."""
+        said = getattr(self._room, "why", None)
+        return str(said(workers)) if callable(said) else f"the machine has room for {workers} again"

@@ -166,16 +166,17 @@ class Resizing:
     def _grow_back(self, tasks: Sequence[TaskRuntime], state: JobState, now: float) -> list[Action]:
         """MWMS below MAX, room again after the cooldown: the planned resize of a request, cause ``grew back``."""
         target = self.grow.look(now, self.size, state is JobState.RUNNING)
+        news: list[Action] = [Event(text) for text in self.grow.news()]  # e.g. Slurm's extension allocations
         if target is None or self.bounds is None or self._trained(tasks):
-            return []
+            return news
         change = size_change(self.strategy, range(self.size), self.bounds, target=target, cause=GREW_BACK)
         if change.refusal or not change.restart_group:
-            return []
+            return news
         self.next = change
         what = self._what = f"{GREW_BACK}: {self.size} -> {target} worker(s)"
-        return [Event(f"{what} (the machine has room for {target} again, {self.grow.cooldown_s:g} s or more after "
-                      f"the last size change); every worker saves at its next step, then the group continues at "
-                      f"{target}"), Preempt(what)]
+        return [*news, Event(f"{what} ({self.grow.why(target)}, {self.grow.cooldown_s:g} s or more after the last "
+                             f"size change); every worker saves at its next step, then the group continues at "
+                             f"{target}"), Preempt(what)]
 
     def _ask_nodes(self, tasks: Sequence[TaskRuntime]) -> list[Action]:
         """Elastic MWMS: :class:`NodeLost` of each worker attempt failed since the last look (not stopped by

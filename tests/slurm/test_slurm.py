@@ -175,17 +175,25 @@ def cut_node_in_epoch_2(run_dir: Path, node: str, epochs: int) -> tuple[dict[str
     return cut, on_line
 
 
-def run_with_a_lost_node(slurm_env, tmp_path: Path, run_id: str, node: str, epochs: int,
-                         *args: str) -> tuple[dict[str, float], list[tuple[float, str]], dict, str]:
-    """:func:`run_job` of ``run_id`` (``--epochs epochs`` and ``args``) with ``node`` cut in worker-1's
-    2nd epoch (:func:`cut_node_in_epoch_2`), the node brought back after; asserts the cut came, the
-    job exited 0 and only a step on the lost node is left (Slurm lists it until it declares the node
-    down). Returns ``(cut, seen, summary, text)``: the cut's time (``"at"``), the launch's lines with
-    their times, ``summary.json`` and the output as text."""
-    cut, on_line = cut_node_in_epoch_2(tmp_path / run_id, node, epochs)
+def run_with_a_lost_node(slurm_env, tmp_path: Path, run_id: str, node: str, epochs: int, *args: str, nodes: int = 3,
+                         also: Callable[[str], None] | None = None,
+                         ) -> tuple[dict[str, float], list[tuple[float, str]], dict, str]:
+    """:func:`run_job` of ``run_id`` (``--epochs epochs`` and ``args``, in an allocation of ``nodes``)
+    with ``node`` cut in worker-1's 2nd epoch (:func:`cut_node_in_epoch_2`; ``also``: another
+    ``on_line`` after it), the node brought back after; asserts the cut came, the job exited 0 and only
+    a step on the lost node is left (Slurm lists it until it declares the node down). Returns ``(cut,
+    seen, summary, text)``: the cut's time (``"at"``), the launch's lines with their times,
+    ``summary.json`` and the output as text."""
+    cut, cut_on_line = cut_node_in_epoch_2(tmp_path / run_id, node, epochs)
+
+    def on_line(line: str) -> None:
+        cut_on_line(line)
+        if also is not None:
+            also(line)
+
     try:
         code, seen, summary, left = run_job(slurm_env, tmp_path, run_id, "--epochs", str(epochs), *args,
-                                            on_line=on_line)
+                                            nodes=nodes, on_line=on_line)
     finally:
         _restore_node(slurm_env, node)
     text = output(seen)
