@@ -1,0 +1,54 @@
+"""The Slurm backend's growth commands on the real simulated cluster, without TensorFlow
+(:mod:`orchestrator.backends.slurm_extend`; tests/slurm/extend_probe.py runs inside ``salloc -N2``): a lost
+node that answers again is room without an extension; an extension Slurm does not start within the bound
+is cancelled, said once, and asked again; ``close`` cancels every extension (none left in ``squeue``).
+The whole grow of a TensorFlow job: test_slurm_elastic.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, wait_until
+from tests.slurm.conftest import SUBNET
+
+pytestmark = pytest.mark.slurm
+
+
+def test_a_node_back_is_room_and_an_extension_not_started_in_time_is_cancelled_and_asked_again(slurm_env, tmp_path):
+    def squeue(*args: str) -> str:
+        return subprocess.run(["squeue", "-h", *args], capture_output=True, text=True, env=slurm_env,
+                              timeout=30).stdout
+
+    hold = subprocess.run(["sbatch", "--parsable", "-w", "osl2", "--exclusive", "--job-name", "test-holds-osl2",
+                           "--output=/dev/null", "--wrap", "sleep 300"], capture_output=True, text=True, env=slurm_env,
+                          timeout=30, check=True).stdout.strip().split(";")[0]
+    try:
+        wait_until(lambda: squeue("-j", hold, "-o", "%T").strip() == "RUNNING", timeout_s=60, interval_s=0.1,
+                   what="the test's job on osl2 running")
+        probe = subprocess.run(["salloc", "-N2", "--no-kill", sys.executable, str(REPO / "tests/slurm/extend_probe.py"),
+                                str(tmp_path)], capture_output=True, text=True, env=slurm_env, timeout=180, cwd=REPO)
+    finally:
+        subprocess.run(["scancel", hold], env=slurm_env, timeout=30)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    out = json.loads(probe.stdout.strip().splitlines()[-1])
+    # 1. osl1, taken for lost, answers again and runs a step: room for 2, no extension asked, placed on again
+    assert out["back_room"] == 2, out
+    assert out["back_news"] == ["node osl1, lost, answers again and runs a step: it is room again"], out
+    assert out["back_asked"] == [] and out["back_placement"] == [SUBNET + "10:0", SUBNET + "11:0"], out
+    # 2. MAX 3 needs a third node: osl2 is held, so the extension waits; cancelled at the bound and asked again
+    first, second, third = out["late_asked"][:3]
+    assert out["late_room"] == 2, out
+    said = out["late_news"]
+    assert said[0].startswith(f"growing back needs another node: asked Slurm for extension allocation {first} (one "
+                              "node, partition orchci, time limit the partition default)"), said
+    late = [s for s in said if "not started by Slurm within 2 s" in s]
+    assert late == [f"extension allocation {first} not started by Slurm within 2 s (Reason=Resources): cancelled; "
+                    "asking again in 0.5 s"], said  # said once, not at every try
+    assert len({first, second, third}) == 3
+    # close cancelled every extension of the run: none left
+    assert "ext:extend" not in squeue("-o", "%i|%j|%T"), squeue("-o", "%i|%j|%T")
+    assert set(out["ext_asked"]) >= {first, second, third}
