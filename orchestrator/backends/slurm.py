@@ -48,7 +48,11 @@ and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
   allocations*: new Slurm jobs (``sbatch -N1 --exclude=...``, the run's partition, time left,
   account, QoS and CPUs and GPUs per node) whose node joins the run; a task placed there is started
   as a step of the extension (``srun --jobid=EXT``). :meth:`SlurmBackend.grow_room` is the room the
-  grow-back watch asks. A later life that places no task on an extension's node gives it up.
+  grow-back watch asks. A later life that places no task on an extension's node gives it up. The
+  cluster must let a job submit another from inside its allocation and start steps of it there
+  (``srun --jobid``), and share the runs directory with the new node (docs/elastic.md "Slurm: growing
+  back" says why the extension takes one node and the run's partition, time left, account, QoS and
+  CPUs and GPUs per node).
 * ``close`` cancels every step still running and waits (bounded) until ``squeue`` lists none of
   this run's steps on the nodes that answer, and cancels every extension allocation of the run.
 
