@@ -205,7 +205,7 @@ class SlurmBackend(Backend[SlurmStep]):
         """
         if getattr(spec, "addresses", None):
             log.warning("the spec's fixed addresses are replaced: on Slurm every task binds a port on its node")
-        self.lost -= self.extensions.back()  # lost nodes that answer again and run a step
+        self.lost -= self.extensions.take_back()  # lost nodes that answer again and run a step
         for node, address in ((n, self.extensions.address(n)) for n in self.extensions.granted()):
             self.node_addr.setdefault(node, address or node)
         nodes = self.usable_nodes() if self.nodes else ["localhost"]

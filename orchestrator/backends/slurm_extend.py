@@ -228,6 +228,13 @@ class Extensions:
         with self._lock:
             return set(self._back)
 
+    def take_back(self) -> set[str]:
+        """The lost nodes found answering again, now the run's again (a placement uses them): forgotten
+        here, so that a later loss of one counts."""
+        with self._lock:
+            back, self._back = self._back, set()
+        return back
+
     def news(self) -> list[str]:
         """What happened since the last call, one line each, for the job's events."""
         with self._lock:

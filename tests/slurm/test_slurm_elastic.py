@@ -35,7 +35,7 @@ def _squeue(slurm_env, *args: str) -> str:
 
 
 def test_a_lost_node_of_an_elastic_mwms_job_shrinks_it_and_an_extension_allocation_grows_it_back(slurm_env, tmp_path):
-    heartbeat_timeout_s, epochs, run_id = 4.0, 4, "shrink"
+    heartbeat_timeout_s, epochs, run_id = 4.0, 3, "shrink"
     lost_node = "osl1"  # placement: worker-0 on osl0, worker-1 on osl1; osl2 held by the test's own job
     hold = subprocess.run(["sbatch", "--parsable", "-w", "osl2", "--exclusive", "--job-name", "test-holds-osl2",
                            "--output=/dev/null", "--wrap", "sleep 600"], capture_output=True, text=True, env=slurm_env,
