@@ -61,12 +61,13 @@ GRANT_TIMEOUT_S = 120.0
 """Most seconds an extension may stay pending before it is cancelled (and asked for again later)."""
 RETRY_AFTER_S = 60.0
 """Seconds after a cancelled or failed extension before another is asked for."""
-POLL_S = 0.5
+POLL_S = 0.25
 """How often the watch looks at a pending extension (``squeue -j``), seconds."""
 LOST_PROBE_EVERY_S = 5.0
 """How often the watch probes the allocation's lost nodes while a grow is due, seconds."""
 WANTED_FOR_S = 5.0
-"""A grow no longer asked about for this long is no longer due (the room probe asks once a second)."""
+"""A grow no longer asked about for this long is no longer due (the grow-back watch asks every
+:attr:`SlurmRoom.every_s` while it is due)."""
 STEP_TIMEOUT_S = 30.0
 """Bound on the step that checks a node before it counts as room, seconds."""
 GONE_WAIT_S = 10.0
@@ -497,7 +498,7 @@ class Extensions:
 
 class SlurmRoom:
     """The ``room`` of an elastic MWMS job on Slurm (the supervisor's grow-back watch calls it, at most
-    once a second, only once a grow is otherwise due): the most workers the nodes it may use hold at its
+    every :attr:`every_s`, only once a grow is otherwise due): the most workers the nodes it may use hold at its
     density; it tells :class:`Extensions` how many nodes MAX is short of. Lost slots are counted here
     (``counts_lost``): a lost node is not room until it answers again.
 
@@ -510,6 +511,9 @@ class SlurmRoom:
     """
 
     counts_lost = True
+    every_s = 0.2
+    """How often the grow-back watch may ask (seconds): an answer reads memory only (the extension watch,
+    a thread, talks to Slurm), so a granted extension is grown into at once."""
 
     def __init__(self, spec: JobSpec, usable: Callable[[], list[str]], used: Callable[[], set[str]], per_node: int,
                  extensions: Extensions) -> None:

@@ -10,7 +10,8 @@ warm spares), its cause ``grew back``. The room is asked of a callable (the API'
 :class:`~orchestrator.resources.growroom.RoomProbe`: the lease ledger; on Slurm the backend's
 :class:`~orchestrator.backends.slurm_extend.SlurmRoom`: the nodes left, extension allocations), at
 most once every :data:`PROBE_EVERY_S` and only once everything else allows a grow (the cooldown
-passed, no slot withdrawn): no I/O before. A room may also say (optional attributes): ``counts_lost``
+passed, no slot withdrawn): no I/O before. A room may also say (optional attributes): ``every_s`` (how
+often it may be asked instead, seconds: a room whose I/O runs elsewhere answers at once), ``counts_lost``
 (True: it counts lost slots itself, a lost node is not room until it is back, so a slot lost is not
 withheld from it), ``news()`` (lines for the events since the last look) and ``why(workers)`` (where
 the room comes from, for the grow's event).
@@ -116,7 +117,7 @@ class GrowBack:
 
         if rule(self.bounds[1]) is None or now < self._probe_at or self._room is None:  # no I/O before it is due
             return None
-        self._probe_at = now + PROBE_EVERY_S
+        self._probe_at = now + float(getattr(self._room, "every_s", PROBE_EVERY_S))
         return rule(self._room())
 
     def news(self) -> list[str]:
