@@ -7,12 +7,12 @@ workers the nodes it may use hold (:func:`~orchestrator.resources.extension.node
 tasks per node when it started) and tells :class:`Extensions` how many nodes MAX is short of. The
 extension watch (a thread, so the supervisor's loop never waits on Slurm) then:
 
-* probes the allocation's lost nodes (slurmd, TCP, then a step ``srun --jobid=JOB -w NODE``): a lost
-  node that answers again and runs a step is room, without an extension;
 * asks Slurm for one node at a time, at most one pending:
   ``sbatch --parsable -N1 -n1 --exclude=<the run's nodes, lost ones too> --job-name RUN:extend
   --partition=<the run's> --time=<the run's time left> [--account, --qos, --cpus-per-task, --gres
   as the run's] --wrap '<wait while the run's job is in squeue>'``, and polls ``squeue -j EXT``;
+* probes the allocation's lost nodes meanwhile (slurmd, TCP, then a step ``srun --jobid=JOB -w NODE``):
+  a lost node that answers again and runs a step is room, and the pending extension is cancelled;
 * once it runs, starts one step on it from here (``srun --jobid=EXT --overlap -N1 -n1 -w NODE``,
   reading a file written into the runs directory: the node shares it) and only then counts it as
   room (``extension allocation 7 on osl2 granted``); the grow itself is the planned resize of a
@@ -21,9 +21,9 @@ extension watch (a thread, so the supervisor's loop never waits on Slurm) then:
   as a step of the extension (``srun --jobid=EXT``);
 * cancels (``scancel``) a pending extension Slurm does not start within :data:`GRANT_TIMEOUT_S`
   and asks again :data:`RETRY_AFTER_S` later (said in the events the first time, logged after),
-  one the grow no longer needs, and every extension when the run ends, however it ends
-  (:meth:`Extensions.close`, from the backend's ``close``); a later life that places no task on an
-  extension's node (its node lost, a smaller size) gives it up at once.
+  one the grow no longer needs (a node back, the grow no longer due), and every extension when the
+  run ends, however it ends (:meth:`Extensions.close`, from the backend's ``close``); a later life
+  that places no task on an extension's node (its node lost, a smaller size) gives it up at once.
 
 Every Slurm command is bounded (:data:`~orchestrator.backends.slurm_step.COMMAND_TIMEOUT_S`). Should
 the orchestrator be killed before it cancels them, each extension ends by itself once the run's own
@@ -284,12 +284,12 @@ class Extensions:
                 with self._lock:
                     due = self._wanted_at is not None and now - self._wanted_at < WANTED_FOR_S
                     short, pending = (self._short if due else 0), self._pending
-                if short > 0 and self._probe_lost(now):
-                    short -= 1
                 state = None if pending is None else self._state(pending.job_id)
                 action = extension_next(short, state, 0.0 if pending is None else now - pending.asked_at,
                                         self._retry_at - now, grant_timeout_s=GRANT_TIMEOUT_S)
-                self._act(action, pending, state)
+                self._act(action, pending, state)  # first: Slurm may take seconds to start it
+                if short > 0:  # a node back makes the pending extension unneeded (cancelled at the next look)
+                    self._probe_lost(now)
                 with self._lock:
                     if self._pending is None and not due:
                         self._thread = None
@@ -316,7 +316,8 @@ class Extensions:
             self._said_late = True
         elif action == CANCEL_UNNEEDED:
             self._cancel([pending.job_id])
-            self._forget(f"extension allocation {pending.job_id} cancelled: the job no longer grows back", retry=False)
+            self._forget(f"extension allocation {pending.job_id} cancelled: the job needs no more nodes now",
+                         retry=False)
         elif action == GONE:
             self._forget(f"extension allocation {pending.job_id} ended before it ran ({state or 'gone'}); asking "
                          f"again in {RETRY_AFTER_S:g} s")

@@ -1,10 +1,12 @@
 """Run inside ``salloc -N2`` by tests/slurm/test_slurm_extend.py: the Slurm backend's growth commands
 without TensorFlow (:mod:`orchestrator.backends.slurm_extend`), each wait bounded. Prints one JSON object.
 
-1. ``--workers 1:2`` on osl0 and osl1, osl1 then taken for lost: the watch finds it answering again
-   and running a step, so it is room (2) without any extension, and the next placement uses it.
+1. ``--workers 1:2`` on osl0 and osl1, osl1 then taken for lost: the watch asks for an extension (the
+   test holds osl2: it waits), finds osl1 answering again and running a step, so it is room (2); the
+   extension is cancelled, not needed, and the next placement uses osl1.
 2. ``--workers 1:3`` (MAX needs a third node; the test holds osl2): an extension is asked, stays
-   pending, is cancelled once the bound passes (said once) and asked again, twice; ``close`` cancels it.
+   pending, is cancelled once the bound passes (said once) and asked again, twice (the asks after
+   the run's first are logged, not said); ``close`` cancels it.
 """
 
 from __future__ import annotations
@@ -47,11 +49,11 @@ try:
     backend.allocate(spec(2, 2))
     backend.lost.add("osl1")  # as a lost node; its slurmd answers
     room = backend.grow_room(spec(1, 2))
-    out["back_room"], out["back_news"] = ask(room, lambda answer, news: answer == 2)
+    out["back_room"], out["back_news"] = ask(room, lambda answer, news: answer == 2 and "cancelled" in news[-1])
     out["back_placement"] = sorted(backend.allocate(spec(2, 2)).values())
     out["back_asked"] = list(backend.extensions.ever)
     room = backend.grow_room(spec(2, 3))
-    out["late_room"], out["late_news"] = ask(room, lambda answer, news: len(backend.extensions.ever) >= 3)
+    out["late_room"], out["late_news"] = ask(room, lambda answer, news: len(backend.extensions.ever) >= 4)
     out["late_asked"] = list(backend.extensions.ever)
 finally:
     backend.close()
