@@ -12,6 +12,12 @@ and trains ``--steps-b`` closures. Each closure adds 1 to both variables; the co
 closures each of its worker threads ran (``cluster_coordinator.Worker._process_closure``).
 
     python -m bench.pss_new_coordinator [--steps-a 20] [--steps-b 200]
+    python -m bench.pss_new_coordinator --absent-s 30
+
+``--absent-s S`` asks the other question: can a coordinator be started with a cluster that names a
+worker not up yet (a cluster planned at MAX, the workers above the start size left out)? Coordinator
+B then starts with the 2-worker cluster while worker 1 is not running, and the experiment waits ``S``
+seconds for its result before starting worker 1.
 
 Prints one JSON line: whether B trained, the closures per worker under A and B, the step and
 variable after each, whether the ps and the first worker are the same processes throughout, and the
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -85,6 +92,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps-a", type=int, default=20)
     parser.add_argument("--steps-b", type=int, default=200)
+    parser.add_argument("--absent-s", type=float, default=0.0,
+                        help="start coordinator B this many seconds before worker 1 (0: worker 1 first)")
     args = parser.parse_args()
     chief, ps, w0, w1 = (f"127.0.0.1:{_port()}" for _ in range(4))
     workdir = tempfile.mkdtemp(prefix="pss-new-coordinator-")
@@ -99,8 +108,10 @@ def main() -> None:
         procs.append(proc)
         return proc
 
-    def result(proc: subprocess.Popen[str]) -> dict:
+    def result(proc: subprocess.Popen[str], within_s: float | None = None) -> dict:
         assert proc.stdout is not None
+        if within_s is not None and not select.select([proc.stdout], [], [], within_s)[0]:
+            return {"no_result_within_s": within_s}  # still connecting: left running
         line = proc.stdout.readline()  # its one JSON line once it has saved (or "" if it died)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -109,11 +120,19 @@ def main() -> None:
     try:
         ps_proc, w0_proc = start("ps", 0, [w0], SERVER), start("worker", 0, [w0], SERVER)
         a = result(start("chief", 0, [w0], COORDINATOR, str(args.steps_a), ckpt, "fresh"))
-        w1_proc = start("worker", 1, [w0, w1], SERVER)
-        b = result(start("chief", 0, [w0, w1], COORDINATOR, str(args.steps_b), ckpt, "restore"))
+        absent: dict = {}
+        if args.absent_s:
+            b_proc = start("chief", 0, [w0, w1], COORDINATOR, str(args.steps_b), ckpt, "restore")
+            absent = result(b_proc, within_s=args.absent_s)
+            w1_proc = start("worker", 1, [w0, w1], SERVER)
+            b = result(b_proc) if "no_result_within_s" in absent else absent
+        else:
+            w1_proc = start("worker", 1, [w0, w1], SERVER)
+            b = result(start("chief", 0, [w0, w1], COORDINATOR, str(args.steps_b), ckpt, "restore"))
         kept = ps_proc.poll() is None and w0_proc.poll() is None and w1_proc.poll() is None
         trained = b.get("step") == args.steps_a + args.steps_b and len(b.get("closures", {})) == 2
         print(json.dumps({"b_trained_with_both_workers": trained, "servers_kept_up": kept, "a": a, "b": b,
+                          **({"b_while_worker_1_absent": absent} if args.absent_s else {}),
                           "pids": {"ps": ps_proc.pid, "worker-0": w0_proc.pid, "worker-1": w1_proc.pid}}))
     finally:
         for proc in procs:
