@@ -108,10 +108,11 @@ def test_a_pss_job_started_below_max_grows_past_its_cluster_through_the_coordina
     # TF_CONFIG, so the coordinator saves (the custom loop's save on the notice) and a next life at 2 continues
     spec = tmp_path / "pss.yaml"
     spec.write_text("strategy: parameter_server\nps: 1\nworkers: {min: 1, max: 2, start: 1}\n"
-                    "training: {epochs: 6, loop: custom}\n")  # 540 steps: the resize lands long before the end
+                    "training: {epochs: 20, steps_per_epoch: 30, loop: custom}\n")  # 600 steps: the resize lands
+    # after the first 30, long before the end (~6 s of steps on a quiet machine after it is sent)
     launch = start(launches, tmp_path, "grow", "--spec", str(spec), "--spares", "0")
     chief = launch.run_dir / "attempt-0" / "chief-0" / "stdout.log"
-    wait_until(lambda: chief.exists() and "epoch 1/6: mean loss" in chief.read_text(), 240, what="epoch 1 at 1 worker")
+    wait_until(lambda: chief.exists() and "epoch 1/20: mean loss" in chief.read_text(), 240, what="epoch 1 at 1 worker")
     resize = subprocess.run(orchestrator_cmd("resize", "--runs-dir", str(tmp_path), "grow", "--workers", "2"),
                             capture_output=True, text=True, cwd=REPO, env=test_env(), timeout=60)
     assert resize.returncode == 0, (resize.stdout, resize.stderr)
@@ -120,8 +121,8 @@ def test_a_pss_job_started_below_max_grows_past_its_cluster_through_the_coordina
     code, summary = launch.finish()
     assert code == 0, "".join(launch.lines[-40:])
     saved = int(re.search(r"checkpoint saved after step (\d+); exiting with code 143", chief.read_text())[1])
-    assert 90 <= saved < 540
-    assert summary["metrics"]["steps"] == 540 and summary["restarts"] == 0 and summary["recoveries"] == []
+    assert 30 <= saved < 600
+    assert summary["metrics"]["steps"] == 600 and summary["restarts"] == 0 and summary["recoveries"] == []
     one, two = summary["lives"]
     assert (one["ended"], one["cause"], one["steps_lost"], two["resumed_from_step"]) == \
         ("Preempted", "resize asked", 0, saved)
