@@ -28,7 +28,11 @@ restarted in place):
   parked ones back (:class:`~orchestrator.supervisor.actions.Resize`, carried out by
   :meth:`~orchestrator.supervisor.failures.Restarts.resized`); a lost slot is parked by the failure
   decision (:mod:`~orchestrator.supervisor.rules.parking`). Growing past the cluster the job started
-  with needs the coordinator restarted with a new ``TF_CONFIG``: refused in one line (docs/elastic.md).
+  with needs the coordinator restarted with a new ``TF_CONFIG`` (TF's coordinator only reconnects to
+  the addresses of its first cluster): the coordinator gets the preemption notice (its coordinated
+  save: the custom loop saves at its next step) and the run continues in a next life at the new
+  size, as an MWMS resize does; the ps and workers restart with it (TF would let them stay up,
+  docs/elastic.md; a life does not adopt another's processes yet).
 
 The part decides; the loop carries out what it returns (:mod:`~orchestrator.supervisor.actions`).
 """
@@ -36,6 +40,7 @@ The part decides; the loop carries out what it returns (:mod:`~orchestrator.supe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from orchestrator.plan import Plan
 from orchestrator.proto.phases import phase_name
@@ -116,20 +121,17 @@ class Resizing:
 
     def _pss_request(self, workers: int, reason: str) -> tuple[bool, str]:
         """A PSS resize: park the highest workers, or take parked ones back (their addresses are the
-        cluster's); a grow past the cluster the job started with is refused."""
+        cluster's); a grow past the cluster this life started with (a slot its ``TF_CONFIG`` lacks)
+        restarts the coordinator with a new ``TF_CONFIG``: the run continues in a next life at the new size."""
         assert self.bounds is not None
         parked = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.parked if self._lives else ())]
         active = [i for i in range(self.size) if i not in parked]
-        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked)
+        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked, started=self.size)
         if change.refusal:
             return False, change.refusal
-        if len(change.unpark) < len(change.coming):
-            return False, (f"workers={workers}: parameter_server: growing past the {self.size} worker(s) the "
-                           "cluster started with needs the coordinator restarted with a new TF_CONFIG, not built "
-                           "(docs/elastic.md)")
         self._reason = reason
-        self._asked = SizeChange(change.workers, change.going, change.coming, GREW_BACK if change.unpark else
-                                 RESIZE_ASKED, park=change.park, unpark=change.unpark)
+        back = any(slot in parked for slot in change.coming)
+        self._asked = replace(change, cause=GREW_BACK if back else RESIZE_ASKED)
         return True, ""
 
     def step(self, tasks: Sequence[TaskRuntime], state: JobState, now: float | None = None) -> list[Action]:
@@ -144,13 +146,17 @@ class Resizing:
         asked, self._asked = self._asked, None
         if asked is not None and self._training_ended:  # evaluation, export: a new group would train nothing
             return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
-        if asked is not None and self.strategy != MWMS:  # PSS: this life goes on
+        if asked is not None and self.strategy != MWMS and not asked.restart_group:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
                     Resize(asked.workers, asked.cause, tuple(f"worker-{i}" for i in asked.park),
                            tuple(f"worker-{i}" for i in asked.unpark))]
         if asked is not None:
             self.next = asked
-            what = self._what = f"{asked.cause}: {self.size} -> {asked.workers} worker(s)"
+            what = self._what = f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s)"
+            if self.strategy != MWMS:  # PSS past the started cluster: a new coordinator, a new TF_CONFIG
+                return [Event(f"{what} ({self._reason}); past the {self.size} worker(s) the cluster started with: "
+                              f"the coordinator saves at its next step, then the run continues at {asked.workers} "
+                              "with a new TF_CONFIG"), Preempt(what)]
             return [Event(f"{what} ({self._reason}); every worker saves at its next step, then the group continues "
                           f"at {asked.workers}"), Preempt(what)]
         for rt in tasks:

@@ -154,3 +154,23 @@ def test_a_job_whose_worker_is_parked_before_every_task_ran_is_running_once_the_
     h.tick(0.1)
     h.tick(0.1)
     assert h.sup.restarts.parked == ("worker-1",) and h.sup.state is JobState.RUNNING
+
+
+def test_a_pss_grow_past_the_started_cluster_is_the_coordinators_save_then_a_next_life_at_the_new_size(tmp_path):
+    # started at 1 of 1..2 (beside other runs' leases, or `start: 1`): worker 1 is in no TF_CONFIG of this life
+    h = Harness(tmp_path, spec_of(strategy="parameter_server", workers=1, ps=1, elastic=ElasticSpec(1, 2),
+                                  supervision={"backoff_s": 0.0}))
+    h.all_beat(step=5)
+    h.tick()
+    assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
+    h.tick(0.1)
+    # the preemption notice to the coordinator alone: the ps and the worker serve on while it saves
+    assert [h.backend.latest(n).signals for n in ("chief-0", "worker-0", "ps-0")] == [[signal.SIGTERM], [], []]
+    assert any("resize asked: 1 -> 2 worker(s) (resize asked by a user); past the 1 worker(s) the cluster started "
+               "with: the coordinator saves at its next step" in e for e in h.view.events)
+    h.exit("chief-0", 143)  # saved at its next step
+    result = h.finish()
+    assert result.state is JobState.PREEMPTED and h.sup.resizing.continues(result.state)
+    assert h.sup.resizing.next is not None and h.sup.resizing.next.workers == 2
+    assert h.sup.lives.lives()[-1].cause == "resize asked" and h.sup.restarts_used == 0
+    assert h.sup.snapshot().recoveries == ()  # not a failure: no recovery, no restart spent

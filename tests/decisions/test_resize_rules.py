@@ -29,12 +29,30 @@ MWMS, PSS = "multi_worker_mirrored", "parameter_server"
     # PSS shrink parks the highest; grow unparks the parked ones first, lowest first
     (PSS, [0, 1, 2], (1, 3), 1, [], RESIZE_ASKED, SizeChange(1, going=(1, 2), park=(1, 2))),
     (PSS, [0, 2], (1, 3), 3, [1], RESIZE_ASKED, SizeChange(3, coming=(1,), unpark=(1,))),
-    # past the parked ones: a new slot above the highest (a coordinator restart with a new TF_CONFIG)
-    (PSS, [0], (1, 4), 3, [2], RESIZE_ASKED, SizeChange(3, coming=(2, 3), unpark=(2,))),
+    # past the parked ones: a new slot above the highest, which the coordinator's TF_CONFIG lacks: a coordinator
+    # with a new TF_CONFIG (a next life at the new size, every slot started), nothing unparked in this life
+    (PSS, [0], (1, 4), 3, [2], RESIZE_ASKED, SizeChange(3, coming=(2, 3), restart_group=True)),
     (PSS, [0], (1, 3), 2, [2, 1], GREW_BACK, SizeChange(2, coming=(1,), cause=GREW_BACK, unpark=(1,))),
 ])
 def test_a_resize_asked(strategy, active, bounds, target, parked, cause, change):
     assert size_change(strategy, active, bounds, target=target, parked=parked, cause=cause) == change
+
+
+@pytest.mark.parametrize("active, parked, started, bounds, target, change", [
+    # started below MAX (beside other runs' leases, or `start`): a slot past the started cluster
+    ([0], [], 1, (1, 2), 2, SizeChange(2, coming=(1,), restart_group=True)),
+    ([0, 1], [], 2, (1, 4), 4, SizeChange(4, coming=(2, 3), restart_group=True)),
+    # parked slots are the started cluster's: taken back at their addresses, this life goes on
+    ([0], [1], 2, (1, 3), 2, SizeChange(2, coming=(1,), unpark=(1,))),
+    ([0, 2], [1], 3, (1, 4), 3, SizeChange(3, coming=(1,), unpark=(1,))),
+    # a parked slot and a new one: the new one needs the new coordinator, which starts both
+    ([0], [1], 2, (1, 3), 3, SizeChange(3, coming=(1, 2), restart_group=True)),
+    # a shrink never needs one
+    ([0, 1, 2], [], 3, (1, 3), 2, SizeChange(2, going=(2,), park=(2,))),
+])
+def test_a_pss_grow_past_the_started_cluster_restarts_the_coordinator(active, parked, started, bounds, target,
+                                                                     change):
+    assert size_change(PSS, active, bounds, target=target, parked=parked, started=started) == change
 
 
 @pytest.mark.parametrize("active, bounds, target, words", [

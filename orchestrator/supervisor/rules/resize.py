@@ -5,7 +5,8 @@
   restarts at the new size: TF fixes an MWMS group's size when the strategy is built, so a
   resize is new processes with a new ``TF_CONFIG``) and for ParameterServerStrategy (the
   ``ClusterCoordinator`` carries on without a worker: specific workers are parked and unparked,
-  the others keep running).
+  the others keep running; a grow past the cluster the job started with needs a coordinator with
+  a new ``TF_CONFIG``: the run continues in a next life at the new size from the coordinator's save).
 * :func:`slot_lost`: whether a worker's end was its slot withdrawn (an injected ``lose``).
 * :func:`node_lost`: whether a worker's node is lost (the backend says so: Slurm's slurmd does
   not answer, or the step did not end after SIGKILL), and the size change it makes.
@@ -43,8 +44,11 @@ class SizeChange:
             renumbered 0..workers-1 afterwards, the chief (worker 0) kept.
         coming: worker slots that come (back).
         cause: one of :data:`CAUSES`.
-        restart_group: MWMS: every worker saves and the group restarts at the new size; False
-            under PSS (``park`` / ``unpark`` name the workers, the rest keep running).
+        restart_group: MWMS: every worker saves and the group restarts at the new size. PSS: only
+            for a grow past the cluster the job started with (a worker slot its ``TF_CONFIG`` does
+            not have): the coordinator saves and the run continues in a next life at the new size,
+            with a new ``TF_CONFIG``; otherwise False (``park`` / ``unpark`` name the workers, the
+            rest keep running).
         park: PSS: the workers to park (not restarted, not failed).
         unpark: PSS: the parked workers to start again (at their address).
         refusal: why nothing changes ("": it does); then the other fields keep the size before.
@@ -61,7 +65,8 @@ class SizeChange:
 
 
 def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *, target: int | None = None,
-                lost: int | None = None, parked: Sequence[int] = (), cause: str = RESIZE_ASKED) -> SizeChange:
+                lost: int | None = None, parked: Sequence[int] = (), cause: str = RESIZE_ASKED,
+                started: int | None = None) -> SizeChange:
     """The size change of an elastic job's workers.
 
     Args:
@@ -72,11 +77,16 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
         lost: the slot whose node or task is gone (an injected ``lose``); None for a request.
         parked: PSS: the slots parked now (lost or shrunk earlier), which a grow takes back first.
         cause: of a request: ``resize asked`` or ``grew back`` (a lost slot is ``slot lost``).
+        started: PSS: the workers of the cluster this life started with (its ``TF_CONFIG``); None:
+            the active and parked slots. A grow to a slot at or above it needs a new coordinator.
 
     Returns:
         A :class:`SizeChange`. A shrink drops the highest slots (worker 0, the chief and
         checkpoint writer, stays); a lost slot drops that slot; a grow takes back the parked
-        slots lowest first, then new slots above the highest. Refused (``refusal`` set, size
+        slots lowest first, then new slots above the highest. Under PSS a grow that needs a new
+        slot (one the started cluster does not have) restarts the coordinator with a new
+        ``TF_CONFIG`` (``restart_group``; TF's coordinator only ever reconnects to the addresses of
+        its first cluster): nothing is unparked then, the next life starts every slot. Refused (``refusal`` set, size
         unchanged): a target outside MIN..MAX, the size it is already, or a loss that leaves
         fewer than MIN.
     """
@@ -104,8 +114,10 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
     top = max([*now, *parked], default=-1)
     new = list(range(top + 1, top + 1 + target - size - len(back)))
     coming = tuple(sorted(back + new))
-    return SizeChange(target, coming=coming, cause=cause, restart_group=mwms,
-                      unpark=() if mwms else tuple(back))
+    cluster = top + 1 if started is None else started
+    if mwms or any(slot >= cluster for slot in coming):  # PSS: a slot the coordinator's TF_CONFIG lacks
+        return SizeChange(target, coming=coming, cause=cause, restart_group=True)
+    return SizeChange(target, coming=coming, cause=cause, unpark=tuple(back))
 
 
 def slot_lost(planned_kinds: Sequence[str], stop_requested: bool) -> bool:
