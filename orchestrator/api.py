@@ -121,12 +121,12 @@ def _room_probe(spec: JobSpec, run_id: str, engine: Backend[Any],
     """What the lease ledger has room for, for an elastic MWMS run that grows back by itself
     (``--grow-back``: :mod:`orchestrator.supervisor.growback`); None when it does not. A backend that
     leases nothing of this machine (Slurm: its scheduler places the tasks) says it itself
-    (:meth:`~orchestrator.backends.base.Backend.grow_room`)."""
+    (:attr:`~orchestrator.backends.base.Backend.growth`)."""
     here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
     if spec.elastic is None or spec.elastic.grow_back_s is None or spec.strategy.value != "multi_worker_mirrored":
         return None
     if not here:
-        return engine.grow_room(spec)
+        return engine.growth.grow_room(spec) if engine.growth is not None else None
     ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
     return RoomProbe(spec, run_id, allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
                      inventory=inventory,

@@ -39,7 +39,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from orchestrator.backends.options import NoOptions
 from orchestrator.resources.gpus import GpuUsage
@@ -311,13 +311,15 @@ class PlacementHooks:
         nodes left): the job then fails with that reason. Default: ``(True, "")``."""
         return True, ""
 
+
+class GrowsBack(Protocol):
+    """A backend whose scheduler places the tasks (Slurm) and says itself what room an elastic MWMS
+    job that grows back by itself has (``--grow-back``: :mod:`orchestrator.supervisor.growback`);
+    the others leave it to the lease ledger of this machine (:attr:`Backend.growth` None)."""
+
     def grow_room(self, spec: JobSpec) -> Callable[[], int | None] | None:
-        """The ``room`` an elastic MWMS job that grows back by itself asks, once its cooldown has
-        passed (:mod:`orchestrator.supervisor.growback`): the most workers the backend could place
-        now (None: not known), for a backend whose scheduler places the tasks (Slurm: the nodes left,
-        extension allocations). Called once per life. Default: None (the lease ledger of this
-        machine says it, or nothing grows back)."""
-        return None
+        """The ``room`` the grow-back watch asks once its cooldown has passed: the most workers the
+        backend could place now (None: not known). Called once per life; None: nothing grows back."""
 
 
 class ExitHooks(Generic[H]):
@@ -351,7 +353,7 @@ HOOKS: Mapping[Capability, tuple[type, tuple[str, ...]]] = {
     Capability.DIAGNOSTICS: (DiagnosticHooks, ("sample", "dump_stacks", "oom_killed", "memory_total_bytes",
                                                "job_preempted")),
     Capability.SPARES: (SpareHooks, ("keep_spares", "spares")),
-    Capability.REMOTE: (PlacementHooks, ("register_address", "prepare_restart", "grow_room")),
+    Capability.REMOTE: (PlacementHooks, ("register_address", "prepare_restart")),
     Capability.EXIT_EVENTS: (ExitHooks, ("exit_fd",)),
 }
 """Each capability with hooks: the mixin that declares them (with their do-nothing defaults) and their names."""
@@ -403,6 +405,7 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
     parent_death_signal: bool = True
     health_host: str = "127.0.0.1"
     lost_nodes: LostNodes = LostNodes()
+    growth: GrowsBack | None = None
 
     def __init__(self, options: Any = None) -> None:
         """``options``: an instance of :attr:`options_type`, or None for its defaults."""

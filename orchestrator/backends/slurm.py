@@ -47,8 +47,9 @@ and ``SLURM_JOB_NODELIST`` set); it asks for no allocation itself.
   used (a lost node that answers again and runs a step counts), else into one-node *extension
   allocations*: new Slurm jobs (``sbatch -N1 --exclude=...``, the run's partition, time left,
   account, QoS and CPUs and GPUs per node) whose node joins the run; a task placed there is started
-  as a step of the extension (``srun --jobid=EXT``). :meth:`SlurmBackend.grow_room` is the room the
-  grow-back watch asks. A later life that places no task on an extension's node gives it up. The
+  as a step of the extension (``srun --jobid=EXT``).
+  :class:`~orchestrator.backends.slurm_room.SlurmGrowth` gives the room the grow-back watch asks.
+  A later life that places no task on an extension's node gives it up. The
   cluster must let a job submit another from inside its allocation and start steps of it there
   (``srun --jobid``), and share the runs directory with the new node (docs/elastic.md "Slurm: growing
   back" says why the extension takes one node and the run's partition, time left, account, QoS and
@@ -89,8 +90,9 @@ from orchestrator.backends.slurm_commands import (
     signal_steps,
     step_ids,
 )
-from orchestrator.backends.slurm_extend import Extensions, SlurmRoom
+from orchestrator.backends.slurm_extend import Extensions
 from orchestrator.backends.slurm_job import JobProbe
+from orchestrator.backends.slurm_room import SlurmGrowth, usable_nodes
 from orchestrator.backends.slurm_step import (
     DEFAULT_SLURMD_PORT,
     LOST_GRACE_S,
@@ -146,6 +148,7 @@ class SlurmBackend(Backend[SlurmStep]):
         self.lost_nodes = NodeWatch(self)
         self.density: int | None = None  # tasks per node of the run's first placement (grow-back keeps it)
         self.extensions = Extensions(self.environ, "", "", None, lambda: [], lambda: [], lambda n: n, lambda: 0)
+        self.growth = SlurmGrowth(self)
 
     # -- setting up ------------------------------------------------------------------------
     def open(self, run_id: str, run_dir: Path) -> None:
@@ -186,7 +189,8 @@ class SlurmBackend(Backend[SlurmStep]):
                             "on every interface", "give this machine's address on the cluster network")
         check_shared(self.environ, self.nodes, self.run_id, run_dir.parent)
         self.extensions = Extensions(self.environ, self.job_id, run_id, run_dir.parent,
-                                     taken=lambda: [*self.nodes, *self.lost], lost=self._lost_of_allocation,
+                                     taken=lambda: [*self.nodes, *self.lost],
+                                     lost=lambda: [n for n in self.nodes if n in self.lost],
                                      node_address=lambda n: self.node_addr.get(n, n),
                                      slurmd_port=lambda: self.slurmd_port)
 
@@ -208,7 +212,7 @@ class SlurmBackend(Backend[SlurmStep]):
         self.lost -= self.extensions.take_back()  # lost nodes that answer again and run a step
         for node, address in ((n, self.extensions.address(n)) for n in self.extensions.granted()):
             self.node_addr.setdefault(node, address or node)
-        nodes = self.usable_nodes() if self.nodes else ["localhost"]
+        nodes = usable_nodes(self.nodes, self.lost, self.extensions) if self.nodes else ["localhost"]
         if not nodes:
             raise SpecError("SLURM_JOB_NODELIST", ",".join(self.nodes), "every node of the allocation is lost",
                             "run the job again in a new allocation")
@@ -362,27 +366,6 @@ class SlurmBackend(Backend[SlurmStep]):
         return faulthandler_dump(self, step, timeout_s)
 
     # -- lost nodes, growing back ------------------------------------------------------------
-    def usable_nodes(self) -> list[str]:
-        """The nodes tasks may be placed on now: the allocation's not lost (or lost and answering again),
-        then the granted extension allocations' nodes not lost, in the order they were granted."""
-        back = self.extensions.back()
-        return [n for n in self.nodes if n not in self.lost or n in back] + \
-            [n for n in self.extensions.granted() if n not in self.lost and n not in self.nodes]
-
-    def _lost_of_allocation(self) -> list[str]:
-        lost = set(self.lost)
-        return [n for n in self.nodes if n in lost]
-
-    def grow_room(self, spec: JobSpec) -> SlurmRoom | None:
-        """The room of an elastic MWMS job that grows back by itself (:class:`SlurmRoom`: the nodes it
-        may use, extension allocations asked for when MAX needs more); None for any other job, or
-        outside an allocation."""
-        if spec.elastic is None or spec.elastic.grow_back_s is None or not self.job_id \
-                or spec.strategy.value != "multi_worker_mirrored":
-            return None
-        density = self.density or per_node(self.tasks_per_node_option, len(spec.tasks()), len(self.nodes))
-        return SlurmRoom(spec, self.usable_nodes, lambda: set(self.placement.values()), density, self.extensions)
-
     def job_preempted(self) -> bool | None:
         """Whether Slurm is preempting this job now, from ``scontrol show job`` (bounded by
         :data:`~orchestrator.backends.slurm_job.SCONTROL_TIMEOUT_S`, cached for a second); None
@@ -424,12 +407,6 @@ class SlurmBackend(Backend[SlurmStep]):
         """Cancel every step of this run still running and wait (at most 10 s) until Slurm
         lists none on the nodes that answer; steps on lost nodes are reported, not waited for.
         Then cancel every extension allocation of the run (:meth:`Extensions.close`)."""
-        try:
-            self._close_steps()
-        finally:
-            self.extensions.close()
-
-    def _close_steps(self) -> None:
         with self._lock:
             steps = list(self._steps)
         try:
@@ -455,6 +432,8 @@ class SlurmBackend(Backend[SlurmStep]):
                             if on_lost else "")
         except Exception:  # noqa: BLE001 - cleanup never costs the summary
             log.warning("could not clean up the job steps", exc_info=True)
+        finally:
+            self.extensions.close()
 
 
 class NodeWatch(LostNodes):

@@ -2,8 +2,9 @@
 docs/elastic.md "Slurm: growing back").
 
 A job that lost a node runs below MAX on the nodes left. Once its grow-back cooldown has passed
-(:class:`~orchestrator.supervisor.growback.GrowBack` only asks then), :class:`SlurmRoom` says how many
-workers the nodes it may use hold (:func:`~orchestrator.resources.extension.nodes_room`, at the job's
+(:class:`~orchestrator.supervisor.growback.GrowBack` only asks then),
+:class:`~orchestrator.backends.slurm_room.SlurmRoom` says how many workers the nodes it may use
+hold (:func:`~orchestrator.resources.extension.nodes_room`, at the job's
 tasks per node when it started) and tells :class:`Extensions` how many nodes MAX is short of. The
 extension watch (a thread, so the supervisor's loop never waits on Slurm) then:
 
@@ -50,10 +51,7 @@ from orchestrator.resources.extension import (
     GRANTED,
     SUBMIT,
     extension_next,
-    nodes_room,
-    nodes_short,
 )
-from orchestrator.spec.model import JobSpec
 
 log = logging.getLogger("orchestrator.backends.slurm")
 
@@ -495,53 +493,3 @@ class Extensions:
         else:
             log.info("extension allocation(s) %s cancelled", ", ".join(jobs))
         return left
-
-
-class SlurmRoom:
-    """The ``room`` of an elastic MWMS job on Slurm (the supervisor's grow-back watch calls it, at most
-    every :attr:`every_s`, only once a grow is otherwise due): the most workers the nodes it may use hold at its
-    density; it tells :class:`Extensions` how many nodes MAX is short of. Lost slots are counted here
-    (``counts_lost``): a lost node is not room until it answers again.
-
-    Args:
-        spec: the life's spec (its elastic bounds, its other tasks).
-        usable: the nodes the job may use now (the allocation's not lost, those back, granted extensions).
-        used: the nodes this life's tasks run on.
-        per_node: the job's tasks per node.
-        extensions: the run's extension allocations.
-    """
-
-    counts_lost = True
-    every_s = 0.2
-    """How often the grow-back watch may ask (seconds): an answer reads memory only (the extension watch,
-    a thread, talks to Slurm), so a granted extension is grown into at once."""
-
-    def __init__(self, spec: JobSpec, usable: Callable[[], list[str]], used: Callable[[], set[str]], per_node: int,
-                 extensions: Extensions) -> None:
-        assert spec.elastic is not None
-        self.bounds = (spec.elastic.min, spec.elastic.max)
-        self._others = len(spec.tasks()) - spec.workers  # chief, ps, evaluator, tf.data service
-        self._usable, self._used, self.per_node, self.extensions = usable, used, per_node, extensions
-
-    def tasks_at(self, workers: int) -> int:
-        """The job's tasks at ``workers`` workers."""
-        return self._others + workers
-
-    def __call__(self) -> int | None:
-        """The most workers in MIN..MAX the usable nodes hold now (None: not even MIN)."""
-        nodes = len(self._usable())
-        lo, hi = self.bounds
-        self.extensions.want(nodes_short(hi, self.tasks_at, nodes, self.per_node))
-        return nodes_room(lo, hi, self.tasks_at, nodes, self.per_node)
-
-    def news(self) -> list[str]:
-        """The extension watch's lines since the last call (events)."""
-        return self.extensions.news()
-
-    def why(self, workers: int) -> str:
-        """Where the room for ``workers`` comes from, for the grow's event."""
-        used, granted, back = self._used(), self.extensions.granted(), self.extensions.back()
-        fresh = [n for n in self._usable() if n not in used]
-        said = [f"extension allocation {granted[n]} on {n} granted" if n in granted else
-                f"node {n} answers again" if n in back else f"node {n} of the allocation is free" for n in fresh]
-        return "; ".join(said) or f"the allocation has room for {workers} again"

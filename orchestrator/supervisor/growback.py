@@ -8,7 +8,7 @@ it says the size to grow to now, or None (:func:`~orchestrator.supervisor.rules.
 decides); the growth itself is Resizing's planned resize (the coordinated save, 0 steps lost, the
 warm spares), its cause ``grew back``. The room is asked of a callable (the API's
 :class:`~orchestrator.resources.growroom.RoomProbe`: the lease ledger; on Slurm the backend's
-:class:`~orchestrator.backends.slurm_extend.SlurmRoom`: the nodes left, extension allocations), at
+:class:`~orchestrator.backends.slurm_room.SlurmRoom`: the nodes left, extension allocations), at
 most once every :data:`PROBE_EVERY_S` and only once everything else allows a grow (the cooldown
 passed, no slot withdrawn): no I/O before. A room may also say (optional attributes): ``every_s`` (how
 often it may be asked instead, seconds: a room whose I/O runs elsewhere answers at once), ``counts_lost``

@@ -1,7 +1,7 @@
 """Growing an elastic MWMS job on Slurm back (issue 34 item 5: "growth comes from a one-node extension
 allocation (a new Slurm job whose step joins the run)"), as tables over the pure rules of
 :mod:`orchestrator.resources.extension` and :mod:`orchestrator.backends.slurm_extend`, then the loop tick
-by tick with a room that counts lost nodes itself (as :class:`~orchestrator.backends.slurm_extend.SlurmRoom`
+by tick with a room that counts lost nodes itself (as :class:`~orchestrator.backends.slurm_room.SlurmRoom`
 does) and says what happened. The commands themselves run on the simulated cluster
 (tests/slurm/test_slurm_elastic.py, tests/slurm/test_slurm_extend.py).
 """
@@ -110,7 +110,7 @@ def test_the_extension_waits_while_the_runs_job_is_in_squeue_and_takes_no_input_
 
 
 class NodesRoom:
-    """A room as :class:`~orchestrator.backends.slurm_extend.SlurmRoom` answers: it counts lost nodes
+    """A room as :class:`~orchestrator.backends.slurm_room.SlurmRoom` answers: it counts lost nodes
     itself (a lost node is not room until it is back), says what happened, and where the room comes from."""
 
     counts_lost = True

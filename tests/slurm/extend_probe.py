@@ -48,11 +48,11 @@ backend.open("ext", runs / "ext")
 try:
     backend.allocate(spec(2, 2))
     backend.lost.add("osl1")  # as a lost node; its slurmd answers
-    room = backend.grow_room(spec(1, 2))
+    room = backend.growth.grow_room(spec(1, 2))
     out["back_room"], out["back_news"] = ask(room, lambda answer, news: answer == 2 and "cancelled" in news[-1])
     out["back_placement"] = sorted(backend.allocate(spec(2, 2)).values())
     out["back_asked"] = list(backend.extensions.ever)
-    room = backend.grow_room(spec(2, 3))
+    room = backend.growth.grow_room(spec(2, 3))
     out["late_room"], out["late_news"] = ask(room, lambda answer, news: len(backend.extensions.ever) >= 4)
     out["late_asked"] = list(backend.extensions.ever)
 finally:
