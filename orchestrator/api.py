@@ -17,11 +17,11 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from orchestrator import rundir, tls
 from orchestrator.backends import get_backend
-from orchestrator.backends.base import Backend, Capability
+from orchestrator.backends.base import Backend, Capability, TaskHandle
 from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of a job
     SPARE_PROBE,
     check_environment,
@@ -32,7 +32,7 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
 )
 from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
-from orchestrator.handle import Job, JobHandle, Outcome  # noqa: F401 - part of the API: what launch() returns
+from orchestrator.handle import Job, JobHandle, Outcome, first_wave  # noqa: F401 - Job...: what launch() returns
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
@@ -49,11 +49,12 @@ from orchestrator.rundir import RunDir, read_json, write_json_atomic, write_priv
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.keywords import spec_from
 from orchestrator.spec.model import JobSpec, TaskId
-from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.record import run_record
-from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 from orchestrator.supervisor.records.states import JobState
 from orchestrator.web.bind import parse_bind
+
+if TYPE_CHECKING:  # the supervisor's modules: after a launch's first tasks have started (prepare's start_early)
+    from orchestrator.supervisor.loop import Supervisor
+    from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 
 ENDPOINT_FILE = rundir.ENDPOINT_FILE
 """``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
@@ -173,6 +174,7 @@ def prepare(
     wait_for_resources_s: float | None = None,
     insecure: bool = False,
     engine: Backend[Any] | None = None,
+    start_early: bool = False,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -200,6 +202,8 @@ def prepare(
             with the run's own certificates (:mod:`orchestrator.tls`).
         engine: the open backend of the run's previous life in this process (a size change of the
             running job: its warm spares become the next life's tasks); None: a new one.
+        start_early: start the first tasks here, before the supervisor's modules are imported, on a backend whose
+            tasks end with this process (local); :func:`run`, called next on this thread, takes them over (the CLI).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -305,10 +309,17 @@ def prepare(
         }, indent=2) + "\n")
 
     def persist(sup: Supervisor) -> None:
+        from orchestrator.supervisor.record import run_record
+
         write_json_atomic(rd.record, run_record(sup))
 
-    supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
-                            room=_room_probe(spec, run_id, engine, inventory), **supervisor_options)
+    def make(started: dict[str, TaskHandle]) -> Supervisor:
+        from orchestrator.supervisor.loop import Supervisor  # with start_early: once the first tasks have started
+        return Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
+                          room=_room_probe(spec, run_id, engine, inventory), started=started, **supervisor_options)
+
+    supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
+                            start_early and engine.parent_death_signal, make)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
     bench_mark("prepared", sys.stderr)

@@ -5,21 +5,47 @@ returns) and how it ended (:class:`Outcome`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.backends.base import Backend, TaskHandle, start_attempt
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan
 from orchestrator.report.history import Recorder
 from orchestrator.resources import leases, runlock
-from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.records.snapshot import JobSnapshot
+from orchestrator.supervisor.rules.service import startable
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the supervisor's modules come after a launch's first tasks have started (first_wave)
+    from orchestrator.supervisor.loop import Supervisor
+    from orchestrator.supervisor.records.snapshot import JobSnapshot
     from orchestrator.web.server import WebServer
+
+
+def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], early: bool,
+               supervisor: Callable[[dict[str, TaskHandle]], Supervisor]) -> Supervisor:
+    """The job's supervisor (``supervisor(started)`` makes it), with ``early``: made once the first attempt of this
+    life (``attempts``: task name -> its number, default 0) of every task that waits for no other has started (all
+    of them without a tf.data service: :func:`~orchestrator.supervisor.rules.service.startable`, its first wave),
+    so that the tasks' interpreters and TensorFlow's import run while the supervisor's modules are imported; the
+    supervisor takes them over (``started``: task name -> handle). What was started is killed again when a task
+    cannot be started or the supervisor cannot be made.
+
+    Raises:
+        LaunchError: a task could not be started; what ``supervisor`` raises.
+    """
+    planned = [(tp.task.name, tp.task.task_type) for tp in plan.tasks]
+    started: dict[str, TaskHandle] = {}
+    try:
+        for tp in plan.tasks if early else ():
+            if startable(tp.task.task_type, planned, ()):
+                started[tp.task.name] = start_attempt(backend, plan, tp, attempts.get(tp.task.name, 0))
+        return supervisor(started)
+    except BaseException:
+        backend.stop(list(started.values()), timeout_s=0.0)  # just started: nothing of theirs to save
+        raise
 
 
 @dataclass
