@@ -39,14 +39,13 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from orchestrator.backends.options import NoOptions
+from orchestrator.plan import Plan, TaskPlan, attempt_env
 from orchestrator.resources.gpus import GpuUsage
+from orchestrator.rundir import RunDir
 from orchestrator.spec.model import JobSpec, TaskId
-
-if TYPE_CHECKING:
-    from orchestrator.plan import Plan, TaskPlan
 
 
 @dataclass(frozen=True)
@@ -487,18 +486,10 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
         """
 
 
+
 def start_attempt(backend: Backend[H], plan: Plan, task: TaskPlan, attempt: int) -> H:
-    """Start attempt ``attempt`` of the planned ``task`` on ``backend``: its environment (TF_CONFIG, the attempt),
-    its log directory in the run's; a user's program (no heartbeats) binds its port without asking, so its held
-    port is released first. How the supervisor starts a task, and how a launch starts its first wave before the
-    supervisor's modules are imported (:func:`orchestrator.handle.first_wave`).
-
-    Raises:
-        LaunchError: when it cannot be started.
-    """
-    from orchestrator.plan import attempt_env
-    from orchestrator.rundir import RunDir
-
+    """Start attempt ``attempt`` of ``task`` with its environment and log directory (the loop's starts, a launch's
+    first wave); a user's program binds its port without asking: its held port is released first. Raises LaunchError."""
     if not task.reports_heartbeats:
         backend.release_port(task.task, attempt)
     return backend.start(LaunchRequest(task.task, attempt, task.argv, attempt_env(plan, task.task, attempt),
