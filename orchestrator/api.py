@@ -318,11 +318,11 @@ def prepare(
         return Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
                           room=_room_probe(spec, run_id, engine, inventory), started=started, **supervisor_options)
 
+    bench_mark("prepared", sys.stderr)  # the plan written, the first tasks not started yet
     supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
                             start_early and engine.parent_death_signal, make)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
-    bench_mark("prepared", sys.stderr)
 
     def again(workers: int) -> Job:  # the next life at another size (a size change of the running job)
         spec_now = resized_spec(read_json(rd.plan) or {"spec": {}}, workers)

@@ -4,6 +4,7 @@ returns) and how it ended (:class:`Outcome`)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.backends.base import Backend, TaskHandle, start_attempt
+from orchestrator.env import bench_mark
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan
@@ -42,6 +44,8 @@ def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], e
         for tp in plan.tasks if early else ():
             if startable(tp.task.task_type, planned, ()):
                 started[tp.task.name] = start_attempt(backend, plan, tp, attempts.get(tp.task.name, 0))
+        if started:
+            bench_mark("first-wave", sys.stderr)  # bench/timeline.py: started before the supervisor's imports
         return supervisor(started)
     except BaseException:
         backend.stop(list(started.values()), timeout_s=0.0)  # just started: nothing of theirs to save
