@@ -2,11 +2,11 @@
 
 ``launch`` starts a job in the background from a spec file, a dict, a :class:`JobSpec` or
 keyword arguments and returns a :class:`JobHandle` (status, stop, wait). Underneath it (and
-under the CLI): ``dry_run`` builds the plan and starts nothing; ``prepare`` reserves
-addresses (the health server's port too), starts the web page with ``web=``, writes
-``plan.json``; ``run`` starts the tasks, then the health server and ``endpoint.json``,
-supervises to the end, stops the servers and writes ``summary.json``. ``check_job`` holds the
-checks both paths share.
+under the CLI): ``dry_run`` builds the plan and starts nothing; ``prepare`` reserves addresses
+(the health server's port too), starts the web page with ``web=``, writes ``plan.json`` (the CLI's
+also starts the first tasks, then imports the supervisor); ``run`` starts the tasks, then the health
+server and ``endpoint.json``, supervises to the end, stops the servers and writes ``summary.json``.
+``check_job`` holds the checks both paths share.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], e
 
 @dataclass
 class Job:
-    """A prepared job: plan written, ports held (the health server's too), nothing started yet.
+    """A prepared job: plan written, ports held (the health server's too), nothing started yet (with
+    ``prepare(start_early=True)``: the first tasks, which its supervisor takes over: :func:`first_wave`).
     :func:`run` starts the tasks, then the health server on its held port (the tasks' first
     heartbeats wait for it; a launch's tasks start before ``grpc`` is imported), then writes
     ``endpoint.json``.
