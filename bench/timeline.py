@@ -3,7 +3,8 @@
 Both sides of the ``tf`` section print the same ``bench: mark LABEL (unix T)`` lines
 (``BENCH_TIMING``, :func:`orchestrator.env.bench_mark`): the orchestrator on its stderr
 (``cli-start``: its interpreter is up; ``cli-imported``: ``launch``'s modules are imported;
-``ports-held``, ``prepared``: the ports held, the plan written; ``health-up``: the health server
+``ports-held``, ``prepared``: the ports held, the plan written; ``first-wave``: a local launch's
+first tasks started, before the supervisor's modules are imported; ``health-up``: the health server
 up, after the tasks have started), every task in its ``stdout.log`` (``task-main``: its interpreter is up;
 ``runtime-imported``, ``reporter-started``, ``first-heartbeat``: the task runtime and its
 health client; ``train``, ``imported``: TensorFlow imported; ``port-released``, ``leader-up``
@@ -26,7 +27,7 @@ _MARK = re.compile(r"bench: mark (\S+) \(unix ([\d.]+)\)")
 _FIRST = re.compile(r"bench: first step \d+ done \(unix ([\d.]+)\)")
 _STARTED = re.compile(r"(\w+-\d+) started \(pid \d+, attempt 0\)")
 
-ORCHESTRATOR = ("cli-start", "cli-imported", "ports-held", "prepared", "health-up")
+ORCHESTRATOR = ("cli-start", "cli-imported", "ports-held", "prepared", "first-wave", "health-up")
 """The orchestrator's points, in the order they happen."""
 TASK = ("started", "task-main", "runtime-imported", "reporter-started", "first-heartbeat", "train", "imported",
         "port-released", "leader-up", "servers-up", "serving", "strategy", "data", "model", "fit", "first-step")

@@ -2,11 +2,11 @@
 
 ``launch`` starts a job in the background from a spec file, a dict, a :class:`JobSpec` or
 keyword arguments and returns a :class:`JobHandle` (status, stop, wait). Underneath it (and
-under the CLI): ``dry_run`` builds the plan and starts nothing; ``prepare`` reserves
-addresses (the health server's port too), starts the web page with ``web=``, writes
-``plan.json``; ``run`` starts the tasks, then the health server and ``endpoint.json``,
-supervises to the end, stops the servers and writes ``summary.json``. ``check_job`` holds the
-checks both paths share.
+under the CLI): ``dry_run`` builds the plan and starts nothing; ``prepare`` reserves addresses
+(the health server's port too), starts the web page with ``web=``, writes ``plan.json`` (the CLI's
+also starts the first tasks, then imports the supervisor); ``run`` starts the tasks, then the health
+server and ``endpoint.json``, supervises to the end, stops the servers and writes ``summary.json``.
+``check_job`` holds the checks both paths share.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from orchestrator import rundir, tls
 from orchestrator.backends import get_backend
-from orchestrator.backends.base import Backend, Capability
+from orchestrator.backends.base import Backend, Capability, TaskHandle
 from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of a job
     SPARE_PROBE,
     check_environment,
@@ -32,7 +32,7 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
 )
 from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
-from orchestrator.handle import Job, JobHandle, Outcome  # noqa: F401 - part of the API: what launch() returns
+from orchestrator.handle import Job, JobHandle, Outcome, first_wave, room_probe  # noqa: F401 - Job...: what launch() returns
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, make_plan, new_run_id
@@ -41,19 +41,19 @@ from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
 from orchestrator.resources.cpus import node_cpus_plan, plan_cpus
 from orchestrator.resources.elastic import SHRUNK
-from orchestrator.resources.gpus import Inventory, discover
-from orchestrator.resources.growroom import RoomProbe
+from orchestrator.resources.gpus import discover
 from orchestrator.resources.placement import Placement, place_elastic
 from orchestrator.resume import carried_over, check_resumable, resized_spec
 from orchestrator.rundir import RunDir, read_json, write_json_atomic, write_private
 from orchestrator.spec.faults import Fault
 from orchestrator.spec.keywords import spec_from
 from orchestrator.spec.model import JobSpec, TaskId
-from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.record import run_record
-from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 from orchestrator.supervisor.records.states import JobState
 from orchestrator.web.bind import parse_bind
+
+if TYPE_CHECKING:  # the supervisor's modules: after a launch's first tasks have started (prepare's start_early)
+    from orchestrator.supervisor.loop import Supervisor
+    from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 
 ENDPOINT_FILE = rundir.ENDPOINT_FILE
 """``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
@@ -116,23 +116,6 @@ def leased(spec: JobSpec, placement: Placement, lease: leases.Lease, engine: Bac
     return sized, dataclasses.replace(mine, warnings=(*kept, *mine.warnings, *notes))
 
 
-def _room_probe(spec: JobSpec, run_id: str, engine: Backend[Any],
-                inventory: Inventory | None) -> Callable[[], int | None] | None:
-    """What the lease ledger has room for, for an elastic MWMS run that grows back by itself
-    (``--grow-back``: :mod:`orchestrator.supervisor.growback`); None when it does not. A backend that
-    leases nothing of this machine (Slurm: its scheduler places the tasks) says it itself
-    (:attr:`~orchestrator.backends.base.Backend.growth`)."""
-    here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
-    if spec.elastic is None or spec.elastic.grow_back_s is None or spec.strategy.value != "multi_worker_mirrored":
-        return None
-    if not here:
-        return engine.growth.grow_room(spec) if engine.growth is not None else None
-    ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
-    return RoomProbe(spec, run_id, allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
-                     inventory=inventory,
-                     ports=lambda sized: len(sized.tasks()) if ports else 0)
-
-
 def dry_run(
     spec: JobSpec,
     *,
@@ -176,6 +159,7 @@ def prepare(
     wait_for_resources_s: float | None = None,
     insecure: bool = False,
     engine: Backend[Any] | None = None,
+    start_early: bool = False,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -203,6 +187,8 @@ def prepare(
             with the run's own certificates (:mod:`orchestrator.tls`).
         engine: the open backend of the run's previous life in this process (a size change of the
             running job: its warm spares become the next life's tasks); None: a new one.
+        start_early: start the first tasks here, before the supervisor's modules are imported, on a backend whose
+            tasks end with this process (local); :func:`run`, called next on this thread, takes them over (the CLI).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -308,13 +294,20 @@ def prepare(
         }, indent=2) + "\n")
 
     def persist(sup: Supervisor) -> None:
+        from orchestrator.supervisor.record import run_record
+
         write_json_atomic(rd.record, run_record(sup))
 
-    supervisor = Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
-                            room=_room_probe(spec, run_id, engine, inventory), **supervisor_options)
+    def make(started: dict[str, TaskHandle]) -> Supervisor:
+        from orchestrator.supervisor.loop import Supervisor  # with start_early: once the first tasks have started
+        return Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
+                          room=room_probe(spec, run_id, engine, inventory), started=started, **supervisor_options)
+
+    bench_mark("prepared", sys.stderr)  # the plan written, the first tasks not started yet
+    supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
+                            start_early and engine.parent_death_signal, make)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
-    bench_mark("prepared", sys.stderr)
 
     def again(workers: int) -> Job:  # the next life at another size (a size change of the running job)
         spec_now = resized_spec(read_json(rd.plan) or {"spec": {}}, workers)

@@ -4,27 +4,62 @@ returns) and how it ended (:class:`Outcome`)."""
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.backends.base import Backend, Capability, TaskHandle, start_attempt
+from orchestrator.env import bench_mark
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan
 from orchestrator.report.history import Recorder
 from orchestrator.resources import leases, runlock
-from orchestrator.supervisor import Supervisor
-from orchestrator.supervisor.records.snapshot import JobSnapshot
+from orchestrator.resources.cores import allowed_cores
+from orchestrator.resources.gpus import Inventory
+from orchestrator.resources.growroom import RoomProbe
+from orchestrator.spec.model import JobSpec
+from orchestrator.supervisor.rules.service import startable
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the supervisor's modules come after a launch's first tasks have started (first_wave)
+    from orchestrator.supervisor.loop import Supervisor
+    from orchestrator.supervisor.records.snapshot import JobSnapshot
     from orchestrator.web.server import WebServer
+
+
+def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], early: bool,
+               supervisor: Callable[[dict[str, TaskHandle]], Supervisor]) -> Supervisor:
+    """The job's supervisor (``supervisor(started)`` makes it), with ``early``: made once the first attempt of this
+    life (``attempts``: task name -> its number, default 0) of every task that waits for no other has started (all
+    of them without a tf.data service: :func:`~orchestrator.supervisor.rules.service.startable`, its first wave),
+    so that the tasks' interpreters and TensorFlow's import run while the supervisor's modules are imported; the
+    supervisor takes them over (``started``: task name -> handle). What was started is killed again when a task
+    cannot be started or the supervisor cannot be made.
+
+    Raises:
+        LaunchError: a task could not be started; what ``supervisor`` raises.
+    """
+    planned = [(tp.task.name, tp.task.task_type) for tp in plan.tasks]
+    started: dict[str, TaskHandle] = {}
+    try:
+        for tp in plan.tasks if early else ():
+            if startable(tp.task.task_type, planned, ()):
+                started[tp.task.name] = start_attempt(backend, plan, tp, attempts.get(tp.task.name, 0))
+        if started:
+            bench_mark("first-wave", sys.stderr)  # bench/timeline.py: started before the supervisor's imports
+        return supervisor(started)
+    except BaseException:
+        backend.stop(list(started.values()), timeout_s=0.0)  # just started: nothing of theirs to save
+        raise
 
 
 @dataclass
 class Job:
-    """A prepared job: plan written, ports held (the health server's too), nothing started yet.
+    """A prepared job: plan written, ports held (the health server's too), nothing started yet (with
+    ``prepare(start_early=True)``: the first tasks, which its supervisor takes over: :func:`first_wave`).
     :func:`run` starts the tasks, then the health server on its held port (the tasks' first
     heartbeats wait for it; a launch's tasks start before ``grpc`` is imported), then writes
     ``endpoint.json``.
@@ -168,3 +203,20 @@ class JobHandle:
     def __exit__(self, *exc: object) -> None:
         if not self.done:
             self.stop("stopped: the with block of api.launch() was left")
+
+
+def room_probe(spec: JobSpec, run_id: str, engine: Backend[Any],
+               inventory: Inventory | None) -> Callable[[], int | None] | None:
+    """What the lease ledger has room for, for an elastic MWMS run that grows back by itself
+    (``--grow-back``: :mod:`orchestrator.supervisor.growback`); None when it does not. A backend that
+    leases nothing of this machine (Slurm: its scheduler places the tasks) says it itself
+    (:attr:`~orchestrator.backends.base.Backend.growth`)."""
+    here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
+    if spec.elastic is None or spec.elastic.grow_back_s is None or spec.strategy.value != "multi_worker_mirrored":
+        return None
+    if not here:
+        return engine.growth.grow_room(spec) if engine.growth is not None else None
+    ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
+    return RoomProbe(spec, run_id, allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
+                     inventory=inventory,
+                     ports=lambda sized: len(sized.tasks()) if ports else 0)

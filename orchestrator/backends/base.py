@@ -39,10 +39,13 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
+from orchestrator.backends.growth import GrowsBack
 from orchestrator.backends.options import NoOptions
+from orchestrator.plan import Plan, TaskPlan, attempt_env
 from orchestrator.resources.gpus import GpuUsage
+from orchestrator.rundir import RunDir
 from orchestrator.spec.model import JobSpec, TaskId
 
 
@@ -312,16 +315,6 @@ class PlacementHooks:
         return True, ""
 
 
-class GrowsBack(Protocol):
-    """A backend whose scheduler places the tasks (Slurm) and says itself what room an elastic MWMS
-    job that grows back by itself has (``--grow-back``: :mod:`orchestrator.supervisor.growback`);
-    the others leave it to the lease ledger of this machine (:attr:`Backend.growth` None)."""
-
-    def grow_room(self, spec: JobSpec) -> Callable[[], int | None] | None:
-        """The ``room`` the grow-back watch asks once its cooldown has passed: the most workers the
-        backend could place now (None: not known). Called once per life; None: nothing grows back."""
-
-
 class ExitHooks(Generic[H]):
     """Capability :attr:`Capability.EXIT_EVENTS`; the default gives no event (the task is polled)."""
 
@@ -493,3 +486,13 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
         Raises:
             LaunchError: when a task survives SIGKILL.
         """
+
+
+
+def start_attempt(backend: Backend[H], plan: Plan, task: TaskPlan, attempt: int) -> H:
+    """Start attempt ``attempt`` of ``task`` with its environment and log directory (the loop's starts, a launch's
+    first wave); a user's program binds its port without asking: its held port is released first. Raises LaunchError."""
+    if not task.reports_heartbeats:
+        backend.release_port(task.task, attempt)
+    return backend.start(LaunchRequest(task.task, attempt, task.argv, attempt_env(plan, task.task, attempt),
+                                       RunDir(plan.run_dir).task(attempt, task.task), runtime=task.reports_heartbeats))

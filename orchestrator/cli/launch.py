@@ -277,7 +277,7 @@ def run_launch(args: argparse.Namespace) -> int:
                       stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
                       web=args.web, web_public=args.web_public, resume=args.resume is not None,
                       preemption_grace_s=args.preemption_grace, wait_for_resources_s=args.wait_for_resources,
-                      insecure=args.insecure)
+                      insecure=args.insecure, start_early=True)  # the first tasks start in it: run takes them over
     if args.insecure:
         print("warning: --insecure: the orchestrator's endpoint takes plaintext gRPC; anyone on its network path "
               "can read the job token", file=sys.stderr, flush=True)

@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from orchestrator.backends.base import Backend, LaunchRequest
+from orchestrator.backends.base import Backend, TaskHandle, start_attempt
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.plan import Plan, attempt_env
+from orchestrator.plan import Plan
 from orchestrator.rundir import ERROR_FILE, RunDir
 from orchestrator.spec.model import Strategy
 from orchestrator.supervisor import actions as do
@@ -79,6 +79,8 @@ class Supervisor:
         on_started: called by :meth:`run` once every task's first attempt has started, before the first tick (the
             API starts the health server there); what it raises ends the run with every task stopped.
         room: the most workers the machine has room for now (MWMS grow-back, :mod:`.growback`); None: no grow-back.
+        started: task name -> its first attempt of this life, already started on ``backend`` (a launch's first wave,
+            :func:`orchestrator.handle.first_wave`): :meth:`start` takes them over instead of starting them.
         clock: monotonic clock, seconds.
         **options: the timing knobs of :class:`~orchestrator.supervisor.options.LoopOptions`
             (``stop_timeout_s``, ``success_grace_s``, ``tick_s``, ``preemption_grace_s``, ...).
@@ -98,6 +100,7 @@ class Supervisor:
         persist: Callable[["Supervisor"], None] | None = None,
         on_started: Callable[[], None] | None = None,
         room: Callable[[], int | None] | None = None,
+        started: dict[str, TaskHandle] | None = None,
         clock: Callable[[], float] = time.monotonic,
         **options: float,
     ) -> None:
@@ -108,7 +111,7 @@ class Supervisor:
         self.clock = clock
         self.carried = carried or Carried()
         self._persist_hook = persist
-        self._on_started = on_started
+        self._on_started, self._started = on_started, dict(started or {})
         self.tasks = [TaskRuntime(plan=tp, current=Attempt(number=self.carried.next_attempt.get(tp.task.name, 0)),
                                   restarts=self.carried.task_restarts.get(tp.task.name, 0)) for tp in plan.tasks]
         self.table = table = TaskTable(self.tasks, plan.spec.coordinator)
@@ -176,6 +179,8 @@ class Supervisor:
         finally:
             if self.table.live():  # an exception escaped the loop: leave nothing behind
                 self._stop(None, "stopped: orchestrator error")
+            if self._started:  # started for this life, never taken over (an exception before)
+                self.backend.stop(list(self._started.values()), timeout_s=self.options.stop_timeout_s)
             try:
                 if not self.resizing.continues(self.state):  # a next life at another size keeps the warm spares
                     self.backend.close()
@@ -316,7 +321,7 @@ class Supervisor:
                 self._preempt(now)
             elif isinstance(action, do.Start):
                 for name in action.tasks:
-                    if not self._interrupt:
+                    if not self._interrupt or name in self._started:  # one already started is stopped with the rest
                         self._start(self.table.named(name))
             elif isinstance(action, do.Resize):  # PSS: workers parked or taken back (failures.Restarts.resized)
                 self._do(self.restarts.resized(action, now), now)
@@ -329,11 +334,7 @@ class Supervisor:
     def _start(self, rt: TaskRuntime) -> None:
         a = rt.current
         directory = RunDir(self.plan.run_dir).task(a.number, rt.task)
-        env = attempt_env(self.plan, rt.task, a.number)
-        if not rt.plan.reports_heartbeats:  # a user's program binds its port without asking
-            self.backend.release_port(rt.task, a.number)
-        handle = self.backend.start(LaunchRequest(rt.task, a.number, rt.plan.argv, env, directory,
-                                                  runtime=rt.plan.reports_heartbeats))
+        handle = self._started.pop(rt.task.name, None) or start_attempt(self.backend, self.plan, rt.plan, a.number)
         a.process, a.pid = handle, handle.pid
         a.stdout_path, a.stderr_path = handle.stdout_path, handle.stderr_path
         a.error_file = directory / ERROR_FILE

@@ -346,7 +346,10 @@ class HeartbeatReporter:
                 stub.StreamHeartbeats(self._heartbeats(), metadata=self._metadata, timeout=STREAM_DEADLINE_S)
                 backoff_s = 0.2
             except (grpc.RpcError, ValueError) as exc:  # ValueError: channel closed by close()
-                if self._sent_final.is_set() or self._closing:
+                # closing before the orchestrator was ever reached: a parent's server that does not serve yet (it
+                # holds the port, serves once its tasks have started) is tried again until close's timeout
+                if self._sent_final.is_set() or isinstance(exc, ValueError) or (self._closing and (
+                        self._reached or self._orchestrator_pid <= 0 or exc.code() != grpc.StatusCode.UNAVAILABLE)):
                     return
                 log.debug("heartbeat stream broke (%s); reconnecting in %.1f s", exc, backoff_s)
                 if (not self._refused and isinstance(exc, grpc.RpcError)

@@ -146,6 +146,21 @@ def test_request_stop_stops_everything_with_exit_130(tmp_path, monkeypatch):
     assert_no_process_left([t["pid"] for t in summary["tasks"]])
 
 
+def test_a_launchs_first_tasks_start_in_prepare_and_a_stop_before_the_run_still_stops_them(tmp_path, monkeypatch):
+    """``prepare(start_early=True)`` (the CLI) starts the first tasks before the supervisor's modules are
+    imported; ``run`` takes them over: a stop requested before it ends the job Interrupted with both
+    tasks recorded as started and stopped, none left running."""
+    monkeypatch.setenv("TEST_BEHAVIOR", "stall")  # runs until stopped
+    job = api.prepare(JobSpec.create(workers=2), runs_dir=tmp_path, commands=COMMANDS, start_early=True)
+    logs = [job.plan.run_dir / "attempt-0" / name / "stdout.log" for name in ("worker-0", "worker-1")]
+    assert [log.exists() for log in logs] == [True, True]  # started by prepare
+    job.supervisor.request_stop("interrupted by SIGINT")
+    result, summary = api.run(job)
+    assert (result.exit_code, summary["status"], summary["reason"]) == (130, "Interrupted", "interrupted by SIGINT")
+    assert [(t["state"], bool(t["pid"])) for t in summary["tasks"]] == [("Stopped", True)] * 2
+    assert_no_process_left([t["pid"] for t in summary["tasks"]])
+
+
 DRIVER = """
 import sys
 from orchestrator import api

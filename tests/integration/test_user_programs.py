@@ -52,6 +52,45 @@ def log(job, task: str, name: str, attempt: int = 0) -> str:
 # -- the reporting client -------------------------------------------------------------------
 
 
+EXITS_AT_ONCE = """
+import logging, sys, threading
+refused = threading.Event()
+class Seen(logging.Handler):
+    def emit(self, record):
+        print(record.getMessage(), file=sys.stderr, flush=True)
+        refused.set()
+logger = logging.getLogger("orchestrator.task.reporter")
+logger.addHandler(Seen()); logger.setLevel(logging.DEBUG)
+from orchestrator.client import report
+report(step=7)
+refused.wait(20)  # its first heartbeat was refused: the health server does not serve yet
+print("reported; exiting", file=sys.stderr, flush=True)
+"""
+
+
+def test_a_report_before_the_health_server_serves_is_not_lost_when_the_program_exits_at_once(tmp_path, monkeypatch):
+    """A launch's tasks start before its health server serves (it imports grpc, the CLI its supervisor, after them):
+    a program that reports and exits at once keeps trying its last heartbeat until the server serves (within the
+    client's close timeout) instead of dropping it at the first refusal while closing."""
+    spec = JobSpec.create(workers=1, heartbeat_interval_s=0.2)
+    job = api.prepare(spec, runs_dir=tmp_path, commands={"worker": [sys.executable, "-c", EXITS_AT_ONCE]})
+    stderr = job.plan.run_dir / "attempt-0" / "worker-0" / "stderr.log"
+    start = job.server.start
+
+    def refused_while_exiting() -> bool:  # a heartbeat refused after the program was done: it is closing
+        text = stderr.read_text() if stderr.exists() else ""
+        return "reported; exiting" in text and "heartbeat stream broke" in text.split("reported; exiting", 1)[1]
+
+    def serve_once_it_is_exiting(*args, **kwargs):
+        wait_until(refused_while_exiting, 20, what="a heartbeat refused while the program exits")
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(job.server, "start", serve_once_it_is_exiting)
+    result, summary = api.run(job)
+    assert_no_process_left(all_pids(summary))
+    assert (result.exit_code, summary["tasks"][0]["last_heartbeat"]["step"]) == (0, 7), stderr.read_text()
+
+
 def test_a_program_that_imports_the_client_and_hangs_is_caught_by_the_startup_timeout(tmp_path):
     source = "import time, orchestrator.client; time.sleep(60)"  # e.g. stuck creating its strategy
     _, result, summary, elapsed_s = launch(tmp_path, source, startup_timeout_s=2.0, restart_policy={"all": "never"})

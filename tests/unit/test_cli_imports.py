@@ -29,6 +29,23 @@ def test_a_launch_imports_no_other_subcommand_and_no_yaml():
     assert "yaml" not in modules  # a spec from flags: no YAML file to read
 
 
+SUPERVISING = tuple(f"orchestrator.supervisor.{m}" for m in (
+    "loop", "actions", "beats", "ending", "exits", "failures", "forensics", "growback", "hangs", "logcap", "options",
+    "pictures", "preemption", "record", "rehearsal", "resizing", "table", "waves", "records.recovery",
+    "rules.decisions", "rules.exitrules", "rules.hang_rules", "rules.parking", "rules.resize", "rules.spares",
+    "rules.stack_rules", "rules.training_rules",
+)) + ("orchestrator.web.server", "orchestrator.web.metrics", "prometheus_client")
+"""What only supervising needs (the loop, its parts and their rules), and the page's server: a launch
+imports them once its first tasks have started (their interpreters and TensorFlow's import meanwhile)."""
+
+
+def test_the_api_imports_none_of_what_only_supervising_needs():
+    code = "import json, sys; import orchestrator.api; print(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [m for m in SUPERVISING if m in json.loads(result.stdout)] == []
+
+
 NOT_BEFORE_THE_TASKS = (
     "grpc", "grpc_health", "asyncio", "aiohttp",  # the health server's and the web page's: after the tasks start
     "google.protobuf", "orchestrator.proto.supervisor_pb2",  # with the health server: the supervisor reads phases
@@ -38,6 +55,7 @@ NOT_BEFORE_THE_TASKS = (
     "orchestrator.report.status", "orchestrator.report.summary", "orchestrator.report.schema",  # a status, the end
     "zipfile",  # the data's count reads a .npz only when there is one
     "difflib",  # a suggestion for a misspelt key: bad input only
+    *SUPERVISING,
 )
 """Modules a local launch has not imported when each of its tasks starts (the path to the first
 task start is what planning and starting need: docs/architecture.md, "What a launch spends")."""
