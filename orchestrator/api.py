@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -160,6 +161,7 @@ def prepare(
     insecure: bool = False,
     engine: Backend[Any] | None = None,
     start_early: bool = False,
+    first_wave_started: threading.Event | None = None,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -189,6 +191,8 @@ def prepare(
             running job: its warm spares become the next life's tasks); None: a new one.
         start_early: start the first tasks here, before the supervisor's modules are imported, on a backend whose
             tasks end with this process (local); :func:`run`, called next on this thread, takes them over (the CLI).
+        first_wave_started: set just before the first of those tasks starts (the CLI holds a signal back from then
+            until its handlers take it).
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -305,7 +309,7 @@ def prepare(
 
     bench_mark("prepared", sys.stderr)  # the plan written, the first tasks not started yet
     supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
-                            start_early and engine.parent_death_signal, make)
+                            start_early and engine.parent_death_signal, make, first_wave_started)
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
 

@@ -31,13 +31,14 @@ if TYPE_CHECKING:  # the supervisor's modules come after a launch's first tasks 
 
 
 def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], early: bool,
-               supervisor: Callable[[dict[str, TaskHandle]], Supervisor]) -> Supervisor:
+               supervisor: Callable[[dict[str, TaskHandle]], Supervisor],
+               started_event: threading.Event | None = None) -> Supervisor:
     """The job's supervisor (``supervisor(started)`` makes it), with ``early``: made once the first attempt of this
     life (``attempts``: task name -> its number, default 0) of every task that waits for no other has started (all
     of them without a tf.data service: :func:`~orchestrator.supervisor.rules.service.startable`, its first wave),
     so that the tasks' interpreters and TensorFlow's import run while the supervisor's modules are imported; the
     supervisor takes them over (``started``: task name -> handle). What was started is killed again when a task
-    cannot be started or the supervisor cannot be made.
+    cannot be started or the supervisor cannot be made. ``started_event`` is set just before the first task starts.
 
     Raises:
         LaunchError: a task could not be started; what ``supervisor`` raises.
@@ -45,6 +46,8 @@ def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], e
     planned = [(tp.task.name, tp.task.task_type) for tp in plan.tasks]
     started: dict[str, TaskHandle] = {}
     try:
+        if early and started_event is not None:
+            started_event.set()  # from the first start on: a task may be running
         for tp in plan.tasks if early else ():
             if startable(tp.task.task_type, planned, ()):
                 started[tp.task.name] = start_attempt(backend, plan, tp, attempts.get(tp.task.name, 0))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from orchestrator import api, jsontext
@@ -273,11 +275,41 @@ def run_launch(args: argparse.Namespace) -> int:
         view = LinesView()
     else:
         view = None
-    job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
-                      stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
-                      web=args.web, web_public=args.web_public, resume=args.resume is not None,
-                      preemption_grace_s=args.preemption_grace, wait_for_resources_s=args.wait_for_resources,
-                      insecure=args.insecure, start_early=True)  # the first tasks start in it: run takes them over
+    first_started, held = threading.Event(), []
+
+    def on_signal(signum, _frame):
+        if job is None:  # preparing
+            if first_started.is_set():  # the first tasks run: held until the job exists, then taken as below
+                held.append(signum)
+                return
+            if signum == signal.SIGINT:  # nothing started: as before any handler
+                raise KeyboardInterrupt
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if signum == signal.SIGTERM:  # a preemption (Slurm, docker stop, an eviction): save and leave
+            job.supervisor.request_preemption("SIGTERM to the orchestrator")
+        else:
+            job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
+
+    # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too);
+    # installed before the first tasks start (in prepare)
+    previous: dict[int, Any] = {s: signal.signal(s, on_signal)
+                                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    job = None
+    try:
+        job = api.prepare(spec, runs_dir=args.runs_dir, run_id=args.run_id, faults=faults, view=view, commands=commands,
+                          stop_timeout_s=args.stop_timeout, backend=args.backend, backend_options=backend_options(args),
+                          web=args.web, web_public=args.web_public, resume=args.resume is not None,
+                          preemption_grace_s=args.preemption_grace, wait_for_resources_s=args.wait_for_resources,
+                          insecure=args.insecure, start_early=True,  # the first tasks start in it: run takes them over
+                          first_wave_started=first_started)
+    except BaseException:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        raise
+    for signum in held:  # a signal that came while the first tasks started: the job takes it now
+        on_signal(signum, None)
     if args.insecure:
         print("warning: --insecure: the orchestrator's endpoint takes plaintext gRPC; anyone on its network path "
               "can read the job token", file=sys.stderr, flush=True)
@@ -309,15 +341,6 @@ def run_launch(args: argparse.Namespace) -> int:
 
     slurm = SlurmContinuation(args.continue_run, args.backend)
 
-    def on_signal(signum, _frame):
-        if signum == signal.SIGTERM:  # a preemption (Slurm, docker stop, an eviction): save and leave
-            job.supervisor.request_preemption("SIGTERM to the orchestrator")
-        else:
-            job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
-
-    # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too)
-    previous: dict[int, Any] = {s: signal.signal(s, on_signal)
-                                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     def phases() -> list[str]:
         snapshot = job.recorder.snapshot()
         return [t.heartbeat.phase for t in (snapshot.tasks if snapshot is not None else ())
