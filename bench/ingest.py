@@ -35,7 +35,7 @@ def _cpu_s(p: psutil.Process) -> float:
 
 def _start_server(profile: str | None = None, tls_dir: str | None = None) -> tuple[subprocess.Popen, str, str]:
     token = "t" + secrets.token_urlsafe(16)  # never starts with "-" (argv)
-    extra = ["--profile", profile] if profile else ["--tls", tls_dir] if tls_dir else []
+    extra = [*(["--profile", profile] if profile else []), *(["--tls", tls_dir] if tls_dir else [])]
     server = subprocess.Popen([PY, "-m", "bench.ingest_server", token, *extra],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=base_env())
     return server, server.stdout.readline().split()[1], token
@@ -124,20 +124,21 @@ def capacity(rates: list[float], connections: int = 1000, processes: int = 2, wi
 
 
 def measure(streams: int, processes: int = 2, window_s: float = 6.0, warmup_s: float = 1.5,
-            profile: str | None = None, tls: bool = False) -> dict:
+            profile: str | None = None, tls: bool = False, rate: float = 0.0) -> dict:
     """Open ``streams`` heartbeat streams from ``processes`` grpc.aio simulated-task processes
-    (:mod:`bench.simhost`), send as fast as they go, and measure the server's stored heartbeats
-    per second, its CPU and the clients' over ``window_s`` seconds (after ``warmup_s``). With
-    ``tls``: mutual TLS with a run's certificates (:mod:`orchestrator.tls`), as a launch has it."""
+    (:mod:`bench.simhost`), send as fast as they go (``rate``: that many heartbeats/s in all,
+    paced evenly over the streams), and measure the server's stored heartbeats per second, its
+    CPU and the clients' over ``window_s`` seconds (after ``warmup_s``). With ``tls``: mutual
+    TLS with a run's certificates (:mod:`orchestrator.tls`), as a launch has it."""
     if tls:
         with tempfile.TemporaryDirectory() as run_dir:
             folder = str(make_run_pki(run_dir, "bench", server_hosts("127.0.0.1"), []).folder)
-            return _measure(streams, processes, window_s, warmup_s, profile, folder)
-    return _measure(streams, processes, window_s, warmup_s, profile, None)
+            return _measure(streams, processes, window_s, warmup_s, profile, folder, rate)
+    return _measure(streams, processes, window_s, warmup_s, profile, None, rate)
 
 
 def _measure(streams: int, processes: int, window_s: float, warmup_s: float, profile: str | None,
-             tls_dir: str | None) -> dict:
+             tls_dir: str | None, rate: float = 0.0) -> dict:
     server, address, token = _start_server(profile, tls_dir)
     hosts: list[subprocess.Popen] = []
     try:
@@ -146,7 +147,7 @@ def _measure(streams: int, processes: int, window_s: float, warmup_s: float, pro
             hosts.append(subprocess.Popen(
                 [PY, "-m", "bench.simhost", address, token, "--mode", "ingest", "--streams", str(per),
                  "--first", str(i * per), "--seconds", str(warmup_s + window_s + 1.0),
-                 *(["--tls", tls_dir] if tls_dir else [])],
+                 "--rate", str(rate / processes), *(["--tls", tls_dir] if tls_dir else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=base_env()))
         for h in hosts:
             line = h.stdout.readline().strip()
@@ -168,15 +169,16 @@ def _measure(streams: int, processes: int, window_s: float, warmup_s: float, pro
         c1, hc1 = _cpu_s(proc), sum(_cpu_s(h) for h in hosts_ps)
         for h in hosts:
             h.wait(60)
-        rate = (n1 - n0) / (t1 - t0)
+        stored = (n1 - n0) / (t1 - t0)
         server_cores = (c1 - c0) / (t1 - t0)
         return {
             "streams": per * processes,
             "client_processes": processes,
-            "heartbeats_per_s": rate,
+            "offered_per_s": rate or None,
+            "heartbeats_per_s": stored,
             "server_cpu_percent": 100 * server_cores,
             "clients_cpu_percent": 100 * (hc1 - hc0) / (t1 - t0),
-            "heartbeats_per_server_cpu_s": rate / server_cores if server_cores > 0 else None,
+            "heartbeats_per_server_cpu_s": stored / server_cores if server_cores > 0 else None,
             "server_rss_mb": proc.memory_info().rss / 2**20,
         }
     finally:

@@ -9,7 +9,8 @@ default one each, as real tasks), ``freeze TYPE INDEX ATTEMPT`` (stop sending, k
 frozen task), ``kill TYPE INDEX ATTEMPT`` (cancel the stream: the connection drops).
 
 ``--mode ingest --streams N --seconds S``: open N streams, wait for ``go`` on stdin, then
-send heartbeats as fast as the streams take them for S seconds; prints the count sent.
+send heartbeats as fast as the streams take them for S seconds (``--rate R``: R heartbeats/s in
+all, spread evenly over the streams, instead); prints the count sent.
 """
 
 from __future__ import annotations
@@ -141,6 +142,16 @@ async def ingest_main(args) -> None:
         async def beats():
             yield payload  # connected
             await go.wait()
+            if args.rate > 0:  # paced: each stream at rate / streams per second, from a staggered start
+                interval = args.streams / args.rate
+                due = time.monotonic() + interval * i / args.streams
+                while (now := time.monotonic()) < stop_at[0]:
+                    if due > now:
+                        await asyncio.sleep(due - now)
+                    due = max(due + interval, now)  # a slot missed (a starved client) is dropped, not sent in a burst
+                    yield payload
+                    sent[0] += 1
+                return
             while time.monotonic() < stop_at[0]:
                 yield payload  # pre-serialized bytes: the client's cost stays low
                 sent[0] += 1
@@ -170,6 +181,8 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="ingest: heartbeats/s in all, paced over the streams (0: as fast as they go)")
     parser.add_argument("--tls", default="", metavar="DIR",
                         help="ingest: mutual TLS with the run's certificates in DIR")
     args = parser.parse_args()
