@@ -146,11 +146,14 @@ class LightSections:
         def kept(r: dict) -> bool:  # the server stored what was offered (a starved client sends less)
             return bool(r["heartbeats_per_server_cpu_s"]) and r["heartbeats_per_s"] >= 0.97 * INGEST_TLS_RATE
 
+        # the pairs where both sides stored what was offered; none on a loaded machine (--quick in CI): every pair,
+        # its count of pairs not sustained in the details
+        same = [(p, t) for p, t in paced if kept(p) and kept(t)] or \
+            [(p, t) for p, t in paced if p["heartbeats_per_server_cpu_s"] and t["heartbeats_per_server_cpu_s"]]
         self.add("5", "ingest_tls_per_core_ratio_same_load", "heartbeats stored per server CPU-second, mutual TLS / "
                  f"plaintext, same offered load (200 grpc.aio streams paced at {INGEST_TLS_RATE:,}/s in all, "
                  "interleaved pairs)", "ratio",
-                 [t["heartbeats_per_server_cpu_s"] / p["heartbeats_per_server_cpu_s"] for p, t in paced
-                  if kept(p) and kept(t)], ">= 0.9",
+                 [t["heartbeats_per_server_cpu_s"] / p["heartbeats_per_server_cpu_s"] for p, t in same], ">= 0.9",
                  {"pairs": paced, "pairs_not_sustained": sum(1 for p, t in paced if not (kept(p) and kept(t)))})
         self.add("5", "ingest_tls_per_core_ratio", "heartbeats stored per server CPU-second, mutual TLS / plaintext "
                  "(200 grpc.aio streams flat out, interleaved pairs; client-bound: the TLS load is smaller)", "ratio",
