@@ -488,7 +488,6 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
         """
 
 
-
 def start_attempt(backend: Backend[H], plan: Plan, task: TaskPlan, attempt: int) -> H:
     """Start attempt ``attempt`` of ``task`` with its environment and log directory (the loop's starts, a launch's
     first wave); a user's program binds its port without asking: its held port is released first. Raises LaunchError."""

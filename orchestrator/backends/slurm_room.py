@@ -86,11 +86,10 @@ class SlurmGrowth:
 
     def grow_room(self, spec: JobSpec) -> SlurmRoom | None:
         """The room of an elastic MWMS job that grows back by itself (:class:`SlurmRoom`: the nodes it
-        may use, extension allocations asked for when MAX needs more); None for any other job, or
-        outside an allocation."""
+        may use, extension allocations asked for when MAX needs more; which jobs grow back is
+        :func:`orchestrator.handle.room_probe`'s to say); None outside an allocation."""
         b = self._backend
-        if spec.elastic is None or spec.elastic.grow_back_s is None or not b.job_id \
-                or spec.strategy.value != "multi_worker_mirrored":
+        if not b.job_id:
             return None
         density = b.density or per_node(b.tasks_per_node_option, len(spec.tasks()), len(b.nodes))
         return SlurmRoom(spec, lambda: usable_nodes(b.nodes, b.lost, b.extensions),
