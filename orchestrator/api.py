@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import secrets
 import sys
 import threading
 from pathlib import Path
@@ -216,7 +215,7 @@ def prepare(
         raise runlock.exists(rd)
     reused, engine = engine is not None, engine or get_backend(backend, backend_options, spec.containers)
     spec, placement = place_gpus(spec, engine)  # before the engine opens anything
-    token = secrets.token_urlsafe(24)
+    token = tls.token_urlsafe(24)
     store = HeartbeatStore()
     recorder = Recorder(view)
     holder: list[Supervisor] = []  # the servers start before the supervisor exists
@@ -260,7 +259,7 @@ def prepare(
         if web_bind is not None:
             from orchestrator.web.server import WebServer
 
-            web_server = WebServer(recorder.status, secrets.token_urlsafe(18), *web_bind).start()
+            web_server = WebServer(recorder.status, tls.token_urlsafe(18), *web_bind).start()
         server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
                                 register=engine.register_address, status=recorder.status_reply, stop=stop_job,
                                 resize=resize_job)
@@ -270,18 +269,10 @@ def prepare(
                          health_address=f"unix:{socket}" if socket else server.address,
                          token=token, faults=faults, commands=commands, dry_run=False, placement=placement,
                          cores=lease.cores, tls_dir=None if insecure else str(tls.tls_dir(run_dir)))
-        if not insecure:  # before any task starts: each reads its own certificate
-            server.tls = tls.make_run_pki(run_dir, run_id, tls.server_hosts(engine.health_host),
-                                          [t.task.name for t in plan.tasks])
+        if not insecure:  # a task waits for the CA file, written last (make_run_pki): not a previous life's
+            tls.expect_pki(run_dir)
     except BaseException:
-        if server is not None:
-            server.stop()
-        if web_server is not None:
-            web_server.stop()
-        engine.close()
-        runlock.let_go(lock, created=not resume)
-        if lease is not None:
-            lease.release()
+        _undo(server, web_server, engine, lock, lease, resume)
         raise
     write_json_atomic(rd.plan, plan.to_dict())
     if resume:
@@ -303,13 +294,20 @@ def prepare(
         write_json_atomic(rd.record, run_record(sup))
 
     def make(started: dict[str, TaskHandle]) -> Supervisor:
+        if not insecure:  # with start_early: while the first tasks import; each waits for the CA file (tls.files_for)
+            server.tls = tls.make_run_pki(run_dir, run_id, tls.server_hosts(engine.health_host),
+                                          [t.task.name for t in plan.tasks])
         from orchestrator.supervisor.loop import Supervisor  # with start_early: once the first tasks have started
         return Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
                           room=room_probe(spec, run_id, engine, inventory), started=started, **supervisor_options)
 
     bench_mark("prepared", sys.stderr)  # the plan written, the first tasks not started yet
-    supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
-                            start_early and engine.parent_death_signal, make, first_wave_started)
+    try:
+        supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
+                                start_early and engine.parent_death_signal, make, first_wave_started)
+    except BaseException:
+        _undo(server, web_server, engine, lock, lease, resume)
+        raise
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
 
@@ -322,6 +320,19 @@ def prepare(
                        **supervisor_options)
 
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease, again)
+
+
+def _undo(server: HealthEndpoint | None, web_server: Any, engine: Backend[Any], lock: Any, lease: Any,
+          resume: bool) -> None:
+    """Let go of what :func:`prepare` holds when it cannot finish."""
+    if server is not None:
+        server.stop()
+    if web_server is not None:
+        web_server.stop()
+    engine.close()
+    runlock.let_go(lock, created=not resume)
+    if lease is not None:
+        lease.release()
 
 
 def exit_code(result: JobSnapshot) -> int:

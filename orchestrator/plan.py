@@ -12,7 +12,6 @@ import functools
 import json
 import math
 import os
-import secrets
 import sys
 import time
 from dataclasses import dataclass, field
@@ -188,8 +187,9 @@ def user_spare(argv: Sequence[str], task_env: Mapping[str, str]) -> tuple[tuple[
 
 
 def new_run_id(now: float | None = None) -> str:
-    """A sortable, unique run id: ``20261130-031500-a1b2``."""
-    return time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + "-" + secrets.token_hex(2)
+    """A sortable, unique run id: ``20261130-031500-a1b2`` (``os.urandom``, not ``secrets``: a launch starts its
+    first tasks before it imports ``hmac``)."""
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + "-" + os.urandom(2).hex()
 
 
 def available_cores() -> int:

@@ -24,19 +24,21 @@ so the same certificate holds whatever address a task reaches the endpoint by (a
 container's ``host.docker.internal``, a Slurm node's name). The folder is removed when the run
 ends (:func:`remove`).
 
-This module imports neither ``grpc`` nor ``cryptography`` at its top: a launch makes the
-certificates before its tasks start, and the tasks start before the CLI imports ``grpc``
-(:mod:`orchestrator.health.endpoint`). Cost, measured on this machine: ``import cryptography``
-about 40 ms, then about 0.25 ms per certificate (EC P-256 keys and ECDSA signatures).
+This module imports neither ``grpc`` nor ``cryptography`` at its top: a launch's first tasks start
+before the CLI imports either (:mod:`orchestrator.health.endpoint`), and the certificates are made
+while those tasks' interpreters start (``import cryptography`` is about 25-40 ms here, then about
+0.25 ms per certificate: EC P-256 keys and ECDSA signatures). ``ca.crt`` is written last, by a
+rename, and a client waits for it (:func:`files_for`, at most :data:`PKI_WAIT_S`): once it is
+there every other file is complete.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
-import ipaddress
 import os
-import shutil
 import socket
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,9 @@ PER_TASK_LIMIT = 512
 """Largest job whose tasks each get a certificate of their own (about 0.7 ms each here: 512 add
 0.35 s to a launch; 10,000 would add 7 s); a larger job's tasks share :data:`SHARED`."""
 CA_FILE = "ca.crt"
+PKI_WAIT_S = 30.0
+"""Most seconds a client waits for a run's ``ca.crt`` (:func:`files_for`): a launch's first tasks start
+before their certificates are made, which takes milliseconds."""
 VALID_S = 30 * 86400
 """How long a run's certificates are valid, seconds (a run longer than that re-launches with ``--resume``)."""
 
@@ -91,11 +96,42 @@ def client_files(folder: str | Path, name: str) -> ClientFiles:
 def files_for(folder: str | Path | None, name: str) -> ClientFiles | None:
     """Client ``name``'s files in ``folder`` (a task's ``ORCH_TLS_DIR``); the job's shared task
     certificate (:data:`SHARED`) when it has none of its own (jobs past :data:`PER_TASK_LIMIT`
-    tasks); None when ``folder`` is empty (an ``--insecure`` run: plaintext)."""
+    tasks); None when ``folder`` is empty (an ``--insecure`` run: plaintext). While the folder
+    exists without its ``ca.crt`` (a launch is making the certificates: :func:`expect_pki`), waits for
+    it, at most :data:`PKI_WAIT_S` seconds; the files are complete once it is there. Reading a missing
+    file raises ``OSError``."""
     if not folder:
         return None
+    _wait_for_ca(Path(folder) / CA_FILE, PKI_WAIT_S)
     own = client_files(folder, name or SHARED)
     return own if own.cert.exists() else client_files(folder, SHARED)
+
+
+def token_urlsafe(nbytes: int) -> str:
+    """``secrets.token_urlsafe(nbytes)`` (the same: ``os.urandom``, URL-safe base64 without padding; the job token,
+    the page's) without importing ``secrets``, whose ``hmac`` a launch's first tasks need not wait for."""
+    return base64.urlsafe_b64encode(os.urandom(nbytes)).rstrip(b"=").decode("ascii")
+
+
+def _wait_for_ca(ca: Path, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while ca.parent.is_dir() and not ca.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)  # the launch writes it milliseconds after its first tasks start
+
+
+def expect_pki(run_dir: str | Path) -> Path:
+    """Get ``runs/<run-id>/tls`` ready for :func:`make_run_pki` while tasks may already start: the folder made
+    (mode 0700) and a previous life's ``ca.crt`` removed, so that a task waits for this life's certificates
+    (:func:`files_for`). Returns the folder.
+
+    Raises:
+        OSError: the folder cannot be made.
+    """
+    folder = tls_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    (folder / CA_FILE).unlink(missing_ok=True)
+    return folder
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
@@ -107,6 +143,8 @@ def _write(path: Path, data: bytes, mode: int) -> None:
 
 
 def _names(hosts: Iterable[str]) -> list[Any]:
+    from ipaddress import ip_address
+
     from cryptography import x509
 
     out: list[Any] = [x509.DNSName(SERVER_NAME)]
@@ -117,7 +155,7 @@ def _names(hosts: Iterable[str]) -> list[Any]:
             continue
         seen.add(host)
         try:
-            out.append(x509.IPAddress(ipaddress.ip_address(host)))
+            out.append(x509.IPAddress(ip_address(host)))
         except ValueError:
             out.append(x509.DNSName(host))
     return out
@@ -230,15 +268,14 @@ def make_run_pki(run_dir: str | Path, run_id: str, hosts: Iterable[str], clients
     Raises:
         OSError: the folder cannot be written.
     """
-    folder = tls_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(folder, 0o700)
+    folder = expect_pki(run_dir)
     signer = _Signer(run_id)
-    _write(folder / CA_FILE, signer.ca_pem(), 0o644)
     cert, key = signer.issue(SERVER_NAME, server_names=_names(hosts))
     _write(folder / "server.crt", cert, 0o644)
     _write(folder / "server.key", key, 0o600)
     _write_clients(signer, folder, [USER, *_task_names(clients)])
+    _write(folder / f"{CA_FILE}.new", signer.ca_pem(), 0o644)
+    os.replace(folder / f"{CA_FILE}.new", folder / CA_FILE)  # last: a client waiting for it finds every file
     return RunPki(folder)
 
 
@@ -301,6 +338,8 @@ def make_secret_files(folder: str | Path, job: str, tasks: Iterable[str]) -> Pat
 
 def remove(run_dir: str | Path) -> None:
     """Delete the run's certificates and keys (the end of a run). Idempotent."""
+    import shutil
+
     shutil.rmtree(tls_dir(run_dir), ignore_errors=True)
 
 

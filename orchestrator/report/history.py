@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import jsontext
 from orchestrator.rundir import RunDir
-from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the supervisor's records: after a launch's first tasks have started
     from orchestrator.proto import supervisor_pb2 as pb
+    from orchestrator.supervisor.records.snapshot import JobSnapshot, View
 
 
 def event_kind(text: str) -> str:

@@ -4,6 +4,8 @@ certificates, real clients with and without them."""
 from __future__ import annotations
 
 import stat
+import threading
+import time
 
 import grpc
 import pytest
@@ -76,6 +78,36 @@ def test_a_task_streams_its_heartbeats_with_its_own_certificate(served):
         wait_until(lambda: store.get(TaskId("worker", 1), 0), 10, what="a heartbeat over TLS")
     finally:
         reporter.close(pb.PHASE_DONE, timeout_s=2.0)
+
+
+def test_a_task_started_before_its_runs_certificates_waits_for_them_not_for_a_previous_lifes(tmp_path, monkeypatch):
+    """A launch starts its first tasks, then makes the certificates (api.prepare's start_early): ``files_for``
+    waits for the folder's ``ca.crt``, written last; a resumed run's previous CA is removed first (expect_pki)."""
+    run = tmp_path / "run"
+    old = tls.make_run_pki(run, "life-0", ["127.0.0.1"], ["worker-0"])
+    stale = old.ca.read_bytes()
+    assert tls.expect_pki(run) == old.folder and not old.ca.exists()
+    monkeypatch.setattr(tls, "PKI_WAIT_S", 0.3)
+    began = time.monotonic()
+    files = tls.files_for(old.folder, "worker-0")
+    assert time.monotonic() - began >= 0.3 and files is not None and not files.ca.exists()  # waited its bound
+    monkeypatch.setattr(tls, "PKI_WAIT_S", 30.0)
+    started: list[HeartbeatReporter] = []
+    reporter = threading.Thread(target=lambda: started.append(
+        HeartbeatReporter(endpoint.address, TOKEN, "worker", 0, interval_s=0.05, tls_dir=str(old.folder)).start()))
+    store = HeartbeatStore()
+    endpoint = HealthEndpoint("127.0.0.1", token=TOKEN, store=store, status=lambda history, since: STATUS)
+    reporter.start()  # it waits in files_for until make_run_pki's last file
+    endpoint.tls = pki = tls.make_run_pki(run, "life-1", tls.server_hosts("127.0.0.1"), ["worker-0"])
+    endpoint.start()
+    try:
+        reporter.join(10)
+        assert pki.ca.read_bytes() != stale and len(started) == 1
+        wait_until(lambda: store.get(TaskId("worker", 0), 0), 10, what="a heartbeat with this life's certificate")
+    finally:
+        for each in started:
+            each.close(pb.PHASE_DONE, timeout_s=2.0)
+        endpoint.stop()
 
 
 def test_the_token_without_a_certificate_gets_no_answer(served):

@@ -55,6 +55,7 @@ NOT_BEFORE_THE_TASKS = (
     "orchestrator.report.status", "orchestrator.report.summary", "orchestrator.report.schema",  # a status, the end
     "zipfile",  # the data's count reads a .npz only when there is one
     "difflib",  # a suggestion for a misspelt key: bad input only
+    "cryptography",  # the run's certificates: made while the first tasks start (api.prepare, tls.files_for)
     *SUPERVISING,
 )
 """Modules a local launch has not imported when each of its tasks starts (the path to the first
