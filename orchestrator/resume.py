@@ -17,7 +17,8 @@ The rules (bad input is one line, exit 2, nothing started, nothing in the run di
   MIN:MAX``), ``--workers N`` within the run's MIN..MAX: under ``keep-global`` the global batch
   and so the checkpoint's (epoch, step) index stay valid at any size (docs/elastic.md); under
   ``keep-per-replica`` the built-in ``fit`` loop converts the index through the examples seen
-  (:func:`worker.elastic.converted_position`), its custom loop does not yet (refused).
+  (:func:`worker.elastic.converted_position`), and its custom loop the step
+  (:func:`worker.elastic.converted_step`).
 """
 
 from __future__ import annotations
@@ -99,13 +100,6 @@ def resumed_spec(plan: Mapping[str, Any], given: Mapping[str, Any]) -> JobSpec:
     if isinstance(original.get("workers"), Mapping) and isinstance(given.get("workers"), int):
         given = {**given, "workers": {"start": given["workers"]}}  # elastic: continue at another size
     spec = build_spec(original, given)
-    elastic, before = spec.elastic, original.get("workers")
-    before_size = before.get("start") if isinstance(before, Mapping) else before
-    if (elastic is not None and elastic.batch_policy != "keep-global" and spec.workers != before_size
-            and spec.strategy.value == "multi_worker_mirrored" and spec.training.loop == "custom"):
-        raise SpecError("workers", spec.workers, "under keep-per-replica a resume at another size converts the "
-                        "step through the examples seen, which the custom loop does not do yet",
-                        f"resume at its size ({before_size}), or launch with --loop fit or --batch-policy keep-global")
     before, after = _flatten(original), _flatten(spec_fields(spec))
     for name in sorted(set(before) | set(after)):
         if name not in CHANGEABLE and before.get(name) != after.get(name):

@@ -71,6 +71,16 @@ def converted_position(epoch: int, batch: int, before: tuple[int, int], now: tup
     return (step - 1) // new_spe, (step - 1) % new_spe
 
 
+def converted_step(step: int, saved_global_batch: int, global_batch: int) -> int:
+    """The custom loop's restored global ``step``, saved at ``saved_global_batch`` examples a step, as the step at
+    ``global_batch`` that has seen the same examples (rounded down: a partial step is trained again). Under
+    ``keep-per-replica`` a size change changes the global batch (docs/elastic.md); ``saved_global_batch`` 0 (a
+    checkpoint that does not say) or the same batch: ``step`` unchanged."""
+    if saved_global_batch <= 0 or saved_global_batch == global_batch or global_batch <= 0:
+        return step
+    return step * saved_global_batch // global_batch
+
+
 def read_saved_facts(backup_dir: str) -> tuple[int, int] | None:
     """``(global batch, steps per epoch)`` of the checkpoints in ``backup_dir``; None when unknown."""
     import json

@@ -107,6 +107,9 @@ class CustomLoops:
         job = self.job
         tf, strategy, progress, every = job.tf, job.strategy, job.progress, job.options.checkpoint_every
         optimizer, loss_fn, step_var, checkpoint = self.parts(model)
+        with strategy.scope():  # the global batch of the saved step: a keep-per-replica resize changes it
+            global_batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_batch")
+        checkpoint.global_batch = global_batch
         manager = tf.train.CheckpointManager(checkpoint, job.scratch("backup"), max_to_keep=1)
         # restores the latest checkpoint in the job's backup directory on every worker; the
         # chief saves there at a preemption, the others into a temp dir they delete
@@ -114,7 +117,7 @@ class CustomLoops:
             strategy.cluster_resolver, checkpoint, checkpoint_dir=job.backup_dir,
             termination_config=job.termination_config())
         route_sigterm()  # ours before TF's handler
-        start_step = int(step_var.numpy())
+        start_step = self.converted(step_var, global_batch)
         ds, policy = job.dataset(job.options.seed)
         job.log_policy(policy)
         iterator = iter(strategy.experimental_distribute_dataset(ds))
@@ -141,6 +144,22 @@ class CustomLoops:
             shutil.rmtree(job.scratch("backup"), ignore_errors=True)
         progress.finished()  # before this frame's traced functions are torn down (see custom_pss)
         return mean
+
+    def converted(self, step_var: Any, global_batch: Any) -> int:
+        """The restored step, converted through the examples seen when the checkpoint's global batch differs from
+        this life's (``keep-per-replica`` at another size: :func:`worker.elastic.converted_step`, as the ``fit``
+        loop converts its index); ``global_batch`` (checkpointed with the step) then holds this life's."""
+        from worker.elastic import converted_step
+
+        job, restored = self.job, int(step_var.numpy())
+        saved = int(global_batch.numpy())
+        step = converted_step(restored, saved, job.global_batch)
+        if step != restored:
+            print(f"elastic: the checkpoint at step {restored} (global batch {saved}) continues at step {step} "
+                  f"(global batch {job.global_batch}): the same examples seen", flush=True)
+            step_var.assign(step)
+        global_batch.assign(job.global_batch)
+        return step
 
     def custom_pss(self, model: Any) -> float | None:
         """PSS: the coordinator schedules steps on workers with per-worker datasets; every

@@ -147,8 +147,6 @@ def test_a_resumed_elastic_run_may_continue_at_another_size_in_its_range(given, 
     (_plan(), {"workers": {"min": 1, "max": 3}}, "workers.max", "differs from the resumed run's 2"),
     (_plan(), {"training": {"epochs": 4}}, "training.epochs", "differs"),
     ({"spec": spec_fields(build_spec({"workers": 2}))}, {"workers": 1}, "workers", "differs from the resumed run's 2"),
-    ({"spec": spec_fields(build_spec({"workers": {"min": 1, "max": 2, "batch_policy": "keep-per-replica"},
-                                      "training": {"loop": "custom"}}))}, {"workers": 1}, "workers", "custom loop"),
 ])
 def test_a_resume_at_another_size_is_refused_outside_the_range_or_with_other_flags(plan, given, field, says):
     with pytest.raises(SpecError) as exc:
@@ -192,10 +190,10 @@ def test_the_built_in_program_trains_with_the_sizes_batch(environ, replicas, per
     assert (got.batch_size_per_replica, got.learning_rate) == (per_replica, pytest.approx(learning_rate))
 
 
-def _life(number, workers, per_replica, *, resumed=None, last=None, lost=None, reported=None):
+def _life(number, workers, per_replica, *, resumed=None, last=None, lost=None, reported=None, global_batch=32):
     from orchestrator.supervisor.records.lives import Life
 
-    size = {"workers": workers, "global_batch_size": 32, "per_replica_batch_size": per_replica,
+    size = {"workers": workers, "global_batch_size": global_batch, "per_replica_batch_size": per_replica,
             "learning_rate_factor": 1.0}
     return Life(number, 0.0, resumed_from_step=resumed, last_step=last, steps_lost=lost, global_batch_size=reported,
                 size=size)
@@ -210,6 +208,10 @@ def _life(number, workers, per_replica, *, resumed=None, last=None, lost=None, r
     # the last steps saved before they were reported: the segment ends at the step the next resumed from
     ((_life(1, 2, 16, last=45, lost=0), _life(2, 1, 32, resumed=47, last=135)),
      [(2, 16, 0, 47, "launched", 0, [1]), (1, 32, 47, 135, "resumed at another size", None, [2])]),
+    # keep-per-replica: saved at 85 at 32 examples a step, resumed at 1 worker (16 a step) at step 170: the first
+    # segment ends at 85 (its own steps), not at 170
+    ((_life(1, 2, 16, last=84, lost=0), _life(2, 1, 16, resumed=170, last=1080, global_batch=16)),
+     [(2, 16, 0, 85, "launched", 0, [1]), (1, 16, 170, 1080, "resumed at another size", None, [2])]),
     # killed at 75, resumed at the same size from 70: one segment of two lives, 5 steps lost
     ((_life(1, 2, 16, last=75, lost=5), _life(2, 2, 16, resumed=70, last=135)),
      [(2, 16, 0, 135, "launched", 5, [1, 2])]),
@@ -267,9 +269,12 @@ def test_elastic_workers_start_at_the_largest_size_the_gpus_asked_allow(workers,
     assert any("the job starts at" in w for w in placement.warnings) == warned
 
 
-def test_a_keep_per_replica_fit_run_may_resume_at_another_size_its_step_converted_by_the_program():
-    spec = resumed_spec(_plan(batch_policy="keep-per-replica"), {"workers": 1})
-    assert (spec.workers, spec.global_batch_size) == (1, 16)
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_a_keep_per_replica_run_may_resume_at_another_size_its_step_converted_by_the_program(loop):
+    plan = {"spec": spec_fields(build_spec({"workers": {"min": 1, "max": 2, "batch_policy": "keep-per-replica"},
+                                            "training": {"epochs": 3, "loop": loop}}))}
+    spec = resumed_spec(plan, {"workers": 1})
+    assert (spec.workers, spec.global_batch_size, spec.training.loop) == (1, 16, loop)
 
 
 @pytest.mark.parametrize("epoch, batch, before, now, want", [
@@ -284,6 +289,19 @@ def test_a_checkpoint_index_converts_through_the_examples_seen(epoch, batch, bef
     from worker.elastic import converted_position
 
     assert converted_position(epoch, batch, before, now) == want
+
+
+@pytest.mark.parametrize("step, saved, now, want", [
+    (47, 32, 16, 94),    # 1504 examples: step 94 at 16
+    (95, 16, 32, 47),    # half a step at 32: trained again
+    (1, 16, 32, 0),      # less than a step at the bigger batch: from the start
+    (47, 32, 32, 47),    # the same batch (keep-global): the same step
+    (47, 0, 16, 47),     # a checkpoint that does not say its batch: as restored
+])
+def test_the_custom_loops_step_converts_through_the_examples_seen(step, saved, now, want):
+    from worker.elastic import converted_step
+
+    assert converted_step(step, saved, now) == want
 
 
 @pytest.mark.parametrize("elastic, want", [

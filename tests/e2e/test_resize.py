@@ -6,7 +6,9 @@ late (with 3 epochs, one run in five failed the one-save-step check)).
 
 * ``resize RUN --workers 1`` once the run reports step >= 30 (a bounded wait on the run's status): every
   worker saves at one step (the preemption's coordinated save) and the group continues at 1 worker
-  from that step in the same launcher: segments [2 workers, 1 worker], 0 steps lost, 540 steps.
+  from that step in the same launcher: segments [2 workers, 1 worker], 0 steps lost. This one runs the
+  custom loop under ``keep-per-replica``: at 1 worker 16 examples a step, so the saved step s continues
+  at step 2s, 1080 steps in all.
 * ``--epochs 12 --inject-fault worker:1:lose@step=60``: worker 1's slot is withdrawn (not restarted in
   place): the group continues at 1 worker from the last checkpoint (the end of epoch 1, step 45),
   the steps after it lost and trained again; once it reports step >= 60 at 1 worker, ``resize RUN
@@ -30,7 +32,6 @@ from orchestrator.health.client import EndpointError
 from orchestrator.report.runs import read_endpoint
 from tests.conftest import test_env, wait_until
 from tests.e2e.test_recovery import Launch, launches, start  # noqa: F401 - the fixture
-from tests.e2e.test_resume import _saved_step
 
 STEPS_12_EPOCHS = 540  # 45 steps per epoch at the global batch 32, at any size (1 worker trains ~150 steps/s here)
 
@@ -53,7 +54,10 @@ def _step(run_dir) -> int:
 
 
 def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it_saved(tmp_path, launches, capsys):  # noqa: F811
-    launch = start(launches, tmp_path, "shrink", "--workers", "1:2", "--epochs", "12")
+    # the custom loop under keep-per-replica: the step saved at the global batch 32 continues at 1 worker (16 a step)
+    # at the step that has seen the same examples, twice the saved one (keep-global and fit: the test below)
+    launch = start(launches, tmp_path, "shrink", "--workers", "1:2", "--epochs", "12", "--loop", "custom",
+                   "--batch-policy", "keep-per-replica")
     wait_until(lambda: _step(launch.run_dir) >= 30, 300, interval_s=0.05, what="step 30")
     assert main(["resize", "shrink", "--runs-dir", str(tmp_path), "--workers", "1"]) == 0  # in this process: at once
     assert "resize accepted: run shrink continues at 1 worker(s)" in capsys.readouterr().out
@@ -61,14 +65,16 @@ def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it
     assert code == 0, "".join(launch.lines[-40:])
     assert any("resize asked: 2 -> 1 worker(s)" in line for line in launch.lines), "".join(launch.lines[-40:])
     assert not any("not done: training has ended" in line for line in launch.lines), "".join(launch.lines[-40:])
-    saved = _saved_step(launch.run_dir)
-    assert 30 <= saved < STEPS_12_EPOCHS
     one, two = summary["segments"]
-    assert (one["workers"], one["first_step"], one["last_step"], one["cause"], one["steps_lost"]) == \
-        (2, 0, saved, "launched", 0)
+    saved = one["last_step"]  # at 32 examples a step
+    assert 30 <= saved < STEPS_12_EPOCHS
+    assert (one["workers"], one["global_batch_size"], one["first_step"], one["cause"], one["steps_lost"]) == \
+        (2, 32, 0, "launched", 0)
     assert (two["workers"], two["global_batch_size"], two["per_replica_batch_size"], two["first_step"],
-            two["last_step"], two["cause"]) == (1, 32, 32, saved, STEPS_12_EPOCHS, "resize asked")
-    assert summary["metrics"]["steps"] == STEPS_12_EPOCHS
+            two["last_step"], two["cause"]) == (1, 16, 16, 2 * saved, 2 * STEPS_12_EPOCHS, "resize asked")
+    assert summary["metrics"]["steps"] == 2 * STEPS_12_EPOCHS  # 90 steps per epoch at 16 examples a step
+    resumed = (launch.run_dir / "attempt-1" / "worker-0" / "stdout.log").read_text()
+    assert f"elastic: the checkpoint at step {saved} (global batch 32) continues at step {2 * saved}" in resumed
     assert summary["elastic"]["workers"] == 1 and [t["task"] for t in summary["tasks"]] == ["worker:0"]
     assert [life["cause"] for life in summary["lives"]] == ["resize asked", "succeeded"]
 

@@ -284,8 +284,8 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
             last["lives"].append(life.number)
         else:
             first = life.resumed_from_step if life.resumed_from_step is not None else (0 if last is None else None)
-            if last is not None and first is not None and (last["last_step"] or 0) < first:
-                last["last_step"] = first  # its last steps were saved (the step resumed from) before they were reported
+            if last is not None and first is not None:
+                _saved_before_reported(last, {**size, "first_step": first})
             out.append({**size, "first_step": first, "last_step": life.last_step,
                         "cause": SEGMENT_LAUNCHED if last is None else before if before in RESIZED else SEGMENT_RESUMED,
                         "steps_lost": lost, "lives": [life.number]})
@@ -307,9 +307,20 @@ def _untrained(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
                        seg["steps_lost"])
         known = seg["first_step"]
     for before, seg in zip(out, out[1:]):
-        if seg["first_step"] is not None and (before["last_step"] or 0) < seg["first_step"]:
-            before["last_step"] = seg["first_step"]  # its last steps were saved before they were reported
+        if seg["first_step"] is not None:
+            _saved_before_reported(before, seg)
     return out
+
+
+def _saved_before_reported(before: dict[str, Any], seg: dict[str, Any]) -> None:
+    """``before``'s last step raised to where ``seg`` resumed (its last steps were saved before they were reported),
+    counted in ``before``'s steps: under ``keep-per-replica`` a step of another global batch is another count of
+    examples (step k at G is k x G examples: :func:`worker.elastic.converted_step`)."""
+    first, was, now = seg["first_step"], before.get("global_batch_size"), seg.get("global_batch_size")
+    if was and now and was != now:
+        first = first * now // was
+    if (before["last_step"] or 0) < first:
+        before["last_step"] = first
 
 
 def _add(a: int | None, b: int | None) -> int | None:
