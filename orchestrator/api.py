@@ -36,7 +36,7 @@ from orchestrator.errors import SpecError
 from orchestrator.handle import Job, JobHandle, Outcome, first_wave, room_probe  # noqa: F401 - Job...: what launch() returns
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.plan import Plan, make_plan, new_run_id
+from orchestrator.plan import Plan, held_at_max, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
@@ -64,7 +64,7 @@ web URL), for ``status``, ``stop`` and ``status --web``. Removed when the job ha
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,
               health_address: str, token: str, faults: Sequence[Fault], commands: Mapping[str, Sequence[str]] | None,
               dry_run: bool, placement: Placement, cores: Sequence[int] | None = None,
-              tls_dir: str | None = None) -> Plan:
+              tls_dir: str | None = None, started_workers: int | None = None) -> Plan:
     """The one path from spec, backend and addresses to a plan, for a launch and for a dry run.
 
     Raises:
@@ -87,7 +87,7 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
               else node_cpus_plan(spec, os.environ) if engine.supports(Capability.REMOTE) else None),
     )
     check_environment(plan)
-    return plan
+    return plan if started_workers is None else dataclasses.replace(plan, started_workers=started_workers)
 
 
 def place_gpus(spec: JobSpec, engine: Backend[Any]) -> tuple[JobSpec, Placement]:
@@ -244,13 +244,15 @@ def prepare(
     server = web_server = lock = lease = None
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
-        ports = len(spec.tasks()) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else 0
+        host_ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
+        ports = len((held_at_max(spec) or spec).tasks()) if host_ports else 0  # PSS below MAX: every slot's
         inventory = discover() if engine.supports(Capability.HOST_GPUS) else None
         lease = leases.acquire(spec, run_id, inventory,
                                allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
                                wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent),
                                ports=ports)  # waits while others hold it
         spec, placement = leased(spec, placement, lease, engine)
+        started, spec = spec.workers, (held_at_max(spec) if host_ports else None) or spec  # the slots above held
         if not reused:
             engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec, lease.ports) if lease.ports else engine.allocate(spec)  # inside its block
@@ -269,7 +271,8 @@ def prepare(
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir,
                          health_address=f"unix:{socket}" if socket else server.address,
                          token=token, faults=faults, commands=commands, dry_run=False, placement=placement,
-                         cores=lease.cores, tls_dir=None if insecure else str(tls.tls_dir(run_dir)))
+                         cores=lease.cores, tls_dir=None if insecure else str(tls.tls_dir(run_dir)),
+                         started_workers=started if started < spec.workers else None)
         if not insecure:  # before any task starts: each reads its own certificate
             server.tls = tls.make_run_pki(run_dir, run_id, tls.server_hosts(engine.health_host),
                                           [t.task.name for t in plan.tasks])

@@ -49,7 +49,7 @@ def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], e
         if early and started_event is not None:
             started_event.set()  # from the first start on: a task may be running
         for tp in plan.tasks if early else ():
-            if startable(tp.task.task_type, planned, ()):
+            if startable(tp.task.task_type, planned, ()) and tp.task.name not in plan.held:  # held: a grow starts it
                 started[tp.task.name] = start_attempt(backend, plan, tp, attempts.get(tp.task.name, 0))
         if started:
             bench_mark("first-wave", sys.stderr)  # bench/timeline.py: started before the supervisor's imports

@@ -82,8 +82,8 @@ class Intake:
                                                        or now - rt.current.sampled_at >= 1.0)]
 
     def all_running(self, state: JobState) -> list[Action]:
-        """A starting job whose every task runs (a parked PSS worker left out: docs/elastic.md) is running."""
-        parked = self._lives.life.parked if state is JobState.STARTING else ()
+        """A starting job whose every task runs (a parked or held PSS worker left out: docs/elastic.md) is running."""
+        parked = self._lives.life.idle if state is JobState.STARTING else ()
         if state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING or rt.task.name in parked
                                               for rt in self._table):
             if len(self._table) >= GC_FREEZE_TASKS:

@@ -197,7 +197,8 @@ class Restarts:
             fate = parking.worker_fate(
                 strategy=self._plan.spec.strategy, task_types=tuple(t.task_type for t in tasks),
                 elastic_min=None if self._plan.spec.elastic is None else self._plan.spec.elastic.min,
-                workers_now=self._plan.spec.workers - len(self.parked), retry=plan.retry, why_not=plan.why_not,
+                workers_now=self._plan.spec.workers - len(self._lives.life.idle), retry=plan.retry,
+                why_not=plan.why_not,
                 gone=parking.LOST if lost else parking.CRASH_LOOP if crash_loop else parking.RESTARTS_SPENT if spent
                 else "")
             if fate.kind == parking.PARK:
@@ -220,8 +221,8 @@ class Restarts:
         """Park ``tasks`` after ``cause`` (``why``: :func:`~orchestrator.supervisor.rules.parking.worker_fate`):
         not restarted, the job not failed, nothing spent; a new segment (``segment``: its cause) at the size left."""
         names = tuple(t.name for t in tasks)
-        self._lives.resized(size_of(self._plan.spec, self._plan.spec.workers - len(self.parked) - len(names)), segment,
-                            names)
+        left = self._plan.spec.workers - len(self._lives.life.idle) - len(names)
+        self._lives.resized(size_of(self._plan.spec, left), segment, names)
         return [Warn(f"{', '.join(names)} {why}; the last failure: {cause.headline()}"), Persist()]
 
     def resized(self, change: Resize, now: float) -> list[Action]:
@@ -231,6 +232,10 @@ class Restarts:
         has it back in its rotation); a new segment either way."""
         names, back = (change.unpark, True) if change.unpark else (change.park, False)
         self._lives.resized(size_of(self._plan.spec, change.workers), change.cause, names, back=back)
+        if change.coordinator:  # PSS grown past its coordinator's cluster: it restarts too, its save taken
+            return [Event(f"{', '.join(names)} started ({change.cause}) and {change.coordinator} restarted from its "
+                          f"save with a TF_CONFIG naming {change.workers} worker(s); the ps and the other workers "
+                          "kept running"), RestartAt((*names, change.coordinator), now), Persist()]
         said = f"{', '.join(names)} {'taken back' if back else 'parked'} ({change.cause}): training goes on with " \
                f"{change.workers} worker(s)"
         if not back:

@@ -5,10 +5,12 @@ succeeds when the coordinator does, naming it; below MIN the job fails as withou
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import signal
 
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.plan import make_plan
+from orchestrator.plan import held_at_max, make_plan
 from orchestrator.report.summary import build_summary
 from orchestrator.spec.elastic import ElasticSpec
 from orchestrator.spec.faults import Fault
@@ -174,3 +176,64 @@ def test_a_pss_grow_past_the_started_cluster_is_the_coordinators_save_then_a_nex
     assert h.sup.resizing.next is not None and h.sup.resizing.next.workers == 2
     assert h.sup.lives.lives()[-1].cause == "resize asked" and h.sup.restarts_used == 0
     assert h.sup.snapshot().recoveries == ()  # not a failure: no recovery, no restart spent
+
+
+class _Held(Harness):
+    """A PSS job of ``workers: {min: 1, max: 2, start: 1}`` planned as a launch plans it: every slot up to MAX
+    (addresses reserved), worker-1 held; each start's TF_CONFIG is kept (``configs``: task name -> per attempt)."""
+
+    def __init__(self, tmp_path) -> None:  # noqa: D107
+        spec = spec_of(strategy="parameter_server", workers=1, ps=1, elastic=ElasticSpec(1, 2),
+                       supervision={"backoff_s": 0.0})
+        at_max = held_at_max(spec)
+        assert at_max is not None and at_max.workers == 2
+        self.clock = FakeClock()
+        self.store = HeartbeatStore(clock=self.clock)
+        self.backend = FakeBackend(self.clock)
+        self.configs: dict[str, list[dict]] = {}
+        start = self.backend.start
+
+        def keep(request):
+            self.configs.setdefault(request.task.name, []).append(json.loads(request.env["TF_CONFIG"]))
+            return start(request)
+
+        self.backend.start = keep  # type: ignore[method-assign]
+        plan = dataclasses.replace(make_plan(at_max, self.backend.allocate(at_max), run_id="t", run_dir=tmp_path,
+                                             health_address="127.0.0.1:1", token="x", cores=2), started_workers=1)
+        self.view = RecordingView()
+        self.sup = Supervisor(plan, self.backend, self.store, self.view, clock=self.clock, stop_timeout_s=1.0)
+        self.sup.start()
+
+
+def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_and_workers_keep_running(tmp_path):
+    h = _Held(tmp_path)
+    assert sorted(h.configs) == ["chief-0", "ps-0", "worker-0"]  # worker-1 held: not started
+    assert all(len(c[0]["cluster"]["worker"]) == 1 for c in h.configs.values())  # its TF_CONFIG names 1 worker
+    h.all_beat(step=5)
+    h.tick()
+    assert h.sup.state is JobState.RUNNING  # the held worker is not waited for
+    assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
+    h.tick(0.1)
+    # the notice to the coordinator alone: it saves; the ps and worker-0 serve on
+    assert [h.backend.latest(n).signals for n in ("chief-0", "worker-0", "ps-0")] == [[signal.SIGTERM], [], []]
+    assert any("past the 1 worker(s) its coordinator's TF_CONFIG names: the coordinator saves at its next step, "
+               "then restarts with a TF_CONFIG naming worker-1 too" in e for e in h.view.events)
+    h.exit("chief-0", 143)  # saved at its next step
+    h.tick(0.1)
+    h.tick(0.1)
+    # worker-1 started and the coordinator's next attempt, both with the cluster of 2 workers; nothing else restarted
+    assert [len(c["cluster"]["worker"]) for c in h.configs["chief-0"]] == [1, 2]
+    assert [len(c["cluster"]["worker"]) for c in h.configs["worker-1"]] == [2]
+    assert len(h.configs["ps-0"]) == 1 and len(h.configs["worker-0"]) == 1
+    assert h.task("chief-0").attempt == 1 and h.task("ps-0").attempt == 0 and h.task("worker-0").attempt == 0
+    assert h.sup.state is not JobState.PREEMPTED and h.sup.resizing.next is None and h.sup.restarts_used == 0
+    assert h.sup.snapshot().recoveries == () and h.sup.failures == []  # the coordinator's save is no failure
+    h.all_beat(step=7)
+    h.tick(0.1)
+    h.exit("chief-0", 0)
+    result = h.finish()
+    assert result.state is JobState.SUCCEEDED and h.sup.restarts_used == 0
+    life = h.sup.lives.life
+    assert (life.size_now or {})["workers"] == 2 and life.held == () and life.parked == []
+    assert [(c["cause"], c["tasks"], c["back"]) for c in life.resized] == [("resize asked", ["worker-1"], True)]
+    assert h.sup.lives.lives()[-1].size == {**(life.size or {}), "workers": 1}

@@ -72,6 +72,9 @@ class Life:
             yet), "size": as ``size``, "cause": why (:data:`SEGMENT_PARKED`, ``slot lost``, ``resize
             asked``, ``grew back``), "tasks": the workers it concerns, "back": they came back (else
             they were parked)}``.
+        held: ParameterServerStrategy workers planned in this life and not started yet (a job started
+            below MAX: :attr:`orchestrator.plan.Plan.held`), lowest first; a grow takes them (and
+            leaves them out of here).
     """
 
     number: int
@@ -86,6 +89,12 @@ class Life:
     global_batch_size: int | None = None
     size: Mapping[str, Any] | None = None
     resized: tuple[Mapping[str, Any], ...] = ()
+    held: tuple[str, ...] = ()
+
+    @property
+    def idle(self) -> list[str]:
+        """The worker tasks not training now: parked (:attr:`parked`) or held (:attr:`held`)."""
+        return [*self.parked, *self.held]
 
     @property
     def size_now(self) -> Mapping[str, Any] | None:
@@ -117,6 +126,7 @@ class Life:
             "global_batch_size": self.global_batch_size,
             "size": dict(self.size) if self.size is not None else None,
             "resized": [dict(r) for r in self.resized],
+            **({"held": list(self.held)} if self.held else {}),
         }
 
     @classmethod
@@ -340,10 +350,10 @@ class LifeBook:
     """
 
     def __init__(self, carried: Carried, started_at: float, pid: int, persist_every_s: float = 1.0,
-                 spec: JobSpec | None = None) -> None:
+                 spec: JobSpec | None = None, held: tuple[str, ...] = ()) -> None:
         self.carried = carried
         self.life = Life(number=len(carried.lives) + 1, started_at=started_at, pid=pid,
-                         size=size_of(spec) if spec is not None else None)
+                         size=size_of(spec, spec.workers - len(held)) if spec is not None else None, held=held)
         self.last_step: int | None = None
         self.persist_every_s = persist_every_s
         self.persisted_at: float | None = None
@@ -377,7 +387,8 @@ class LifeBook:
         (:data:`SEGMENT_PARKED`, ...): ``tasks`` parked, or taken back (``back``) (a new segment:
         :func:`segments`)."""
         change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks), "back": back}
-        self.life = replace(self.life, resized=self.life.resized + (change,))
+        self.life = replace(self.life, resized=self.life.resized + (change,),
+                            held=tuple(t for t in self.life.held if not back or t not in tasks))
 
     def take_warnings(self) -> list[str]:
         """The warnings about this life found since the last call (a changed global batch)."""

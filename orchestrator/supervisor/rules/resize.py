@@ -99,8 +99,8 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
         ``TF_CONFIG`` (``restart_group``; TF's coordinator only ever reconnects to the addresses of
         its first cluster): nothing is unparked then, the next life starts every slot; or, when every
         slot that comes is one this life planned (``planned``), ``restart_coordinator``: the coming
-        slots start (parked ones at their addresses too) and the coordinator alone restarts. Refused (``refusal`` set, size
-        unchanged): a target outside MIN..MAX, the size it is already, or a loss that leaves
+        slots start (parked ones at their addresses too) and the coordinator alone restarts. Refused
+        (``refusal`` set, size unchanged): a target outside MIN..MAX, the size it is already, or a loss that leaves
         fewer than MIN.
     """
     lo, hi = bounds
