@@ -231,7 +231,8 @@ class Restarts:
         against ``max_restarts``; a recovery opens for one that failed before, ended when the coordinator
         has it back in its rotation); a new segment either way."""
         names, back = (change.unpark, True) if change.unpark else (change.park, False)
-        self._lives.resized(size_of(self._plan.spec, change.workers), change.cause, names, back=back)
+        self._lives.resized(size_of(self._plan.spec, change.workers), change.cause, names, back=back,
+                            resumes=bool(change.coordinator))
         if change.coordinator:  # PSS grown past its coordinator's cluster: it restarts too, its save taken
             return [Event(f"{', '.join(names)} started ({change.cause}) and {change.coordinator} restarted from its "
                           f"save with a TF_CONFIG naming {change.workers} worker(s); the ps and the other workers "

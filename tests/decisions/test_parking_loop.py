@@ -228,6 +228,8 @@ def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_a
     assert h.task("chief-0").attempt == 1 and h.task("ps-0").attempt == 0 and h.task("worker-0").attempt == 0
     assert h.sup.state is not JobState.PREEMPTED and h.sup.resizing.next is None and h.sup.restarts_used == 0
     assert h.sup.snapshot().recoveries == () and h.sup.failures == []  # the coordinator's save is no failure
+    h.beat("chief-0", step=6, resumed_from_step=6)  # it saved after step 6, past the 5 it reported
+    h.tick(0.1)
     h.all_beat(step=7)
     h.tick(0.1)
     h.exit("chief-0", 0)
@@ -235,5 +237,6 @@ def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_a
     assert result.state is JobState.SUCCEEDED and h.sup.restarts_used == 0
     life = h.sup.lives.life
     assert (life.size_now or {})["workers"] == 2 and life.held == () and life.parked == []
-    assert [(c["cause"], c["tasks"], c["back"]) for c in life.resized] == [("resize asked", ["worker-1"], True)]
+    assert [(c["cause"], c["tasks"], c["back"], c["step"]) for c in life.resized] == \
+        [("resize asked", ["worker-1"], True, 6)]  # from the step the coordinator resumed from
     assert h.sup.lives.lives()[-1].size == {**(life.size or {}), "workers": 1}

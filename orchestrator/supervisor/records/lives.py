@@ -373,7 +373,11 @@ class LifeBook:
             if change and not planned_change(self.carried.lives, self.life):
                 self._warnings.append(change)
             due = True
-        if resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
+        if resumed_from_step is not None and self.life.resized and self.life.resized[-1].get("resumes"):
+            saved = {k: v for k, v in self.life.resized[-1].items() if k != "resumes"}  # the step it saved at
+            self.life = replace(self.life, resized=(*self.life.resized[:-1], {**saved, "step": resumed_from_step}))
+            due = True
+        elif resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
             self.life = replace(self.life, resumed_from_step=resumed_from_step)
             due = True
         if step is not None and step != self.last_step:
@@ -382,11 +386,14 @@ class LifeBook:
             due = due or first or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
         return due
 
-    def resized(self, size: Mapping[str, Any], cause: str, tasks: tuple[str, ...], back: bool = False) -> None:
+    def resized(self, size: Mapping[str, Any], cause: str, tasks: tuple[str, ...], back: bool = False,
+                resumes: bool = False) -> None:
         """The job goes on at ``size`` (:func:`size_of`) from the last step seen, because of ``cause``
         (:data:`SEGMENT_PARKED`, ...): ``tasks`` parked, or taken back (``back``) (a new segment:
-        :func:`segments`)."""
-        change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks), "back": back}
+        :func:`segments`); ``resumes``: the coordinator restarts from its save, and the step it says it
+        resumed from replaces the last step seen (a save comes after the step last reported)."""
+        change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks), "back": back,
+                  **({"resumes": True} if resumes else {})}
         self.life = replace(self.life, resized=self.life.resized + (change,),
                             held=tuple(t for t in self.life.held if not back or t not in tasks))
 
