@@ -9,6 +9,8 @@ import dataclasses
 import json
 import signal
 
+import pytest
+
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import held_at_max, make_plan
 from orchestrator.report.summary import build_summary
@@ -205,13 +207,20 @@ class _Held(Harness):
         self.sup.start()
 
 
-def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_and_workers_keep_running(tmp_path):
+@pytest.mark.parametrize("reported, lost", [
+    (5, 0),  # the custom loop: it saves at its next step on the notice, past the step it reported
+    (9, 3),  # the fit loop: it leaves at once and resumes from its last backup (step 6): 3 steps trained again
+])
+def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_and_workers_keep_running(
+        tmp_path, reported, lost):
     h = _Held(tmp_path)
     assert sorted(h.configs) == ["chief-0", "ps-0", "worker-0"]  # worker-1 held: not started
     assert all(len(c[0]["cluster"]["worker"]) == 1 for c in h.configs.values())  # its TF_CONFIG names 1 worker
     h.all_beat(step=5)
     h.tick()
     assert h.sup.state is JobState.RUNNING  # the held worker is not waited for
+    h.beat("chief-0", step=reported)
+    h.tick()
     assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
     h.tick(0.1)
     # the notice to the coordinator alone: it saves; the ps and worker-0 serve on
@@ -228,7 +237,7 @@ def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_a
     assert h.task("chief-0").attempt == 1 and h.task("ps-0").attempt == 0 and h.task("worker-0").attempt == 0
     assert h.sup.state is not JobState.PREEMPTED and h.sup.resizing.next is None and h.sup.restarts_used == 0
     assert h.sup.snapshot().recoveries == () and h.sup.failures == []  # the coordinator's save is no failure
-    h.beat("chief-0", step=6, resumed_from_step=6)  # it saved after step 6, past the 5 it reported
+    h.beat("chief-0", step=6, resumed_from_step=6)  # it resumes from its save at step 6
     h.tick(0.1)
     h.all_beat(step=7)
     h.tick(0.1)
@@ -240,3 +249,6 @@ def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_a
     assert [(c["cause"], c["tasks"], c["back"], c["step"]) for c in life.resized] == \
         [("resize asked", ["worker-1"], True, 6)]  # from the step the coordinator resumed from
     assert h.sup.lives.lives()[-1].size == {**(life.size or {}), "workers": 1}
+    segments = [(s["workers"], s["cause"], s["first_step"], s["steps_lost"])
+                for s in build_summary(h.sup.snapshot())["segments"]]
+    assert segments == [(1, "launched", 0, lost), (2, "resize asked", 6, None)]

@@ -71,7 +71,9 @@ class Life:
             taken back), in order, each ``{"step": the last step at the size before (None: none
             yet), "size": as ``size``, "cause": why (:data:`SEGMENT_PARKED`, ``slot lost``, ``resize
             asked``, ``grew back``), "tasks": the workers it concerns, "back": they came back (else
-            they were parked)}``.
+            they were parked)}``; a grow past the coordinator's cluster (it restarts from its save): the
+            step is the one it resumed from once it says so (``"resumes": True`` until then), and
+            ``"steps_lost"`` the steps it had reported past that save (0 with the custom loop's save).
         held: ParameterServerStrategy workers planned in this life and not started yet (a job started
             below MAX: :attr:`orchestrator.plan.Plan.held`), lowest first; a grow takes them (and
             leaves them out of here).
@@ -300,7 +302,8 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
                         "cause": SEGMENT_LAUNCHED if last is None else before if before in RESIZED else SEGMENT_RESUMED,
                         "steps_lost": lost, "lives": [life.number]})
         for n, change in enumerate(life.resized, 1):  # sizes it changed to while it ran: no step trained again
-            out[-1]["last_step"] = change.get("step")
+            out[-1]["last_step"] = change.get("step")  # but a coordinator's restart from its last save (PSS grow):
+            out[-1]["steps_lost"] = change.get("steps_lost", out[-1]["steps_lost"])
             out.append({**dict(change["size"]), "first_step": change.get("step"), "last_step": life.last_step,
                         "cause": change["cause"], "steps_lost": life.steps_lost if n == len(life.resized) else 0,
                         "lives": [life.number], "tasks": list(change.get("tasks") or ())})
@@ -375,7 +378,9 @@ class LifeBook:
             due = True
         if resumed_from_step is not None and self.life.resized and self.life.resized[-1].get("resumes"):
             saved = {k: v for k, v in self.life.resized[-1].items() if k != "resumes"}  # the step it saved at
-            self.life = replace(self.life, resized=(*self.life.resized[:-1], {**saved, "step": resumed_from_step}))
+            lost = max(0, (self.last_step or 0) - resumed_from_step)  # reported past its save: trained again
+            self.life = replace(self.life, resized=(*self.life.resized[:-1], {**saved, "step": resumed_from_step,
+                                                                              "steps_lost": lost}))
             due = True
         elif resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
             self.life = replace(self.life, resumed_from_step=resumed_from_step)
