@@ -50,7 +50,14 @@ from orchestrator.proto.phases import phase_name
 from orchestrator.supervisor.actions import Action, End, Event, NodeLost, Notice, Preempt, Resize, Stop
 from orchestrator.supervisor.growback import GrowBack
 from orchestrator.supervisor.records.lives import Carried, LifeBook
-from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.records.states import (
+    EXIT_FAILED,
+    EXIT_PREEMPTED,
+    JobState,
+    TaskRuntime,
+    TaskState,
+    describe_exit,
+)
 from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES
 from orchestrator.supervisor.rules.rehearsal import planned_faults
 from orchestrator.supervisor.rules.resize import (
@@ -196,7 +203,9 @@ class Resizing:
             return []
         change, self._growing = self._growing, None
         self.cluster = max(max(change.coming) + 1, self.cluster or 0)
-        return [Event(f"{rt.task.name} ended on its notice ({rt.current.exit_code}): its cluster grows to "
+        code = rt.current.exit_code
+        return [Event(f"{rt.task.name} ended on its notice ({describe_exit(code) if code is not None else 'gone'}): "
+                      f"its cluster grows to "
                       f"{self.cluster} worker(s)"),
                 Resize(change.workers, change.cause, unpark=tuple(f"worker-{i}" for i in change.coming),
                        coordinator=rt.task.name)]
