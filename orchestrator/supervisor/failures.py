@@ -159,7 +159,8 @@ class Restarts:
             ended=decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
                                            phases),
             strategy=spec.strategy,
-            training_tasks=[rt.task for rt in table if not restarts_alone(rt.task.task_type)],
+            training_tasks=[rt.task for rt in table if not restarts_alone(rt.task.task_type)
+                            and rt.task.name not in self._lives.life.held],  # held: not started, not restarted
             trainers=spec.trainers(), coordinator=spec.coordinator, success_policy=spec.success_policy)
         if action.kind == "preempt":
             out.append(Preempt("every task of the job received SIGTERM from outside (the job is preempted)"))

@@ -252,3 +252,15 @@ def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_a
     segments = [(s["workers"], s["cause"], s["first_step"], s["steps_lost"])
                 for s in build_summary(h.sup.snapshot())["segments"]]
     assert segments == [(1, "launched", 0, lost), (2, "resize asked", 6, None)]
+
+
+def test_a_group_restart_of_a_pss_job_below_max_leaves_its_held_worker_unstarted(tmp_path):
+    h = _Held(tmp_path)
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("ps-0", -signal.SIGKILL)  # a ps failure restarts the whole cluster
+    for _ in range(5):
+        h.tick(1.0)
+    assert h.task("ps-0").attempt == 1 and h.task("chief-0").attempt == 1 and h.task("worker-0").attempt == 1
+    assert "worker-1" not in h.configs and h.sup.lives.life.held == ("worker-1",)
+    assert [len(c["cluster"]["worker"]) for c in h.configs["chief-0"]] == [1, 1]
