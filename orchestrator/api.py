@@ -138,10 +138,12 @@ def dry_run(
     engine = get_backend(backend, backend_options, spec.containers)
     run_id = run_id or new_run_id()
     spec, placement = place_gpus(spec, engine)
+    started = spec.workers  # PSS below MAX: every slot planned, the ones above held (as a launch plans it)
+    spec = (held_at_max(spec) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else None) or spec
     addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
     return _assemble(spec, engine, addresses, run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
                      health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True,
-                     placement=placement)
+                     placement=placement, started_workers=started if started < spec.workers else None)
 
 
 def prepare(

@@ -110,6 +110,13 @@ class Plan:
             return ()
         return tuple(f"worker-{i}" for i in range(self.started_workers, self.spec.workers))
 
+    def _first_config(self, tp: TaskPlan) -> Mapping:
+        """``tp``'s ``TF_CONFIG`` when it first starts: of the workers started then (:attr:`started_workers`;
+        a held worker's names the plan's cluster, up to itself at least)."""
+        if not self.held or tp.task.name in self.held:
+            return tp.tf_config
+        return json.loads(cluster_text(self, tp.task, self.started_workers or 0))
+
     @functools.cached_property
     def _by_task(self) -> dict[TaskId, TaskPlan]:
         return {tp.task: tp for tp in self.tasks}
@@ -160,8 +167,10 @@ class Plan:
                     "task": str(tp.task),
                     "address": tp.address,
                     "argv": list(tp.argv),
-                    "tf_config": tp.tf_config,
-                    "env": {k: ("***" if k == env.JOB_TOKEN else v) for k, v in sorted(tp.env.items())},
+                    "tf_config": self._first_config(tp),
+                    "env": {k: ("***" if k == env.JOB_TOKEN else json.dumps(self._first_config(tp), separators=(
+                        ",", ":"), sort_keys=True) if k == "TF_CONFIG" and self.held else v)
+                            for k, v in sorted(tp.env.items())},
                     **({"gpus": tp.gpus.to_dict()} if self.placement.any or self.placement.node_gpus else {}),
                 }
                 for tp in self.tasks
