@@ -219,7 +219,7 @@ def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_a
     h.all_beat(step=5)
     h.tick()
     assert h.sup.state is JobState.RUNNING  # the held worker is not waited for
-    h.beat("chief-0", step=reported)
+    h.beat("chief-0", step=reported, cluster_workers=2)  # its resolver's cluster: the chief and worker-0
     h.tick()
     assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
     h.tick(0.1)
@@ -237,13 +237,15 @@ def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_a
     assert h.task("chief-0").attempt == 1 and h.task("ps-0").attempt == 0 and h.task("worker-0").attempt == 0
     assert h.sup.state is not JobState.PREEMPTED and h.sup.resizing.next is None and h.sup.restarts_used == 0
     assert h.sup.snapshot().recoveries == () and h.sup.failures == []  # the coordinator's save is no failure
-    h.beat("chief-0", step=6, resumed_from_step=6)  # it resumes from its save at step 6
+    h.beat("chief-0", step=6, resumed_from_step=6, cluster_workers=3)  # it resumes from its save at step 6
     h.tick(0.1)
     h.all_beat(step=7)
     h.tick(0.1)
     h.exit("chief-0", 0)
     result = h.finish()
     assert result.state is JobState.SUCCEEDED and h.sup.restarts_used == 0
+    assert not any("did not train as one cluster" in e for e in h.view.events)  # the cluster each TF_CONFIG named
+    assert build_summary(h.sup.snapshot())["cluster_check"]["mismatches"] == []
     life = h.sup.lives.life
     assert (life.size_now or {})["workers"] == 2 and life.held == () and life.parked == []
     assert [(c["cause"], c["tasks"], c["back"], c["step"]) for c in life.resized] == \
