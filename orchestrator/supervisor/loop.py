@@ -135,7 +135,7 @@ class Supervisor:
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
         # the parts: each owns its state and returns what it wants done
         self.preemption = Preemption(o.preemption_grace_s)
-        self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall)  # requests: server thread
+        self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall, o.preemption_grace_s)
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
                                  preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)

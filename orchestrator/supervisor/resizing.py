@@ -82,10 +82,13 @@ class Resizing:
         lives: this life's record (PSS: the workers parked now); None: none parked.
         room: the most workers the machine has room for now (:class:`GrowBack`); None: no grow back.
         started_wall: Unix seconds this life started.
+        grace_s: seconds a PSS coordinator has to save and leave on its notice before a grow into held
+            slots kills it (the preemption grace); it then resumes from its last checkpoint.
     """
 
     def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None,
-                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0) -> None:
+                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0,
+                 grace_s: float = 30.0) -> None:
         spec = plan.spec
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
@@ -109,6 +112,8 @@ class Resizing:
         it grows when the coordinator restarts for a grow); None: the plan's cluster."""
         self._planned = spec.workers if plan.started_workers is not None else None  # slots held up to MAX
         self._growing: SizeChange | None = None  # PSS: the coordinator was told to save for this grow
+        self._grace_s, self._killing = grace_s, False  # a coordinator not left within it is killed
+        self._noticed_at: float | None = None  # when the coordinator got the notice of the grow under way
         self.grow = GrowBack(plan, carried, room, started_wall)
 
     def request(self, workers: int, reason: str, state: JobState) -> tuple[bool, str]:
@@ -161,12 +166,12 @@ class Resizing:
             return []
         self._training_ended = self._training_ended or self._trained(tasks)
         if self._growing is not None:
-            return self._grown(tasks)
+            return self._grown(tasks, now)
         asked, self._asked = self._asked, None
         if asked is not None and self._training_ended:  # evaluation, export: a new group would train nothing
             return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
         if asked is not None and asked.restart_coordinator:  # PSS into held slots: the coordinator saves first
-            self._growing = asked
+            self._growing, self._noticed_at, self._killing = asked, now, False
             coming = ", ".join(f"worker-{i}" for i in asked.coming)
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason}); "
                           f"past the {self.cluster} worker(s) its coordinator's TF_CONFIG names: the coordinator "
@@ -195,12 +200,19 @@ class Resizing:
             return asking
         return self._grow_back(tasks, state, now) if now is not None and self.strategy == MWMS else []
 
-    def _grown(self, tasks: Sequence[TaskRuntime]) -> list[Action]:
+    def _grown(self, tasks: Sequence[TaskRuntime], now: float | None) -> list[Action]:
         """PSS, a grow into held slots under way: once the coordinator has ended (saved on its notice), its
-        cluster is the new size and the coming workers and its next attempt start (:class:`Resize`); [] before."""
+        cluster is the new size and the coming workers and its next attempt start (:class:`Resize`); [] before,
+        and a kill (:class:`Stop`, at once) once it has not left within the grace."""
         rt = next(rt for rt in tasks if rt.task == self._coordinator)
-        if self._growing is None or not rt.current.state.terminal:
+        if self._growing is None:
             return []
+        if not rt.current.state.terminal:
+            if self._killing or now is None or self._noticed_at is None or now - self._noticed_at < self._grace_s:
+                return []
+            self._killing = True
+            return [Event(f"{rt.task.name} did not leave within {self._grace_s:g} s of its notice: killed; it resumes "
+                          "from its last checkpoint"), Stop((rt.task.name,), "killed: no save on its notice", 0.0)]
         change, self._growing = self._growing, None
         self.cluster = max(max(change.coming) + 1, self.cluster or 0)
         code = rt.current.exit_code

@@ -266,3 +266,33 @@ def test_a_group_restart_of_a_pss_job_below_max_leaves_its_held_worker_unstarted
     assert h.task("ps-0").attempt == 1 and h.task("chief-0").attempt == 1 and h.task("worker-0").attempt == 1
     assert "worker-1" not in h.configs and h.sup.lives.life.held == ("worker-1",)
     assert [len(c["cluster"]["worker"]) for c in h.configs["chief-0"]] == [1, 1]
+
+
+def test_a_coordinator_that_does_not_leave_on_the_notice_of_a_grow_is_killed_after_the_grace(tmp_path):
+    h = _Held(tmp_path)
+    signal_now = h.backend.signal
+    ignored: list[int] = []
+
+    def deaf_once(handle, signum):  # a program of its own that saves nothing on SIGTERM and trains on
+        if handle.task.name == "chief-0" and signum == signal.SIGTERM and not ignored:
+            ignored.append(signum)
+            handle.signals.append(signum)
+            return
+        signal_now(handle, signum)
+
+    h.backend.signal = deaf_once  # type: ignore[method-assign]
+    h.all_beat(step=5)
+    h.tick()
+    assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
+    h.tick(0.1)
+    assert ignored and h.task("chief-0").attempt == 0
+    for step in range(6, 20):  # 28 s of steps (a tick every 2 s, within the heartbeat timeout)
+        h.all_beat(step=step)
+        h.tick(2.0)
+    assert h.task("chief-0").attempt == 0 and h.sup.resizing.request(2, "again", h.sup.state)[0] is False
+    h.all_beat(step=20)
+    h.tick(2.5)  # past the preemption grace (30 s): killed, then restarted with the cluster of 2
+    h.tick(0.1)
+    assert any("chief-0 did not leave within 30 s of its notice: killed" in e for e in h.view.events)
+    assert [len(c["cluster"]["worker"]) for c in h.configs["chief-0"]] == [1, 2] and "worker-1" in h.configs
+    assert h.task("ps-0").attempt == 0 and h.task("worker-0").attempt == 0 and h.sup.restarts_used == 0
