@@ -32,10 +32,10 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
 )
 from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
-from orchestrator.handle import Job, JobHandle, Outcome, first_wave, room_probe  # noqa: F401 - Job...: what launch() returns
+from orchestrator.handle import Job, JobHandle, Outcome, first_wave, let_go, room_probe  # noqa: F401 - Job...: what launch() returns
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.plan import Plan, make_plan, new_run_id
+from orchestrator.plan import Plan, held_at_max, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
@@ -63,7 +63,7 @@ web URL), for ``status``, ``stop`` and ``status --web``. Removed when the job ha
 def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, str], *, run_id: str, run_dir: Path,
               health_address: str, token: str, faults: Sequence[Fault], commands: Mapping[str, Sequence[str]] | None,
               dry_run: bool, placement: Placement, cores: Sequence[int] | None = None,
-              tls_dir: str | None = None) -> Plan:
+              tls_dir: str | None = None, started_workers: int | None = None) -> Plan:
     """The one path from spec, backend and addresses to a plan, for a launch and for a dry run.
 
     Raises:
@@ -86,7 +86,7 @@ def _assemble(spec: JobSpec, engine: Backend[Any], addresses: Mapping[TaskId, st
               else node_cpus_plan(spec, os.environ) if engine.supports(Capability.REMOTE) else None),
     )
     check_environment(plan)
-    return plan
+    return plan if started_workers is None else dataclasses.replace(plan, started_workers=started_workers)
 
 
 def place_gpus(spec: JobSpec, engine: Backend[Any]) -> tuple[JobSpec, Placement]:
@@ -137,10 +137,12 @@ def dry_run(
     engine = get_backend(backend, backend_options, spec.containers)
     run_id = run_id or new_run_id()
     spec, placement = place_gpus(spec, engine)
+    started = spec.workers  # PSS below MAX: every slot planned, the ones above held (as a launch plans it)
+    spec = (held_at_max(spec) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else None) or spec
     addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
     return _assemble(spec, engine, addresses, run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
                      health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True,
-                     placement=placement)
+                     placement=placement, started_workers=started if started < spec.workers else None)
 
 
 def prepare(
@@ -243,13 +245,15 @@ def prepare(
     server = web_server = lock = lease = None
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
-        ports = len(spec.tasks()) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else 0
+        host_ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
+        ports = len((held_at_max(spec) or spec).tasks()) if host_ports else 0  # PSS below MAX: every slot's
         inventory = discover() if engine.supports(Capability.HOST_GPUS) else None
         lease = leases.acquire(spec, run_id, inventory,
                                allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),
                                wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent),
                                ports=ports)  # waits while others hold it
         spec, placement = leased(spec, placement, lease, engine)
+        started, spec = spec.workers, (held_at_max(spec) if host_ports else None) or spec  # the slots above held
         if not reused:
             engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec, lease.ports) if lease.ports else engine.allocate(spec)  # inside its block
@@ -268,11 +272,12 @@ def prepare(
         plan = _assemble(spec, engine, addresses, run_id=run_id, run_dir=run_dir,
                          health_address=f"unix:{socket}" if socket else server.address,
                          token=token, faults=faults, commands=commands, dry_run=False, placement=placement,
-                         cores=lease.cores, tls_dir=None if insecure else str(tls.tls_dir(run_dir)))
+                         cores=lease.cores, tls_dir=None if insecure else str(tls.tls_dir(run_dir)),
+                         started_workers=started if started < spec.workers else None)
         if not insecure:  # a task waits for the CA file, written last (make_run_pki): not a previous life's
             tls.expect_pki(run_dir)
     except BaseException:
-        _undo(server, web_server, engine, lock, lease, resume)
+        let_go(server, web_server, engine, lock, lease, resume)
         raise
     write_json_atomic(rd.plan, plan.to_dict())
     if resume:
@@ -306,7 +311,7 @@ def prepare(
         supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
                                 start_early and engine.parent_death_signal, make, first_wave_started)
     except BaseException:
-        _undo(server, web_server, engine, lock, lease, resume)
+        let_go(server, web_server, engine, lock, lease, resume)
         raise
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
@@ -320,19 +325,6 @@ def prepare(
                        **supervisor_options)
 
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease, again)
-
-
-def _undo(server: HealthEndpoint | None, web_server: Any, engine: Backend[Any], lock: Any, lease: Any,
-          resume: bool) -> None:
-    """Let go of what :func:`prepare` holds when it cannot finish."""
-    if server is not None:
-        server.stop()
-    if web_server is not None:
-        web_server.stop()
-    engine.close()
-    runlock.let_go(lock, created=not resume)
-    if lease is not None:
-        lease.release()
 
 
 def exit_code(result: JobSnapshot) -> int:

@@ -49,7 +49,7 @@ def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], e
         if early and started_event is not None:
             started_event.set()  # from the first start on: a task may be running
         for tp in plan.tasks if early else ():
-            if startable(tp.task.task_type, planned, ()):
+            if startable(tp.task.task_type, planned, ()) and tp.task.name not in plan.held:  # held: a grow starts it
                 started[tp.task.name] = start_attempt(backend, plan, tp, attempts.get(tp.task.name, 0))
         if started:
             bench_mark("first-wave", sys.stderr)  # bench/timeline.py: started before the supervisor's imports
@@ -57,6 +57,21 @@ def first_wave(plan: Plan, backend: Backend[Any], attempts: Mapping[str, int], e
     except BaseException:
         backend.stop(list(started.values()), timeout_s=0.0)  # just started: nothing of theirs to save
         raise
+
+
+def let_go(server: HealthEndpoint | None, web_server: Any, engine: Backend[Any], lock: Any, lease: Any,
+           resume: bool) -> None:
+    """Let go of what :func:`orchestrator.api.prepare` holds when it cannot finish: its servers, the backend, the
+    run's lock (and the directory it made), its lease."""
+    if server is not None:
+        server.stop()
+    if web_server is not None:
+        web_server.stop()
+    engine.close()
+    runlock.let_go(lock, created=not resume)
+    if lease is not None:
+        lease.release()
+
 
 
 @dataclass

@@ -28,7 +28,7 @@ from orchestrator.spec.faults import encode as encode_faults
 from orchestrator.spec.fields import spec_fields
 from orchestrator.spec.model import JobSpec, TaskId
 from orchestrator.spec.program import python_program
-from orchestrator.spec.tfconfig import ClusterConfig
+from orchestrator.spec.tfconfig import ClusterConfig, tf_config_json
 from orchestrator.taskenv import common_env, data_service_env
 from orchestrator.taskenv import task_env as build_task_env
 
@@ -82,6 +82,11 @@ class Plan:
         placement: every task's GPUs.
         cpus: every task's cores and threads (:mod:`orchestrator.resources.cpus`); not pinned on a
             backend whose tasks run elsewhere.
+        started_workers: ParameterServerStrategy workers started below MAX with every slot up to MAX
+            planned (:func:`held_at_max`): the worker tasks the job starts with; the ones above are
+            held (addresses and certificates ready, not started) until a resize grows into them, and
+            every task's ``TF_CONFIG`` names the workers started when it starts (:func:`attempt_env`).
+            None: every task of the plan starts.
     """
 
     run_id: str
@@ -95,6 +100,21 @@ class Plan:
     warnings: tuple[str, ...] = ()
     placement: Placement = NO_GPUS
     cpus: CpuPlan = field(default_factory=lambda: CpuPlan(reason="tasks run on other machines"))
+    started_workers: int | None = None
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The worker tasks planned and not started (:attr:`started_workers`), lowest first."""
+        if self.started_workers is None:
+            return ()
+        return tuple(f"worker-{i}" for i in range(self.started_workers, self.spec.workers))
+
+    def _first_config(self, tp: TaskPlan) -> Mapping:
+        """``tp``'s ``TF_CONFIG`` when it first starts: of the workers started then (:attr:`started_workers`;
+        a held worker's names the plan's cluster, up to itself at least)."""
+        if not self.held or tp.task.name in self.held:
+            return tp.tf_config
+        return json.loads(cluster_text(self, tp.task, self.started_workers or 0))
 
     @functools.cached_property
     def _by_task(self) -> dict[TaskId, TaskPlan]:
@@ -134,7 +154,9 @@ class Plan:
             **builtin,
             "health_address": self.health_address,
             "warnings": list(self.warnings),
-            "spec": spec_fields(self.spec),
+            "spec": spec_fields(self.spec if self.started_workers is None else  # a resume starts at the start size
+                                dataclasses.replace(self.spec, workers=self.started_workers)),
+            **({"started_workers": self.started_workers, "held": list(self.held)} if self.held else {}),
             "program": list(self.user_program) if self.user_program else None,
             **({"gpus": {"node_gpus": self.placement.node_gpus, "share": self.placement.share,
                          "assigned_by": "scheduler" if self.placement.by_scheduler else "orchestrator"}}
@@ -144,8 +166,10 @@ class Plan:
                     "task": str(tp.task),
                     "address": tp.address,
                     "argv": list(tp.argv),
-                    "tf_config": tp.tf_config,
-                    "env": {k: ("***" if k == env.JOB_TOKEN else v) for k, v in sorted(tp.env.items())},
+                    "tf_config": self._first_config(tp),
+                    "env": {k: ("***" if k == env.JOB_TOKEN else json.dumps(self._first_config(tp), separators=(
+                        ",", ":"), sort_keys=True) if k == "TF_CONFIG" and self.held else v)
+                            for k, v in sorted(tp.env.items())},
                     **({"gpus": tp.gpus.to_dict()} if self.placement.any or self.placement.node_gpus else {}),
                 }
                 for tp in self.tasks
@@ -363,7 +387,7 @@ def make_plan(
             w for f in faults if (w := untestable(f, _stepless(spec, f.task),
                                                   bool((commands or {}).get(f.task.task_type)), gate)) is not None),
         placement=placement,
-        **({"cpus": cpus} if cpus is not None else {}),
+        cpus=cpus if cpus is not None else CpuPlan(reason="tasks run on other machines"),
     )
 
 
@@ -372,11 +396,36 @@ def _stepless(spec: JobSpec, task: TaskId) -> bool:
     return spec.serves_forever(task) or task.task_type == "evaluator"
 
 
-def attempt_env(plan: Plan, task: TaskId, attempt: int) -> dict[str, str]:
-    """The full set of orchestrator variables for one attempt of one task."""
+def held_at_max(spec: JobSpec, *, fixed_addresses: bool = False) -> JobSpec | None:
+    """The spec to plan a job at when its workers start below MAX and a grow can stay within the life:
+    ParameterServerStrategy elastic workers, fewer than MAX, no GPUs asked (a held worker has no device
+    dealt), addresses the backend draws (``fixed_addresses``: the user's own; none for the held ones):
+    the spec at MAX (the caller keeps the start size as :attr:`Plan.started_workers`). None otherwise
+    (MWMS: a size change is a new group anyway, docs/elastic.md)."""
+    if (spec.elastic is None or spec.strategy.value != "parameter_server" or spec.workers >= spec.elastic.max
+            or fixed_addresses or any(spec.gpus_per_task.values())):
+        return None
+    return dataclasses.replace(spec, workers=spec.elastic.max)
+
+
+def cluster_text(plan: Plan, task: TaskId, workers: int) -> str:
+    """``task``'s ``TF_CONFIG`` (as :func:`~orchestrator.spec.tfconfig.tf_config_json`) naming the plan's first
+    ``workers`` workers only (a PSS job below MAX: its coordinator connects to every worker its cluster names)."""
+    addresses = {tp.task: tp.address for tp in plan.tasks if tp.task.task_type != "worker" or tp.task.task_index
+                 < workers}
+    addresses.setdefault(task, plan.task_plan(task).address)
+    return tf_config_json(addresses, task)
+
+
+def attempt_env(plan: Plan, task: TaskId, attempt: int, workers: int | None = None) -> dict[str, str]:
+    """The full set of orchestrator variables for one attempt of one task; ``workers``: the workers its
+    ``TF_CONFIG`` names (a PSS job's cluster grown within its life); None: :attr:`Plan.started_workers`,
+    else the plan's."""
     directory = task_dir(plan.run_dir, attempt, task)
+    workers = plan.started_workers if workers is None else workers
     return {
         **plan.task_plan(task).env,
+        **({"TF_CONFIG": cluster_text(plan, task, workers)} if workers is not None else {}),
         env.ATTEMPT: str(attempt),
         env.TASK_DIR: str(directory),
         env.ERROR_FILE: str(directory / ERROR_FILE),

@@ -488,10 +488,11 @@ class Backend(LifecycleHooks, PortHooks, DiagnosticHooks[H], SpareHooks, Placeme
         """
 
 
-def start_attempt(backend: Backend[H], plan: Plan, task: TaskPlan, attempt: int) -> H:
+def start_attempt(backend: Backend[H], plan: Plan, task: TaskPlan, attempt: int, workers: int | None = None) -> H:
     """Start attempt ``attempt`` of ``task`` with its environment and log directory (the loop's starts, a launch's
-    first wave); a user's program binds its port without asking: its held port is released first. Raises LaunchError."""
+    first wave); a user's program binds its port without asking: its held port is released first. ``workers``: the
+    workers its ``TF_CONFIG`` names (:func:`~orchestrator.plan.attempt_env`). Raises LaunchError."""
     if not task.reports_heartbeats:
         backend.release_port(task.task, attempt)
-    return backend.start(LaunchRequest(task.task, attempt, task.argv, attempt_env(plan, task.task, attempt),
+    return backend.start(LaunchRequest(task.task, attempt, task.argv, attempt_env(plan, task.task, attempt, workers),
                                        RunDir(plan.run_dir).task(attempt, task.task), runtime=task.reports_heartbeats))

@@ -329,8 +329,10 @@ def run_launch(args: argparse.Namespace) -> int:
         spec = job.plan.spec  # elastic workers: the size placed (docs/elastic.md)
         what = (f", global batch {spec.global_batch_size}" if job.plan.user_program is None
                 else f", program {' '.join(job.plan.user_program)}")
-        print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks " + ", ".join(t.name for t in spec.tasks())
-              + f"{what}; logs in {job.plan.run_dir}", flush=True)
+        held_now = job.plan.held  # PSS below MAX: planned, started by a grow
+        tasks = ", ".join(t.name + (" (held)" if t.name in held_now else "") for t in spec.tasks())
+        print(f"run {job.plan.run_id}: {spec.strategy.value}, tasks {tasks}{what}; logs in {job.plan.run_dir}",
+              flush=True)
     carried = job.supervisor.carried
     if carried.resumed:
         last = carried.lives[-1]

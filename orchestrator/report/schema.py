@@ -142,7 +142,7 @@ class RunSummary:
         'each orchestrator lifetime of the run (`launch --resume` adds one): `life`, `started_at`,'
         ' `ended_at`, `started_at_unix`, `ended_at_unix`, `ended` (its final state), `cause`,'
         ' `resumed_from_step`, `last_step`, `steps_lost`, `pid`, `global_batch_size` (as the coordinator'
-        ' reported it)'))
+        ' reported it), `held` (a PSS job started below MAX: the workers planned and not started yet)'))
     segments: list[dict[str, Any]] = field(metadata=_doc(
         'one per size the run trained at, in order (docs/elastic.md): `workers`, `global_batch_size`,'
         ' `per_replica_batch_size`, `learning_rate_factor`, `first_step` (the step it resumed from; 0 for a'
@@ -153,7 +153,7 @@ class RunSummary:
         ' concerns, e.g. the parked one)'))
     elastic: dict[str, Any] | None = field(metadata=_doc(
         'elastic workers (`--workers MIN:MAX`): `min`, `max`, `workers` (the size now: the workers training,'
-        ' parked ones left out), `parked` (the PSS workers parked, not restarted: docs/elastic.md),'
+        ' parked and held ones left out), `parked` (the PSS workers parked, not restarted: docs/elastic.md),'
         ' `batch_policy`, `lr_scaling`; `null` for a fixed count'))
     late_failures: list[dict[str, Any]] = field(metadata=_doc(
         'failures after the job had succeeded (a warning, not a failure of the job)'))

@@ -186,7 +186,8 @@ def run_summary(snapshot: JobSnapshot) -> RunSummary:
         warnings=list(snapshot.warnings),
         faults=[f.to_dict() for f in snapshot.faults],
         cluster_check=formed.summary_field(spec, ((t.task, t.heartbeat.formed if t.heartbeat else {})
-                                                     for t in snapshot.tasks)),
+                                                     for t in snapshot.tasks),
+                                           spec.workers - len(snapshot.lives[-1].held) if snapshot.lives else None),
         spares=[{"pid": s.pid, "state": s.state, "task": s.task or None} for s in snapshot.spares],
         tasks=[task_entry(t) for t in snapshot.tasks],
         peak_gpu_memory_bytes=max(t.peak_gpu_memory_bytes or 0 for t in snapshot.tasks)

@@ -67,9 +67,12 @@ class Stop:
 
 @dataclass(frozen=True)
 class Notice:
-    """The preemption notice to ``tasks``: SIGTERM without the stop marker (TF saves and exits)."""
+    """The preemption notice to ``tasks``: SIGTERM without the stop marker (TF saves and exits).
+    ``planned``: the orchestrator restarts them itself afterwards (a PSS coordinator's save before its
+    restart with a larger cluster): their exit is a stop, not a failure."""
 
     tasks: tuple[str, ...]
+    planned: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,13 +158,16 @@ class Spares:
 class Resize:
     """ParameterServerStrategy: the job goes on at ``workers`` workers because of ``cause`` (``resize
     asked``, ``grew back``): ``park`` stopped (the coordinator trains on without them), ``unpark``
-    started again at their addresses (the coordinator re-adds them)
+    started again at their addresses (the coordinator re-adds them), or, with ``coordinator`` (its
+    task name: a grow past the cluster its ``TF_CONFIG`` names, its save taken), started with the
+    coordinator's next attempt, whose ``TF_CONFIG`` names them
     (:meth:`~orchestrator.supervisor.failures.Restarts.resized`); worker task names."""
 
     workers: int
     cause: str
     park: tuple[str, ...] = ()
     unpark: tuple[str, ...] = ()
+    coordinator: str = ""
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,8 @@ class Intake:
                                                        or now - rt.current.sampled_at >= 1.0)]
 
     def all_running(self, state: JobState) -> list[Action]:
-        """A starting job whose every task runs (a parked PSS worker left out: docs/elastic.md) is running."""
-        parked = self._lives.life.parked if state is JobState.STARTING else ()
+        """A starting job whose every task runs (a parked or held PSS worker left out: docs/elastic.md) is running."""
+        parked = self._lives.life.idle if state is JobState.STARTING else ()
         if state is JobState.STARTING and all(rt.current.state is TaskState.RUNNING or rt.task.name in parked
                                               for rt in self._table):
             if len(self._table) >= GC_FREEZE_TASKS:
@@ -134,8 +134,9 @@ class Intake:
                                                         metrics.get("global_batch_size")):
             out.append(Persist())  # a SIGKILLed orchestrator's resume knows how far training got
         formed = formed_of(hb)  # what its strategy formed (the heartbeat's typed field)
+        in_cluster = self._plan.spec.workers - len(self._lives.life.held)  # held workers: in no TF_CONFIG yet
         out += [Event(t) for t in (*self._lives.take_warnings(),
-                                   *(self._formed.beat(rt.task, a.number, formed) if formed else ()))]
+                                   *(self._formed.beat(rt.task, a.number, formed, in_cluster) if formed else ()))]
         out += [Warn(t) for t in self.nan.beat(  # a non-finite loss: said once per attempt (training_rules)
             rt.task.name, a.number, hb.step if hb.HasField("step") else None, hb.loss if hb.HasField("loss") else None,
             metrics, hb.non_finite_step if hb.HasField("non_finite_step") else None)]

@@ -159,7 +159,8 @@ class Restarts:
             ended=decisions.training_ended(coordinator.task.name, coordinator.current.state is TaskState.SUCCEEDED,
                                            phases),
             strategy=spec.strategy,
-            training_tasks=[rt.task for rt in table if not restarts_alone(rt.task.task_type)],
+            training_tasks=[rt.task for rt in table if not restarts_alone(rt.task.task_type)
+                            and rt.task.name not in self._lives.life.held],  # held: not started, not restarted
             trainers=spec.trainers(), coordinator=spec.coordinator, success_policy=spec.success_policy)
         if action.kind == "preempt":
             out.append(Preempt("every task of the job received SIGTERM from outside (the job is preempted)"))
@@ -197,7 +198,8 @@ class Restarts:
             fate = parking.worker_fate(
                 strategy=self._plan.spec.strategy, task_types=tuple(t.task_type for t in tasks),
                 elastic_min=None if self._plan.spec.elastic is None else self._plan.spec.elastic.min,
-                workers_now=self._plan.spec.workers - len(self.parked), retry=plan.retry, why_not=plan.why_not,
+                workers_now=self._plan.spec.workers - len(self._lives.life.idle), retry=plan.retry,
+                why_not=plan.why_not,
                 gone=parking.LOST if lost else parking.CRASH_LOOP if crash_loop else parking.RESTARTS_SPENT if spent
                 else "")
             if fate.kind == parking.PARK:
@@ -220,8 +222,8 @@ class Restarts:
         """Park ``tasks`` after ``cause`` (``why``: :func:`~orchestrator.supervisor.rules.parking.worker_fate`):
         not restarted, the job not failed, nothing spent; a new segment (``segment``: its cause) at the size left."""
         names = tuple(t.name for t in tasks)
-        self._lives.resized(size_of(self._plan.spec, self._plan.spec.workers - len(self.parked) - len(names)), segment,
-                            names)
+        left = self._plan.spec.workers - len(self._lives.life.idle) - len(names)
+        self._lives.resized(size_of(self._plan.spec, left), segment, names)
         return [Warn(f"{', '.join(names)} {why}; the last failure: {cause.headline()}"), Persist()]
 
     def resized(self, change: Resize, now: float) -> list[Action]:
@@ -230,7 +232,12 @@ class Restarts:
         against ``max_restarts``; a recovery opens for one that failed before, ended when the coordinator
         has it back in its rotation); a new segment either way."""
         names, back = (change.unpark, True) if change.unpark else (change.park, False)
-        self._lives.resized(size_of(self._plan.spec, change.workers), change.cause, names, back=back)
+        self._lives.resized(size_of(self._plan.spec, change.workers), change.cause, names, back=back,
+                            resumes=bool(change.coordinator))
+        if change.coordinator:  # PSS grown past its coordinator's cluster: it restarts too, its save taken
+            return [Event(f"{', '.join(names)} started ({change.cause}) and {change.coordinator} restarted from its "
+                          f"save with a TF_CONFIG naming {change.workers} worker(s); the ps and the other workers "
+                          "kept running"), RestartAt((*names, change.coordinator), now), Persist()]
         said = f"{', '.join(names)} {'taken back' if back else 'parked'} ({change.cause}): training goes on with " \
                f"{change.workers} worker(s)"
         if not back:

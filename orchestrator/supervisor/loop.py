@@ -123,7 +123,7 @@ class Supervisor:
         self.warnings: list[str] = []  # work lost or cut off, the job not failed
         self.started_at, self.started_wall = clock(), time.time()
         self.ended_at: float | None = None
-        self.lives = LifeBook(self.carried, self.started_wall, os.getpid(), spec=plan.spec)
+        self.lives = LifeBook(self.carried, self.started_wall, os.getpid(), spec=plan.spec, held=plan.held)
         self._interrupt: str | None = None
         self._exits, self._force_stop = ExitWatch(), threading.Event()  # the loop sleeps in _exits
         self._restart_at: dict[str, float] = {}  # task name -> when to start its next attempt
@@ -135,12 +135,12 @@ class Supervisor:
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
         # the parts: each owns its state and returns what it wants done
         self.preemption = Preemption(o.preemption_grace_s)
-        self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall)  # requests: server thread
+        self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall, o.preemption_grace_s)
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
                                  preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)
         self.endings = Endings(plan, table, o.success_grace_s)
-        self.waves = StartWaves(table)  # the tf.data service's tasks first, the trainers once it serves
+        self.waves = StartWaves(table, plan.held)  # the tf.data service's tasks first, the trainers once it serves
         self._checks = HangChecks(len(self.tasks))
         self._pictures = Pictures(self.tasks, int(VIEW_TASKS_PER_S * o.tick_s), task_snapshot)
 
@@ -300,10 +300,10 @@ class Supervisor:
             elif isinstance(action, (do.Hung, do.Stuck)):
                 self._kill_stuck_or_hung(action, now)
             elif isinstance(action, do.Notice):
-                for name in action.tasks:
-                    process = self.table.named(name).current.process
-                    assert process is not None
-                    self.backend.signal(process, signal.SIGTERM)  # no stop marker: a notice
+                for rt in map(self.table.named, action.tasks):
+                    assert rt.current.process is not None
+                    rt.current.stop_requested = rt.current.stop_requested or action.planned  # we restart it
+                    self.backend.signal(rt.current.process, signal.SIGTERM)  # no stop marker: a notice
             elif isinstance(action, do.Restart):
                 placeable, note = self.backend.prepare_restart(action.tasks)  # e.g. Slurm: off a lost node
                 self._do(self.restarts.placed(action, placeable, note, now), now)
@@ -334,7 +334,8 @@ class Supervisor:
     def _start(self, rt: TaskRuntime) -> None:
         a = rt.current
         directory = RunDir(self.plan.run_dir).task(a.number, rt.task)
-        handle = self._started.pop(rt.task.name, None) or start_attempt(self.backend, self.plan, rt.plan, a.number)
+        handle = self._started.pop(rt.task.name, None) or start_attempt(
+            self.backend, self.plan, rt.plan, a.number, self.resizing.cluster)  # TF_CONFIG: the workers started
         a.process, a.pid = handle, handle.pid
         a.stdout_path, a.stderr_path = handle.stdout_path, handle.stderr_path
         a.error_file = directory / ERROR_FILE

@@ -30,9 +30,12 @@ restarted in place):
   decision (:mod:`~orchestrator.supervisor.rules.parking`). Growing past the cluster the job started
   with needs the coordinator restarted with a new ``TF_CONFIG`` (TF's coordinator only reconnects to
   the addresses of its first cluster): the coordinator gets the preemption notice (its coordinated
-  save: the custom loop saves at its next step) and the run continues in a next life at the new
-  size, as an MWMS resize does; the ps and workers restart with it (TF would let them stay up,
-  docs/elastic.md; a life does not adopt another's processes yet).
+  save: the custom loop saves at its next step). A job started below MAX plans every slot up to MAX
+  and holds the ones above its start (:attr:`~orchestrator.plan.Plan.held`): a grow into them starts
+  them and restarts the coordinator alone once it has saved, with a ``TF_CONFIG`` naming them
+  (:attr:`Resizing.cluster`); the ps and the other workers keep running (TF 2.21 lets them serve the
+  new coordinator, docs/elastic.md). Past the planned slots the run continues in a next life at the
+  new size, as an MWMS resize does, every task restarted.
 
 The part decides; the loop carries out what it returns (:mod:`~orchestrator.supervisor.actions`).
 """
@@ -44,10 +47,17 @@ from dataclasses import replace
 
 from orchestrator.plan import Plan
 from orchestrator.proto.phases import phase_name
-from orchestrator.supervisor.actions import Action, End, Event, NodeLost, Preempt, Resize, Stop
+from orchestrator.supervisor.actions import Action, End, Event, NodeLost, Notice, Preempt, Resize, Stop
 from orchestrator.supervisor.growback import GrowBack
 from orchestrator.supervisor.records.lives import Carried, LifeBook
-from orchestrator.supervisor.records.states import EXIT_FAILED, EXIT_PREEMPTED, JobState, TaskRuntime, TaskState
+from orchestrator.supervisor.records.states import (
+    EXIT_FAILED,
+    EXIT_PREEMPTED,
+    JobState,
+    TaskRuntime,
+    TaskState,
+    describe_exit,
+)
 from orchestrator.supervisor.rules.hang_rules import POST_TRAINING_PHASES
 from orchestrator.supervisor.rules.rehearsal import planned_faults
 from orchestrator.supervisor.rules.resize import (
@@ -72,10 +82,13 @@ class Resizing:
         lives: this life's record (PSS: the workers parked now); None: none parked.
         room: the most workers the machine has room for now (:class:`GrowBack`); None: no grow back.
         started_wall: Unix seconds this life started.
+        grace_s: seconds a PSS coordinator has to save and leave on its notice before a grow into held
+            slots kills it (the preemption grace); it then resumes from its last checkpoint.
     """
 
     def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None,
-                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0) -> None:
+                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0,
+                 grace_s: float = 30.0) -> None:
         spec = plan.spec
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
@@ -94,6 +107,13 @@ class Resizing:
         self._training_ended = False  # the coordinator reported a phase after training (seen by the loop)
         self.next: SizeChange | None = None
         """The size the run continues at in its next life (None: it does not continue)."""
+        self.cluster: int | None = plan.started_workers
+        """PSS below MAX: the workers the ``TF_CONFIG`` of a task started now names (the coordinator's cluster;
+        it grows when the coordinator restarts for a grow); None: the plan's cluster."""
+        self._planned = spec.workers if plan.started_workers is not None else None  # slots held up to MAX
+        self._growing: SizeChange | None = None  # PSS: the coordinator was told to save for this grow
+        self._grace_s, self._killing = grace_s, False  # a coordinator not left within it is killed
+        self._noticed_at: float | None = None  # when the coordinator got the notice of the grow under way
         self.grow = GrowBack(plan, carried, room, started_wall)
 
     def request(self, workers: int, reason: str, state: JobState) -> tuple[bool, str]:
@@ -103,7 +123,7 @@ class Resizing:
             return False, f"the job's workers are a fixed count ({self.size}), not elastic"
         if state.terminal or state is JobState.PENDING:
             return False, f"the job is {state.value}, not running"
-        if self.next is not None or self._asked is not None:
+        if self.next is not None or self._asked is not None or self._growing is not None:
             return False, "a size change is already under way"
         if self._training_ended:  # evaluation, export: a new group would train nothing
             return False, "training has ended (evaluation, export): nothing left to train at another size"
@@ -125,8 +145,10 @@ class Resizing:
         restarts the coordinator with a new ``TF_CONFIG``: the run continues in a next life at the new size."""
         assert self.bounds is not None
         parked = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.parked if self._lives else ())]
-        active = [i for i in range(self.size) if i not in parked]
-        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked, started=self.size)
+        held = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.held if self._lives else ())]
+        active = [i for i in range(self.size) if i not in parked and i not in held]
+        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked,
+                             started=self.size if self.cluster is None else self.cluster, planned=self._planned)
         if change.refusal:
             return False, change.refusal
         self._reason = reason
@@ -143,9 +165,18 @@ class Resizing:
         if state.terminal or self.next is not None or self._outside:
             return []
         self._training_ended = self._training_ended or self._trained(tasks)
+        if self._growing is not None:
+            return self._grown(tasks, now)
         asked, self._asked = self._asked, None
         if asked is not None and self._training_ended:  # evaluation, export: a new group would train nothing
             return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
+        if asked is not None and asked.restart_coordinator:  # PSS into held slots: the coordinator saves first
+            self._growing, self._noticed_at, self._killing = asked, now, False
+            coming = ", ".join(f"worker-{i}" for i in asked.coming)
+            return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason}); "
+                          f"past the {self.cluster} worker(s) its coordinator's TF_CONFIG names: the coordinator "
+                          f"saves at its next step, then restarts with a TF_CONFIG naming {coming} too; the ps and "
+                          "the other workers keep running"), Notice((self._coordinator.name,), planned=True)]
         if asked is not None and self.strategy != MWMS and not asked.restart_group:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
                     Resize(asked.workers, asked.cause, tuple(f"worker-{i}" for i in asked.park),
@@ -168,6 +199,28 @@ class Resizing:
         if asking := self._ask_nodes(tasks):
             return asking
         return self._grow_back(tasks, state, now) if now is not None and self.strategy == MWMS else []
+
+    def _grown(self, tasks: Sequence[TaskRuntime], now: float | None) -> list[Action]:
+        """PSS, a grow into held slots under way: once the coordinator has ended (saved on its notice), its
+        cluster is the new size and the coming workers and its next attempt start (:class:`Resize`); [] before,
+        and a kill (:class:`Stop`, at once) once it has not left within the grace."""
+        rt = next(rt for rt in tasks if rt.task == self._coordinator)
+        if self._growing is None:
+            return []
+        if not rt.current.state.terminal:
+            if self._killing or now is None or self._noticed_at is None or now - self._noticed_at < self._grace_s:
+                return []
+            self._killing = True
+            return [Event(f"{rt.task.name} did not leave within {self._grace_s:g} s of its notice: killed; it resumes "
+                          "from its last checkpoint"), Stop((rt.task.name,), "killed: no save on its notice", 0.0)]
+        change, self._growing = self._growing, None
+        self.cluster = max(max(change.coming) + 1, self.cluster or 0)
+        code = rt.current.exit_code
+        return [Event(f"{rt.task.name} ended on its notice ({describe_exit(code) if code is not None else 'gone'}): "
+                      f"its cluster grows to "
+                      f"{self.cluster} worker(s)"),
+                Resize(change.workers, change.cause, unpark=tuple(f"worker-{i}" for i in change.coming),
+                       coordinator=rt.task.name)]
 
     def _grow_back(self, tasks: Sequence[TaskRuntime], state: JobState, now: float) -> list[Action]:
         """MWMS below MAX, room again after the cooldown: the planned resize of a request, cause ``grew back``."""
@@ -238,8 +291,8 @@ class Resizing:
         return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {SLOT_LOST}")]
 
     def _active_now(self) -> list[str]:
-        parked = self._lives.life.parked if self._lives is not None else []
-        return [f"worker-{i}" for i in range(self.size) if f"worker-{i}" not in parked]
+        idle = self._lives.life.idle if self._lives is not None else []
+        return [f"worker-{i}" for i in range(self.size) if f"worker-{i}" not in idle]
 
     def preempted(self, reason: str) -> None:
         """A preemption was asked (safe from a signal handler): from outside (a SIGTERM, a time

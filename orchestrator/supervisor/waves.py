@@ -19,11 +19,12 @@ class StartWaves:
 
     Args:
         table: the job's tasks (plan order).
+        held: tasks planned and not started (:attr:`orchestrator.plan.Plan.held`: a resize starts them).
     """
 
-    def __init__(self, table: TaskTable) -> None:
+    def __init__(self, table: TaskTable, held: tuple[str, ...] = ()) -> None:
         self._table = table
-        self._planned = [(rt.task.name, rt.task.task_type) for rt in table]
+        self._planned = [(rt.task.name, rt.task.task_type) for rt in table if rt.task.name not in held]
         self._waiting: list[str] = []
         """Names of the tasks whose earlier waves do not serve yet, in plan order."""
 

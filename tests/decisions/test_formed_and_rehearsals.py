@@ -50,6 +50,20 @@ def test_what_a_task_formed_is_compared_with_the_plan(strategy, counts, task, me
     assert mismatch(spec_of(strategy=strategy, **counts), task, metrics) == expected
 
 
+@pytest.mark.parametrize("in_cluster, metrics, expected", [
+    # PSS planned at MAX 2 with worker-1 held: the coordinator's TF_CONFIG names 1 worker, then 2 after a grow
+    (1, {"replicas_in_sync": 1, "cluster_workers": 2}, None),
+    (2, {"replicas_in_sync": 1, "cluster_workers": 3}, None),
+    (1, {"replicas_in_sync": 1, "cluster_workers": 3},
+     "chief-0 formed replicas_in_sync 1 and a cluster of 3 worker(s), 2 planned (chief + workers)"),
+    (None, {"replicas_in_sync": 1, "cluster_workers": 2},
+     "chief-0 formed replicas_in_sync 1 and a cluster of 2 worker(s), 3 planned (chief + workers)"),
+])
+def test_a_pss_coordinator_is_compared_with_the_workers_its_tf_config_named(in_cluster, metrics, expected):
+    spec = spec_of(strategy="parameter_server", workers=2, ps=1, chief=1)
+    assert mismatch(spec, CHIEF, metrics, in_cluster) == expected
+
+
 def test_a_mismatch_fails_only_mwms_and_only_unless_allowed():
     assert fails_job(spec_of(workers=2))
     assert not fails_job(spec_of(workers=2, supervision={"allow_cluster_mismatch": True}))

@@ -5,10 +5,14 @@ succeeds when the coordinator does, naming it; below MIN the job fails as withou
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import signal
 
+import pytest
+
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.plan import make_plan
+from orchestrator.plan import held_at_max, make_plan
 from orchestrator.report.summary import build_summary
 from orchestrator.spec.elastic import ElasticSpec
 from orchestrator.spec.faults import Fault
@@ -174,3 +178,121 @@ def test_a_pss_grow_past_the_started_cluster_is_the_coordinators_save_then_a_nex
     assert h.sup.resizing.next is not None and h.sup.resizing.next.workers == 2
     assert h.sup.lives.lives()[-1].cause == "resize asked" and h.sup.restarts_used == 0
     assert h.sup.snapshot().recoveries == ()  # not a failure: no recovery, no restart spent
+
+
+class _Held(Harness):
+    """A PSS job of ``workers: {min: 1, max: 2, start: 1}`` planned as a launch plans it: every slot up to MAX
+    (addresses reserved), worker-1 held; each start's TF_CONFIG is kept (``configs``: task name -> per attempt)."""
+
+    def __init__(self, tmp_path) -> None:  # noqa: D107
+        spec = spec_of(strategy="parameter_server", workers=1, ps=1, elastic=ElasticSpec(1, 2),
+                       supervision={"backoff_s": 0.0})
+        at_max = held_at_max(spec)
+        assert at_max is not None and at_max.workers == 2
+        self.clock = FakeClock()
+        self.store = HeartbeatStore(clock=self.clock)
+        self.backend = FakeBackend(self.clock)
+        self.configs: dict[str, list[dict]] = {}
+        start = self.backend.start
+
+        def keep(request):
+            self.configs.setdefault(request.task.name, []).append(json.loads(request.env["TF_CONFIG"]))
+            return start(request)
+
+        self.backend.start = keep  # type: ignore[method-assign]
+        plan = dataclasses.replace(make_plan(at_max, self.backend.allocate(at_max), run_id="t", run_dir=tmp_path,
+                                             health_address="127.0.0.1:1", token="x", cores=2), started_workers=1)
+        self.view = RecordingView()
+        self.sup = Supervisor(plan, self.backend, self.store, self.view, clock=self.clock, stop_timeout_s=1.0)
+        self.sup.start()
+
+
+@pytest.mark.parametrize("reported, lost", [
+    (5, 0),  # the custom loop: it saves at its next step on the notice, past the step it reported
+    (9, 3),  # the fit loop: it leaves at once and resumes from its last backup (step 6): 3 steps trained again
+])
+def test_a_pss_grow_into_a_held_slot_restarts_the_coordinator_alone_and_the_ps_and_workers_keep_running(
+        tmp_path, reported, lost):
+    h = _Held(tmp_path)
+    assert sorted(h.configs) == ["chief-0", "ps-0", "worker-0"]  # worker-1 held: not started
+    assert all(len(c[0]["cluster"]["worker"]) == 1 for c in h.configs.values())  # its TF_CONFIG names 1 worker
+    h.all_beat(step=5)
+    h.tick()
+    assert h.sup.state is JobState.RUNNING  # the held worker is not waited for
+    h.beat("chief-0", step=reported, cluster_workers=2)  # its resolver's cluster: the chief and worker-0
+    h.tick()
+    assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
+    h.tick(0.1)
+    # the notice to the coordinator alone: it saves; the ps and worker-0 serve on
+    assert [h.backend.latest(n).signals for n in ("chief-0", "worker-0", "ps-0")] == [[signal.SIGTERM], [], []]
+    assert any("past the 1 worker(s) its coordinator's TF_CONFIG names: the coordinator saves at its next step, "
+               "then restarts with a TF_CONFIG naming worker-1 too" in e for e in h.view.events)
+    h.exit("chief-0", 143)  # saved at its next step
+    h.tick(0.1)
+    h.tick(0.1)
+    # worker-1 started and the coordinator's next attempt, both with the cluster of 2 workers; nothing else restarted
+    assert [len(c["cluster"]["worker"]) for c in h.configs["chief-0"]] == [1, 2]
+    assert [len(c["cluster"]["worker"]) for c in h.configs["worker-1"]] == [2]
+    assert len(h.configs["ps-0"]) == 1 and len(h.configs["worker-0"]) == 1
+    assert h.task("chief-0").attempt == 1 and h.task("ps-0").attempt == 0 and h.task("worker-0").attempt == 0
+    assert h.sup.state is not JobState.PREEMPTED and h.sup.resizing.next is None and h.sup.restarts_used == 0
+    assert h.sup.snapshot().recoveries == () and h.sup.failures == []  # the coordinator's save is no failure
+    h.beat("chief-0", step=6, resumed_from_step=6, cluster_workers=3)  # it resumes from its save at step 6
+    h.tick(0.1)
+    h.all_beat(step=7)
+    h.tick(0.1)
+    h.exit("chief-0", 0)
+    result = h.finish()
+    assert result.state is JobState.SUCCEEDED and h.sup.restarts_used == 0
+    assert not any("did not train as one cluster" in e for e in h.view.events)  # the cluster each TF_CONFIG named
+    assert build_summary(h.sup.snapshot())["cluster_check"]["mismatches"] == []
+    life = h.sup.lives.life
+    assert (life.size_now or {})["workers"] == 2 and life.held == () and life.parked == []
+    assert [(c["cause"], c["tasks"], c["back"], c["step"]) for c in life.resized] == \
+        [("resize asked", ["worker-1"], True, 6)]  # from the step the coordinator resumed from
+    assert h.sup.lives.lives()[-1].size == {**(life.size or {}), "workers": 1}
+    segments = [(s["workers"], s["cause"], s["first_step"], s["steps_lost"])
+                for s in build_summary(h.sup.snapshot())["segments"]]
+    assert segments == [(1, "launched", 0, lost), (2, "resize asked", 6, None)]
+
+
+def test_a_group_restart_of_a_pss_job_below_max_leaves_its_held_worker_unstarted(tmp_path):
+    h = _Held(tmp_path)
+    h.all_beat(step=5)
+    h.tick()
+    h.exit("ps-0", -signal.SIGKILL)  # a ps failure restarts the whole cluster
+    for _ in range(5):
+        h.tick(1.0)
+    assert h.task("ps-0").attempt == 1 and h.task("chief-0").attempt == 1 and h.task("worker-0").attempt == 1
+    assert "worker-1" not in h.configs and h.sup.lives.life.held == ("worker-1",)
+    assert [len(c["cluster"]["worker"]) for c in h.configs["chief-0"]] == [1, 1]
+
+
+def test_a_coordinator_that_does_not_leave_on_the_notice_of_a_grow_is_killed_after_the_grace(tmp_path):
+    h = _Held(tmp_path)
+    signal_now = h.backend.signal
+    ignored: list[int] = []
+
+    def deaf_once(handle, signum):  # a program of its own that saves nothing on SIGTERM and trains on
+        if handle.task.name == "chief-0" and signum == signal.SIGTERM and not ignored:
+            ignored.append(signum)
+            handle.signals.append(signum)
+            return
+        signal_now(handle, signum)
+
+    h.backend.signal = deaf_once  # type: ignore[method-assign]
+    h.all_beat(step=5)
+    h.tick()
+    assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
+    h.tick(0.1)
+    assert ignored and h.task("chief-0").attempt == 0
+    for step in range(6, 20):  # 28 s of steps (a tick every 2 s, within the heartbeat timeout)
+        h.all_beat(step=step)
+        h.tick(2.0)
+    assert h.task("chief-0").attempt == 0 and h.sup.resizing.request(2, "again", h.sup.state)[0] is False
+    h.all_beat(step=20)
+    h.tick(2.5)  # past the preemption grace (30 s): killed, then restarted with the cluster of 2
+    h.tick(0.1)
+    assert any("chief-0 did not leave within 30 s of its notice: killed" in e for e in h.view.events)
+    assert [len(c["cluster"]["worker"]) for c in h.configs["chief-0"]] == [1, 2] and "worker-1" in h.configs
+    assert h.task("ps-0").attempt == 0 and h.task("worker-0").attempt == 0 and h.sup.restarts_used == 0

@@ -55,6 +55,26 @@ def test_a_pss_grow_past_the_started_cluster_restarts_the_coordinator(active, pa
     assert size_change(PSS, active, bounds, target=target, parked=parked, started=started) == change
 
 
+@pytest.mark.parametrize("active, parked, started, planned, bounds, target, change", [
+    # started below MAX with every slot up to MAX planned (held above the start): the coordinator alone restarts
+    ([0], [], 1, 2, (1, 2), 2, SizeChange(2, coming=(1,), restart_coordinator=True)),
+    ([0, 1], [], 2, 4, (1, 4), 4, SizeChange(4, coming=(2, 3), restart_coordinator=True)),
+    ([0, 1], [], 2, 4, (1, 4), 3, SizeChange(3, coming=(2,), restart_coordinator=True)),
+    # a parked slot of the started cluster comes back with a held one: both start, the coordinator restarts
+    ([0], [1], 2, 3, (1, 3), 3, SizeChange(3, coming=(1, 2), restart_coordinator=True)),
+    # within the started cluster: taken back at its address, no coordinator restart
+    ([0], [1], 2, 3, (1, 3), 2, SizeChange(2, coming=(1,), unpark=(1,))),
+    # a slot this life did not plan: a next life (every task restarts with the new TF_CONFIG)
+    ([0], [], 1, 1, (1, 2), 2, SizeChange(2, coming=(1,), restart_group=True)),
+    ([0], [], 1, 2, (1, 3), 3, SizeChange(3, coming=(1, 2), restart_group=True)),
+    # a shrink never restarts it
+    ([0, 1], [], 2, 3, (1, 3), 1, SizeChange(1, going=(1,), park=(1,))),
+])
+def test_a_pss_grow_into_slots_held_in_this_life_restarts_the_coordinator_alone(active, parked, started, planned,
+                                                                                  bounds, target, change):
+    assert size_change(PSS, active, bounds, target=target, parked=parked, started=started, planned=planned) == change
+
+
 @pytest.mark.parametrize("active, bounds, target, words", [
     ([0, 1], (1, 2), 3, "outside the job's elastic range 1..2"),
     ([0, 1], (2, 4), 1, "outside the job's elastic range 2..4"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,9 +11,10 @@ import pytest
 from orchestrator import env
 from orchestrator.api import check_job
 from orchestrator.errors import SpecError
-from orchestrator.plan import attempt_env, make_plan, threads_per_task
+from orchestrator.plan import attempt_env, held_at_max, make_plan, threads_per_task
 from orchestrator.spec import JobSpec, TaskId, TrainingSpec
 from orchestrator.spec.data import DIGITS_TRAIN_EXAMPLES, train_examples
+from orchestrator.spec.elastic import ElasticSpec
 from orchestrator.spec.faults import Fault
 
 
@@ -144,3 +146,32 @@ def test_a_tf_config_past_the_kernels_limit_on_one_environment_string_is_refused
     text = str(err.value)
     assert text.startswith("workers=10000: the TF_CONFIG of this 10002-task job is ") and "MAX_ARG_STRLEN" in text
     assert "E2BIG" in text and "split it into jobs of at most ~" in text
+
+
+@pytest.mark.parametrize("fields, planned", [
+    ({"strategy": "parameter_server", "ps": 1, "workers": 1, "elastic": ElasticSpec(1, 3)}, 3),  # held above 1
+    ({"strategy": "parameter_server", "ps": 1, "workers": 3, "elastic": ElasticSpec(1, 3)}, None),  # at MAX
+    ({"strategy": "parameter_server", "ps": 1, "workers": 1}, None),  # a fixed count
+    ({"strategy": "multi_worker_mirrored", "workers": 1, "elastic": ElasticSpec(1, 3)}, None),  # a new group anyway
+    ({"strategy": "parameter_server", "ps": 1, "workers": 1, "elastic": ElasticSpec(1, 3),
+      "gpus_per_task": {"worker": 1}}, None),  # a held worker has no device dealt
+])
+def test_a_pss_job_below_max_is_planned_at_max(fields, planned):
+    at_max = held_at_max(JobSpec.create(**fields))
+    assert (at_max.workers if at_max is not None else None) == planned
+
+
+def test_a_held_plan_starts_its_tasks_with_a_tf_config_naming_the_started_workers_only():
+    spec = JobSpec.create(strategy="parameter_server", ps=1, workers=1, elastic=ElasticSpec(1, 2))
+    at_max = held_at_max(spec)
+    assert at_max is not None
+    plan = dataclasses.replace(plan_for(at_max), started_workers=1)
+    assert plan.held == ("worker-1",)
+    workers = {t: json.loads(attempt_env(plan, t, 0)["TF_CONFIG"])["cluster"]["worker"]
+               for t in (TaskId("chief", 0), TaskId("ps", 0), TaskId("worker", 0))}
+    assert all(len(w) == 1 for w in workers.values())  # the held worker is in no started task's cluster
+    grown = json.loads(attempt_env(plan, TaskId("chief", 0), 1, workers=2)["TF_CONFIG"])
+    assert len(grown["cluster"]["worker"]) == 2 and grown["task"] == {"type": "chief", "index": 0}
+    shown = plan.to_dict()
+    assert (shown["started_workers"], shown["held"], shown["spec"]["workers"]["start"]) == (1, ["worker-1"], 1)
+    assert [len(t["tf_config"]["cluster"]["worker"]) for t in shown["tasks"]] == [1, 1, 2, 1]

@@ -71,7 +71,12 @@ class Life:
             taken back), in order, each ``{"step": the last step at the size before (None: none
             yet), "size": as ``size``, "cause": why (:data:`SEGMENT_PARKED`, ``slot lost``, ``resize
             asked``, ``grew back``), "tasks": the workers it concerns, "back": they came back (else
-            they were parked)}``.
+            they were parked)}``; a grow past the coordinator's cluster (it restarts from its save): the
+            step is the one it resumed from once it says so (``"resumes": True`` until then), and
+            ``"steps_lost"`` the steps it had reported past that save (0 with the custom loop's save).
+        held: ParameterServerStrategy workers planned in this life and not started yet (a job started
+            below MAX: :attr:`orchestrator.plan.Plan.held`), lowest first; a grow takes them (and
+            leaves them out of here).
     """
 
     number: int
@@ -86,6 +91,12 @@ class Life:
     global_batch_size: int | None = None
     size: Mapping[str, Any] | None = None
     resized: tuple[Mapping[str, Any], ...] = ()
+    held: tuple[str, ...] = ()
+
+    @property
+    def idle(self) -> list[str]:
+        """The worker tasks not training now: parked (:attr:`parked`) or held (:attr:`held`)."""
+        return [*self.parked, *self.held]
 
     @property
     def size_now(self) -> Mapping[str, Any] | None:
@@ -117,6 +128,7 @@ class Life:
             "global_batch_size": self.global_batch_size,
             "size": dict(self.size) if self.size is not None else None,
             "resized": [dict(r) for r in self.resized],
+            **({"held": list(self.held)} if self.held else {}),
         }
 
     @classmethod
@@ -290,7 +302,8 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
                         "cause": SEGMENT_LAUNCHED if last is None else before if before in RESIZED else SEGMENT_RESUMED,
                         "steps_lost": lost, "lives": [life.number]})
         for n, change in enumerate(life.resized, 1):  # sizes it changed to while it ran: no step trained again
-            out[-1]["last_step"] = change.get("step")
+            out[-1]["last_step"] = change.get("step")  # but a coordinator's restart from its last save (PSS grow):
+            out[-1]["steps_lost"] = change.get("steps_lost", out[-1]["steps_lost"])
             out.append({**dict(change["size"]), "first_step": change.get("step"), "last_step": life.last_step,
                         "cause": change["cause"], "steps_lost": life.steps_lost if n == len(life.resized) else 0,
                         "lives": [life.number], "tasks": list(change.get("tasks") or ())})
@@ -351,10 +364,10 @@ class LifeBook:
     """
 
     def __init__(self, carried: Carried, started_at: float, pid: int, persist_every_s: float = 1.0,
-                 spec: JobSpec | None = None) -> None:
+                 spec: JobSpec | None = None, held: tuple[str, ...] = ()) -> None:
         self.carried = carried
         self.life = Life(number=len(carried.lives) + 1, started_at=started_at, pid=pid,
-                         size=size_of(spec) if spec is not None else None)
+                         size=size_of(spec, spec.workers - len(held)) if spec is not None else None, held=held)
         self.last_step: int | None = None
         self.persist_every_s = persist_every_s
         self.persisted_at: float | None = None
@@ -374,7 +387,13 @@ class LifeBook:
             if change and not planned_change(self.carried.lives, self.life):
                 self._warnings.append(change)
             due = True
-        if resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
+        if resumed_from_step is not None and self.life.resized and self.life.resized[-1].get("resumes"):
+            saved = {k: v for k, v in self.life.resized[-1].items() if k != "resumes"}  # the step it saved at
+            lost = max(0, (self.last_step or 0) - resumed_from_step)  # reported past its save: trained again
+            self.life = replace(self.life, resized=(*self.life.resized[:-1], {**saved, "step": resumed_from_step,
+                                                                              "steps_lost": lost}))
+            due = True
+        elif resumed_from_step is not None and self.carried.resumed and self.life.resumed_from_step is None:
             self.life = replace(self.life, resumed_from_step=resumed_from_step)
             due = True
         if step is not None and step != self.last_step:
@@ -383,12 +402,16 @@ class LifeBook:
             due = due or first or self.persisted_at is None or now - self.persisted_at >= self.persist_every_s
         return due
 
-    def resized(self, size: Mapping[str, Any], cause: str, tasks: tuple[str, ...], back: bool = False) -> None:
+    def resized(self, size: Mapping[str, Any], cause: str, tasks: tuple[str, ...], back: bool = False,
+                resumes: bool = False) -> None:
         """The job goes on at ``size`` (:func:`size_of`) from the last step seen, because of ``cause``
         (:data:`SEGMENT_PARKED`, ...): ``tasks`` parked, or taken back (``back``) (a new segment:
-        :func:`segments`)."""
-        change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks), "back": back}
-        self.life = replace(self.life, resized=self.life.resized + (change,))
+        :func:`segments`); ``resumes``: the coordinator restarts from its save, and the step it says it
+        resumed from replaces the last step seen (a save comes after the step last reported)."""
+        change = {"step": self.last_step, "size": dict(size), "cause": cause, "tasks": list(tasks), "back": back,
+                  **({"resumes": True} if resumes else {})}
+        self.life = replace(self.life, resized=self.life.resized + (change,),
+                            held=tuple(t for t in self.life.held if not back or t not in tasks))
 
     def take_warnings(self) -> list[str]:
         """The warnings about this life found since the last call (a changed global batch)."""

@@ -30,10 +30,11 @@ CLUSTER_WORKERS = "cluster_workers"
 CHECKED = (Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER)
 
 
-def planned_workers(spec: JobSpec) -> int:
+def planned_workers(spec: JobSpec, workers: int | None = None) -> int:
     """The chief and workers of the planned training cluster (what a strategy's cluster
-    resolver should count)."""
-    return spec.chief + spec.workers
+    resolver should count); ``workers``: the workers its ``TF_CONFIG`` names (a PSS job below MAX
+    whose slots above its start are held: docs/elastic.md), None: the spec's."""
+    return spec.chief + (spec.workers if workers is None else workers)
 
 
 def checked_tasks(spec: JobSpec) -> set[TaskId]:
@@ -49,9 +50,10 @@ def is_checked(spec: JobSpec, task: TaskId) -> bool:
     return task == spec.coordinator or (task.task_type in ("chief", "worker") and not spec.serves_forever(task))
 
 
-def mismatch(spec: JobSpec, task: TaskId, metrics: Mapping[str, float]) -> str | None:
+def mismatch(spec: JobSpec, task: TaskId, metrics: Mapping[str, float], in_cluster: int | None = None) -> str | None:
     """What ``task`` formed, in words, when it is not the planned cluster; None when it is, or
-    when the task reported nothing to compare (``metrics``: its heartbeat metrics).
+    when the task reported nothing to compare (``metrics``: its heartbeat metrics; ``in_cluster``:
+    the workers its ``TF_CONFIG`` named, :func:`planned_workers`).
 
     Returns:
         e.g. ``worker-0 formed replicas_in_sync 1 and a cluster of 1 worker(s), 2 planned``.
@@ -59,7 +61,7 @@ def mismatch(spec: JobSpec, task: TaskId, metrics: Mapping[str, float]) -> str |
     if not is_checked(spec, task):
         return None
     replicas, workers = metrics.get(REPLICAS_IN_SYNC), metrics.get(CLUSTER_WORKERS)
-    planned = planned_workers(spec)
+    planned = planned_workers(spec, in_cluster)
     wrong = workers is not None and int(workers) != planned
     if spec.strategy is Strategy.MULTI_WORKER_MIRRORED and replicas is not None and int(replicas) < planned:
         wrong = True
@@ -73,9 +75,10 @@ def mismatch(spec: JobSpec, task: TaskId, metrics: Mapping[str, float]) -> str |
     return f"{task.name} formed {' and '.join(parts)}, {planned} planned (chief + workers)"
 
 
-def mismatches(spec: JobSpec, reports: Iterable[tuple[TaskId, Mapping[str, float]]]) -> list[str]:
+def mismatches(spec: JobSpec, reports: Iterable[tuple[TaskId, Mapping[str, float]]],
+               in_cluster: int | None = None) -> list[str]:
     """:func:`mismatch` of every task's report (``(task, metrics)`` pairs), in order."""
-    return [m for task, metrics in reports if (m := mismatch(spec, task, metrics)) is not None]
+    return [m for task, metrics in reports if (m := mismatch(spec, task, metrics, in_cluster)) is not None]
 
 
 def fails_job(spec: JobSpec) -> bool:
@@ -95,17 +98,19 @@ def warning(text: str, spec: JobSpec) -> str:
                   "--allow-cluster-mismatch if this is intended"
 
 
-def summary_field(spec: JobSpec, reports: Iterable[tuple[TaskId, Mapping[str, float]]]) -> dict[str, object]:
-    """``summary.json``'s ``cluster_check``: the planned chief + workers, what each checked task
-    reported it formed, the mismatches, and whether they were allowed."""
+def summary_field(spec: JobSpec, reports: Iterable[tuple[TaskId, Mapping[str, float]]],
+                  in_cluster: int | None = None) -> dict[str, object]:
+    """``summary.json``'s ``cluster_check``: the planned chief + workers (``in_cluster``: the workers
+    the last ``TF_CONFIG`` named, :func:`planned_workers`), what each checked task reported it formed,
+    the mismatches, and whether they were allowed."""
     reports = list(reports)
     formed = {task.name: {k: int(metrics[k]) for k in (REPLICAS_IN_SYNC, CLUSTER_WORKERS) if k in metrics}
               for task, metrics in reports if is_checked(spec, task)}
     return {
         "checked": spec.strategy in CHECKED,
-        "planned_workers": planned_workers(spec),
+        "planned_workers": planned_workers(spec, in_cluster),
         "formed": {name: values for name, values in formed.items() if values},
-        "mismatches": mismatches(spec, reports),
+        "mismatches": mismatches(spec, reports, in_cluster),
         "allowed": bool(spec.supervision.allow_cluster_mismatch),
     }
 
@@ -122,12 +127,14 @@ class FormedCheck:
         self._said: set[tuple[str, int, str]] = set()
         self.failure: str | None = None  # the mismatch that fails the job (MWMS, not allowed)
 
-    def beat(self, task: TaskId, attempt: int, metrics: Mapping[str, float]) -> list[str]:
-        """A heartbeat's metrics of ``task``'s ``attempt``: the warning to show when it reports
-        a mismatch not shown before (else none); sets :attr:`failure` when it fails the job."""
+    def beat(self, task: TaskId, attempt: int, metrics: Mapping[str, float],
+             in_cluster: int | None = None) -> list[str]:
+        """A heartbeat's metrics of ``task``'s ``attempt`` (``in_cluster``: the workers its ``TF_CONFIG``
+        names, :func:`planned_workers`): the warning to show when it reports a mismatch not shown
+        before (else none); sets :attr:`failure` when it fails the job."""
         if REPLICAS_IN_SYNC not in metrics and CLUSTER_WORKERS not in metrics:
             return []
-        text = mismatch(self.spec, task, metrics)
+        text = mismatch(self.spec, task, metrics, in_cluster)
         if text is None or (task.name, attempt, text) in self._said:
             return []
         self._said.add((task.name, attempt, text))

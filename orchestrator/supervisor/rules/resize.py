@@ -6,7 +6,10 @@
   resize is new processes with a new ``TF_CONFIG``) and for ParameterServerStrategy (the
   ``ClusterCoordinator`` carries on without a worker: specific workers are parked and unparked,
   the others keep running; a grow past the cluster the job started with needs a coordinator with
-  a new ``TF_CONFIG``: the run continues in a next life at the new size from the coordinator's save).
+  a new ``TF_CONFIG``: where this life planned the slots (a job started below MAX plans every slot up
+  to MAX and holds the ones above its start), only the coordinator restarts, from its save, the new
+  workers started beside the running ps and workers; otherwise the run continues in a next life at the
+  new size from the coordinator's save).
 * :func:`slot_lost`: whether a worker's end was its slot withdrawn (an injected ``lose``).
 * :func:`node_lost`: whether a worker's node is lost (the backend says so: Slurm's slurmd does
   not answer, or the step did not end after SIGKILL), and the size change it makes.
@@ -49,6 +52,10 @@ class SizeChange:
             not have): the coordinator saves and the run continues in a next life at the new size,
             with a new ``TF_CONFIG``; otherwise False (``park`` / ``unpark`` name the workers, the
             rest keep running).
+        restart_coordinator: PSS: a grow past the cluster the coordinator's ``TF_CONFIG`` names into
+            slots this life planned (held, not started): the coordinator saves and restarts alone with
+            a ``TF_CONFIG`` naming ``workers`` workers, the ``coming`` ones started first; the ps and the
+            other workers keep running (TF 2.21 lets them serve the new coordinator: docs/elastic.md).
         park: PSS: the workers to park (not restarted, not failed).
         unpark: PSS: the parked workers to start again (at their address).
         refusal: why nothing changes ("": it does); then the other fields keep the size before.
@@ -59,6 +66,7 @@ class SizeChange:
     coming: tuple[int, ...] = ()
     cause: str = RESIZE_ASKED
     restart_group: bool = False
+    restart_coordinator: bool = False
     park: tuple[int, ...] = ()
     unpark: tuple[int, ...] = ()
     refusal: str = ""
@@ -66,7 +74,7 @@ class SizeChange:
 
 def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *, target: int | None = None,
                 lost: int | None = None, parked: Sequence[int] = (), cause: str = RESIZE_ASKED,
-                started: int | None = None) -> SizeChange:
+                started: int | None = None, planned: int | None = None) -> SizeChange:
     """The size change of an elastic job's workers.
 
     Args:
@@ -79,6 +87,9 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
         cause: of a request: ``resize asked`` or ``grew back`` (a lost slot is ``slot lost``).
         started: PSS: the workers of the cluster this life started with (its ``TF_CONFIG``); None:
             the active and parked slots. A grow to a slot at or above it needs a new coordinator.
+        planned: PSS: the worker slots this life planned (addresses reserved; those at or above
+            ``started`` held, not started); None: ``started``. A grow past ``started`` within it
+            restarts the coordinator alone (``restart_coordinator``); past it, a next life.
 
     Returns:
         A :class:`SizeChange`. A shrink drops the highest slots (worker 0, the chief and
@@ -86,8 +97,10 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
         slots lowest first, then new slots above the highest. Under PSS a grow that needs a new
         slot (one the started cluster does not have) restarts the coordinator with a new
         ``TF_CONFIG`` (``restart_group``; TF's coordinator only ever reconnects to the addresses of
-        its first cluster): nothing is unparked then, the next life starts every slot. Refused (``refusal`` set, size
-        unchanged): a target outside MIN..MAX, the size it is already, or a loss that leaves
+        its first cluster): nothing is unparked then, the next life starts every slot; or, when every
+        slot that comes is one this life planned (``planned``), ``restart_coordinator``: the coming
+        slots start (parked ones at their addresses too) and the coordinator alone restarts. Refused
+        (``refusal`` set, size unchanged): a target outside MIN..MAX, the size it is already, or a loss that leaves
         fewer than MIN.
     """
     lo, hi = bounds
@@ -115,6 +128,9 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
     new = list(range(top + 1, top + 1 + target - size - len(back)))
     coming = tuple(sorted(back + new))
     cluster = top + 1 if started is None else started
+    if not mwms and any(slot >= cluster for slot in coming) and planned is not None \
+            and all(slot < planned for slot in coming):  # PSS: slots held in this life: a new coordinator only
+        return SizeChange(target, coming=coming, cause=cause, restart_coordinator=True)
     if mwms or any(slot >= cluster for slot in coming):  # PSS: a slot the coordinator's TF_CONFIG lacks
         return SizeChange(target, coming=coming, cause=cause, restart_group=True)
     return SizeChange(target, coming=coming, cause=cause, unpark=tuple(back))
