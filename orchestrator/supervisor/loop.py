@@ -138,7 +138,8 @@ class Supervisor:
         self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall)  # requests: server thread
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
-                                 preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)
+                                 preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives,
+                                 lost_node=self.resizing.lost_node)
         self.endings = Endings(plan, table, o.success_grace_s)
         self.waves = StartWaves(table)  # the tf.data service's tasks first, the trainers once it serves
         self._checks = HangChecks(len(self.tasks))
@@ -325,7 +326,7 @@ class Supervisor:
                         self._start(self.table.named(name))
             elif isinstance(action, do.Resize):  # PSS: workers parked or taken back (failures.Restarts.resized)
                 self._do(self.restarts.resized(action, now), now)
-            elif isinstance(action, do.NodeLost):  # an elastic MWMS worker failed: is its node lost? (Slurm)
+            elif isinstance(action, do.NodeLost):  # an elastic worker failed: is its node lost? (Slurm)
                 rt = self.table.named(action.task)
                 self._do(self.resizing.node_lost(rt, self.backend.lost_nodes.node_of(rt.task)), now)
             elif isinstance(action, do.Spares) and self._spares is not None:

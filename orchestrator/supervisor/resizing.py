@@ -27,7 +27,9 @@ restarted in place):
   and re-adds one restarted at the same address): a shrink parks the highest workers, a grow takes
   parked ones back (:class:`~orchestrator.supervisor.actions.Resize`, carried out by
   :meth:`~orchestrator.supervisor.failures.Restarts.resized`); a lost slot is parked by the failure
-  decision (:mod:`~orchestrator.supervisor.rules.parking`). Growing past the cluster the job started
+  decision (:mod:`~orchestrator.supervisor.rules.parking`), and so is a worker whose node is lost
+  (Slurm: :meth:`Resizing.node_lost` says so, :meth:`Resizing.lost_node` tells the failure decision).
+  Growing past the cluster the job started
   with needs the coordinator restarted with a new ``TF_CONFIG`` (TF's coordinator only reconnects to
   the addresses of its first cluster): the coordinator gets the preemption notice (its coordinated
   save: the custom loop saves at its next step) and the run continues in a next life at the new
@@ -87,6 +89,7 @@ class Resizing:
                       for f in planned_faults(plan) if f.kind == "lose"}
         self._reached: int | None = None  # the step a lost slot's fault fired at: the group trained that far
         self._asked_node: set[tuple[str, int]] = set()  # failed worker attempts whose node the backend was asked of
+        self._node_lost: dict[tuple[str, int], str] = {}  # PSS: failed worker attempts to park, their lost node
         self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
         self._reason = ""
         self._what = ""  # the reason of the preemption a resize asked for (its coordinated save)
@@ -121,12 +124,15 @@ class Resizing:
 
     def _pss_request(self, workers: int, reason: str) -> tuple[bool, str]:
         """A PSS resize: park the highest workers, or take parked ones back (their addresses are the
-        cluster's); a grow past the cluster this life started with (a slot its ``TF_CONFIG`` lacks)
-        restarts the coordinator with a new ``TF_CONFIG``: the run continues in a next life at the new size."""
+        cluster's); a grow past the cluster this life started with (a slot its ``TF_CONFIG`` lacks), or
+        that takes back a worker parked for its lost node (a new address), restarts the coordinator with a
+        new ``TF_CONFIG``: the run continues in a next life at the new size."""
         assert self.bounds is not None
         parked = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.parked if self._lives else ())]
         active = [i for i in range(self.size) if i not in parked]
-        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked, started=self.size)
+        moved = [int(name.rsplit("-", 1)[1]) for name, _ in self._node_lost]  # parked for their lost node
+        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked, started=self.size,
+                             moved=moved)
         if change.refusal:
             return False, change.refusal
         self._reason = reason
@@ -185,9 +191,9 @@ class Resizing:
                              f"{target}"), Preempt(what)]
 
     def _ask_nodes(self, tasks: Sequence[TaskRuntime]) -> list[Action]:
-        """Elastic MWMS: :class:`NodeLost` of each worker attempt failed since the last look (not stopped by
-        the orchestrator) and of the live workers; [] when none failed."""
-        if self.bounds is None or self.strategy != MWMS:
+        """Elastic MWMS and PSS: :class:`NodeLost` of each worker attempt failed since the last look (not
+        stopped by the orchestrator), and under MWMS of the live workers too; [] when none failed."""
+        if self.bounds is None:
             return []
         workers = [rt for rt in tasks if rt.task.task_type == "worker"]
         failed = [(rt.task.name, rt.current.number) for rt in workers
@@ -196,29 +202,44 @@ class Resizing:
         if not ask:
             return []
         self._asked_node.update(ask)
-        # a lost node may fail a peer first (its collective breaks on the partition before the lost worker's
-        # heartbeats are missed): ask of the live workers' nodes too
-        names = [name for name, _ in ask] + [rt.task.name for rt in workers if rt.live]
-        return [NodeLost(name) for name in names]
+        # MWMS: a lost node may fail a peer first (its collective breaks on the partition before the lost
+        # worker's heartbeats are missed): ask of the live workers' nodes too. PSS workers share nothing.
+        live = [rt.task.name for rt in workers if rt.live] if self.strategy == MWMS else []
+        return [NodeLost(name) for name in [name for name, _ in ask] + live]
 
     def node_lost(self, rt: TaskRuntime, node: str | None) -> list[Action]:
         """The backend's answer about the node of ``rt``'s attempt (failed, or live beside a failed
-        peer; ``node``: the lost node it runs on; None: not lost): under MWMS with at least MIN workers
-        left, stop the group and continue one smaller from the last checkpoint (:func:`node_lost`);
-        otherwise [] (the failure decision takes it as for a fixed count), with an event when the node
-        is lost below MIN. Once a change is decided, [] for every other answer."""
+        peer; ``node``: the lost node it runs on; None: not lost), decided by :func:`node_lost`: under
+        MWMS with at least MIN workers left, stop the group and continue one smaller from the last
+        checkpoint; under PSS with at least MIN left, the failure decision parks the worker
+        (:meth:`lost_node` says it is the node's; no restart is tried); otherwise [] (the failure
+        decision takes it as for a fixed count), with an event when the node is lost below MIN. Once
+        a change is decided, [] for every other answer."""
         if self.next is not None or self.bounds is None:
             return []
-        change = node_lost(self.strategy, self.bounds, range(self.size), rt.task.task_type, rt.task.task_index, node,
+        mwms = self.strategy == MWMS
+        active = range(self.size) if mwms else [int(n.rsplit("-", 1)[1]) for n in self._active_now()]
+        change = node_lost(self.strategy, self.bounds, active, rt.task.task_type, rt.task.task_index, node,
                            rt.current.stop_requested)
         if change is None:
             return []
         if change.refusal:
-            return [Event(f"{rt.task.name}'s node {node} is lost; not shrinking: {change.refusal}")]
+            return [Event(f"{rt.task.name}'s node {node} is lost; not {'shrinking' if mwms else 'parking'}: "
+                          f"{change.refusal}")]
+        assert node is not None
+        if not mwms:  # the failure decision parks it this tick (Restarts asks lost_node)
+            self._node_lost[(rt.task.name, rt.current.number)] = node
+            return [Event(f"{rt.task.name}'s node {node} is lost: it is parked, not restarted; training goes on with "
+                          f"{change.workers} worker(s)")]
         self.next = change
         why = (f"{rt.task.name}'s node {node} is lost: the group continues at {change.workers} worker(s) from the "
                "last checkpoint")
         return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {NODE_LOST}")]
+
+    def lost_node(self, task: str, attempt: int) -> str | None:
+        """PSS: the lost node of the failed attempt ``attempt`` of worker ``task`` when it is to be parked
+        for it (:meth:`node_lost` decided so); None otherwise."""
+        return self._node_lost.get((task, attempt))
 
     def _trained(self, tasks: Sequence[TaskRuntime]) -> bool:
         """The coordinator reported the end of training (a phase after it)."""
