@@ -43,9 +43,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from orchestrator.plan import Plan
 from orchestrator.proto.phases import phase_name
+from orchestrator.resources.extension import ASKED_GROW_WAIT_S, PACKED, WAIT_FOR_NODES, asked_grow
 from orchestrator.supervisor.actions import Action, End, Event, NodeLost, Preempt, Resize, Stop
 from orchestrator.supervisor.growback import GrowBack
 from orchestrator.supervisor.records.lives import Carried, LifeBook
@@ -74,10 +76,15 @@ class Resizing:
         lives: this life's record (PSS: the workers parked now); None: none parked.
         room: the most workers the machine has room for now (:class:`GrowBack`); None: no grow back.
         started_wall: Unix seconds this life started.
+        asked_room: what a grow asked by ``resize`` into a next life waits for (``for_size(workers)``: the
+            most workers the nodes the job may use hold, extension allocations asked for the nodes short;
+            ``news()``; ``why(workers)``; optional ``asked_wait_s``: Slurm's
+            :class:`~orchestrator.backends.slurm_room.SlurmRoom`); None: the grow goes at once.
     """
 
     def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None,
-                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0) -> None:
+                 room: Callable[[], int | None] | None = None, started_wall: float = 0.0, *,
+                 asked_room: Any = None) -> None:
         spec = plan.spec
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
@@ -98,6 +105,9 @@ class Resizing:
         self.next: SizeChange | None = None
         """The size the run continues at in its next life (None: it does not continue)."""
         self.grow = GrowBack(plan, carried, room, started_wall)
+        self._asked_room = asked_room
+        self._waiting: tuple[SizeChange, str, float] | None = None  # a grow asked, waiting for nodes (since when)
+        self._said_waiting = False
 
     def request(self, workers: int, reason: str, state: JobState) -> tuple[bool, str]:
         """A resize asked (the ``ResizeJob`` call; safe from another thread: one assignment).
@@ -150,8 +160,20 @@ class Resizing:
             return []
         self._training_ended = self._training_ended or self._trained(tasks)
         asked, self._asked = self._asked, None
+        if asked is not None:
+            self._waiting = None  # a request replaces a grow still waiting for nodes
+        elif self._waiting is not None and self._training_ended:
+            asked, self._waiting = self._waiting[0], None
         if asked is not None and self._training_ended:  # evaluation, export: a new group would train nothing
             return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
+        news: list[Action] = []
+        if asked is not None and asked.restart_group and asked.coming and self._asked_room is not None:
+            self._waiting = (asked, self._reason, now if now is not None else 0.0)  # into a next life: nodes first
+            asked = None
+        if self._waiting is not None:
+            news, asked = self._wait_for_nodes(now)
+            if asked is None:
+                return news
         if asked is not None and self.strategy != MWMS and not asked.restart_group:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
                     Resize(asked.workers, asked.cause, tuple(f"worker-{i}" for i in asked.park),
@@ -160,11 +182,11 @@ class Resizing:
             self.next = asked
             what = self._what = f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s)"
             if self.strategy != MWMS:  # PSS past the started cluster: a new coordinator, a new TF_CONFIG
-                return [Event(f"{what} ({self._reason}); past the {self.size} worker(s) the cluster started with: "
-                              f"the coordinator saves at its next step, then the run continues at {asked.workers} "
-                              "with a new TF_CONFIG"), Preempt(what)]
-            return [Event(f"{what} ({self._reason}); every worker saves at its next step, then the group continues "
-                          f"at {asked.workers}"), Preempt(what)]
+                return [*news, Event(f"{what} ({self._reason}); past the {self.size} worker(s) the cluster started "
+                                     f"with: the coordinator saves at its next step, then the run continues at "
+                                     f"{asked.workers} with a new TF_CONFIG"), Preempt(what)]
+            return [*news, Event(f"{what} ({self._reason}); every worker saves at its next step, then the group "
+                                 f"continues at {asked.workers}"), Preempt(what)]
         for rt in tasks:
             a = rt.current
             if (a.state is TaskState.FAILED and (rt.task.name, a.number) in self._lose
@@ -173,7 +195,37 @@ class Resizing:
                 return self._lost(rt)
         if asking := self._ask_nodes(tasks):
             return asking
+        if self._waiting is not None:  # a grow asked waits for nodes: the grow-back watch does not look meanwhile
+            return []
         return self._grow_back(tasks, state, now) if now is not None and self.strategy == MWMS else []
+
+    def _wait_for_nodes(self, now: float | None) -> tuple[list[Action], SizeChange | None]:
+        """A grow asked by ``resize`` into a next life, on a backend that says its room (Slurm): the
+        change to carry out now, or None while it waits for extension allocations
+        (:func:`~orchestrator.resources.extension.asked_grow`); the room's news as events."""
+        assert self._waiting is not None
+        change, reason, since = self._waiting
+        room = self._asked_room
+        holds = room.for_size(change.workers)
+        news: list[Action] = [Event(text) for text in room.news()]
+        bound_s = float(getattr(room, "asked_wait_s", ASKED_GROW_WAIT_S))
+        verdict = asked_grow(change.workers, holds, 0.0 if now is None else now - since, bound_s)
+        what = f"{change.cause}: {len(self._active_now())} -> {change.workers} worker(s)"
+        if verdict == WAIT_FOR_NODES:
+            if not self._said_waiting:
+                self._said_waiting = True
+                news.append(Event(f"{what} ({reason}): the nodes the job may use hold {holds} worker(s); waiting up "
+                                  f"to {bound_s:g} s for extension allocation(s) of the nodes short, asked all at "
+                                  "once"))
+            return news, None
+        self._waiting, self._said_waiting = None, False
+        self._reason = reason
+        if verdict == PACKED:
+            news.append(Event(f"{what}: no extension allocation granted within {bound_s:g} s: it goes on the nodes "
+                              f"the job has ({holds} worker(s) at its density), more tasks a node"))
+        elif holds >= change.workers and hasattr(room, "why"):
+            self._reason = f"{reason}; {room.why(change.workers)}"
+        return news, change
 
     def _grow_back(self, tasks: Sequence[TaskRuntime], state: JobState, now: float) -> list[Action]:
         """MWMS below MAX, room again after the cooldown: the planned resize of a request, cause ``grew back``."""

@@ -77,9 +77,10 @@ def test_a_lost_node_of_an_elastic_mwms_job_shrinks_it_and_an_extension_allocati
 
 
 def test_pss_on_three_nodes_a_lost_node_parks_its_worker_and_the_chief_trains_on(slurm_env, tmp_path):
-    # 8 epochs: at 1 worker the chief trains about an epoch a second here, and the loss is decided ~7 s after it
-    # (the heartbeat timeout, then 3 s for a step SIGKILL does not end)
-    epochs, run_id, lost_node = 8, "pss", "osl2"  # chief-0 and ps-0 on osl0, worker-0 on osl1, worker-1 on osl2
+    # 12 epochs of 90 steps: the loss is decided ~7 s after the cut (the heartbeat timeout, then 3 s for a step
+    # SIGKILL does not end); the chief trained 180 steps meanwhile and 450 in the 2.3 s after (one run here), so
+    # the job must outlast it by more than that on a quiet machine
+    epochs, run_id, lost_node = 12, "pss", "osl2"  # chief-0 and ps-0 on osl0, worker-0 on osl1, worker-1 on osl2
     cut, seen, summary, text = run_with_a_lost_node(
         slurm_env, tmp_path, run_id, lost_node, epochs, "--strategy", "parameter_server", "--ps", "1",
         "--workers", "1:2", "--heartbeat-timeout", "4", watch="chief-0", dies=True)
