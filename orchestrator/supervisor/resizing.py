@@ -155,7 +155,9 @@ class Resizing:
         slot lost (MWMS: stop the group, continue one smaller; fail below MIN), a failed worker of an
         elastic MWMS job: the backend is to be asked of its node and of the live workers' nodes
         (:class:`NodeLost`, once per failed attempt), room again below MAX after the cooldown
-        (``now``: the loop's clock; MWMS: the coordinated save of a grow back); [] otherwise."""
+        (``now``: the loop's clock; MWMS: the coordinated save of a grow back); [] otherwise. A grow
+        asked into a next life on a backend that says its room (Slurm) first waits for the nodes it
+        needs (:meth:`_wait_for_nodes`), the job training on meanwhile."""
         if state.terminal or self.next is not None or self._outside:
             return []
         self._training_ended = self._training_ended or self._trained(tasks)
@@ -170,10 +172,8 @@ class Resizing:
         if asked is not None and asked.restart_group and asked.coming and self._asked_room is not None:
             self._waiting = (asked, self._reason, now if now is not None else 0.0)  # into a next life: nodes first
             asked = None
-        if self._waiting is not None:
+        if self._waiting is not None:  # the job trains on meanwhile: a slot or node lost is still looked for
             news, asked = self._wait_for_nodes(now)
-            if asked is None:
-                return news
         if asked is not None and self.strategy != MWMS and not asked.restart_group:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
                     Resize(asked.workers, asked.cause, tuple(f"worker-{i}" for i in asked.park),
@@ -192,11 +192,11 @@ class Resizing:
             if (a.state is TaskState.FAILED and (rt.task.name, a.number) in self._lose
                     and slot_lost(["lose"], a.stop_requested)):
                 self._reached = self._lose.pop((rt.task.name, a.number))
-                return self._lost(rt)
+                return [*news, *self._lost(rt)]
         if asking := self._ask_nodes(tasks):
-            return asking
+            return [*news, *asking]
         if self._waiting is not None:  # a grow asked waits for nodes: the grow-back watch does not look meanwhile
-            return []
+            return news
         return self._grow_back(tasks, state, now) if now is not None and self.strategy == MWMS else []
 
     def _wait_for_nodes(self, now: float | None) -> tuple[list[Action], SizeChange | None]:

@@ -275,3 +275,23 @@ def test_without_a_room_that_says_a_grow_asked_goes_at_once(tmp_path):
     assert h.sup.resizing.request(3, "resize asked by a user", h.sup.state) == (True, "")
     h.tick()
     assert h.sup.resizing.next is not None and h.sup.resizing.next.workers == 3
+
+
+def test_a_node_lost_while_a_grow_asked_waits_for_nodes_still_shrinks_the_job(tmp_path):
+    from orchestrator.supervisor.records.states import TaskState
+    from tests.decisions.test_node_lost import Lost
+
+    room = AskedRoom()
+    lost = Life(number=1, started_at=0.0, ended_at=1.0, ended="Preempted", cause="node lost", size={"workers": 3})
+    h = Growing(tmp_path, 1, 3, start=2, grow_back_s=None, carried=Carried(lives=(lost,)), asked_room=room)
+    h.backend.lost_nodes = Lost({"worker-1": "osl1"})
+    h.all_beat(step=45)
+    h.tick()
+    assert h.sup.resizing.request(3, "resize asked by a user", h.sup.state) == (True, "")
+    h.train_for(1.0, step=46)  # waiting for nodes
+    assert h.sup.resizing.next is None
+    h.exit("worker-1", -9)
+    h.tick(0.1)
+    change = h.sup.resizing.next
+    assert change is not None and (change.workers, change.cause) == (1, "node lost"), h.view.events
+    assert h.task("worker-1").state is TaskState.FAILED
