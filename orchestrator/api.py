@@ -32,7 +32,15 @@ from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of
 )
 from orchestrator.env import bench_mark
 from orchestrator.errors import SpecError
-from orchestrator.handle import Job, JobHandle, Outcome, first_wave, let_go, room_probe  # noqa: F401 - Job...: what launch() returns
+from orchestrator.handle import (  # noqa: F401 - Job...: what launch() returns
+    Job,
+    JobHandle,
+    Outcome,
+    asked_room,
+    first_wave,
+    let_go,
+    room_probe,
+)
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
 from orchestrator.plan import Plan, held_at_max, make_plan, new_run_id
@@ -295,7 +303,6 @@ def prepare(
 
     def persist(sup: Supervisor) -> None:
         from orchestrator.supervisor.record import run_record
-
         write_json_atomic(rd.record, run_record(sup))
 
     def make(started: dict[str, TaskHandle]) -> Supervisor:
@@ -304,7 +311,8 @@ def prepare(
                                           [t.task.name for t in plan.tasks])
         from orchestrator.supervisor.loop import Supervisor  # with start_early: once the first tasks have started
         return Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
-                          room=room_probe(spec, run_id, engine, inventory), started=started, **supervisor_options)
+                          room=room_probe(spec, run_id, engine, inventory), asked_room=asked_room(spec, engine),
+                          started=started, **supervisor_options)
 
     bench_mark("prepared", sys.stderr)  # the plan written, the first tasks not started yet
     try:

@@ -223,6 +223,17 @@ class JobHandle:
             self.stop("stopped: the with block of api.launch() was left")
 
 
+def asked_room(spec: JobSpec, engine: Backend[Any]) -> Any:
+    """The room a grow asked by ``resize`` waits for on a backend whose scheduler places the tasks
+    (Slurm: :meth:`~orchestrator.backends.slurm_room.SlurmRoom.for_size`, extension allocations asked
+    for the nodes short); None elsewhere (the local and docker backends place what they are asked) or
+    for a fixed count."""
+    here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
+    if spec.elastic is None or here or engine.growth is None:
+        return None
+    return engine.growth.grow_room(spec)
+
+
 def room_probe(spec: JobSpec, run_id: str, engine: Backend[Any],
                inventory: Inventory | None) -> Callable[[], int | None] | None:
     """What the lease ledger has room for, for an elastic MWMS run that grows back by itself

@@ -8,7 +8,10 @@ hold (:func:`~orchestrator.resources.extension.nodes_room`, at the job's
 tasks per node when it started) and tells :class:`Extensions` how many nodes MAX is short of. The
 extension watch (a thread, so the supervisor's loop never waits on Slurm) then:
 
-* asks Slurm for one node at a time, at most one pending:
+* asks Slurm for the nodes short, each an extension of one node, all at once (a grow short of two
+  nodes asks for two, not one after the other; :func:`~orchestrator.resources.extension.extensions_to_ask`;
+  one Slurm starts on a node the run has already, two packed on a node that holds more than one, is
+  cancelled and asked again at once without that node):
   ``sbatch --parsable -N1 -n1 --exclude=<the run's nodes, lost ones too> --job-name RUN:extend
   --partition=<the run's> --time=<the run's time left> [--account, --qos, --cpus-per-task, --gres
   as the run's] --wrap '<wait while the run's job is in squeue>'``, and polls ``squeue -j EXT``;
@@ -43,14 +46,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.backends.slurm_commands import command, node_answers
+from orchestrator.backends.slurm_extend_job import (  # noqa: F401 - BaseJob, ...: this module's too
+    NAME_SUFFIX,
+    BaseJob,
+    extension_argv,
+    read_base,
+    step_environ,
+    watch_script,
+)
 from orchestrator.errors import LaunchError
 from orchestrator.resources.extension import (
     CANCEL_LATE,
     CANCEL_UNNEEDED,
     GONE,
     GRANTED,
-    SUBMIT,
     extension_next,
+    extensions_to_ask,
 )
 
 log = logging.getLogger("orchestrator.backends.slurm")
@@ -70,93 +81,6 @@ STEP_TIMEOUT_S = 30.0
 """Bound on the step that checks a node before it counts as room, seconds."""
 GONE_WAIT_S = 10.0
 """Most seconds :meth:`Extensions.close` waits until ``squeue`` lists none of the extensions."""
-NAME_SUFFIX = ":extend"
-"""An extension's job name: the run id and this."""
-_INPUT_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES",
-               "SLURM_NNODES", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_JOB_CPUS_PER_NODE")
-
-
-@dataclass(frozen=True)
-class BaseJob:
-    """What an extension copies from the run's own allocation (``squeue``, ``scontrol show job``).
-
-    Attributes:
-        job_id: the run's job (``SLURM_JOB_ID``).
-        partition: its partition ("" when unknown: Slurm's default).
-        time_left: its time left as ``squeue %L`` says it (``1-02:03:04``, ``9:58``; "" when unlimited).
-        account, qos: its account and QoS ("" for none).
-        cpus_per_node: the CPUs it holds on its first node (``SLURM_JOB_CPUS_PER_NODE``; 0 when unknown).
-        gres: its generic resources per node (``TresPerNode``, e.g. ``gres:gpu:2``; "" for none).
-    """
-
-    job_id: str
-    partition: str = ""
-    time_left: str = ""
-    account: str = ""
-    qos: str = ""
-    cpus_per_node: int = 0
-    gres: str = ""
-
-
-def _given(value: str) -> str:
-    value = value.strip()
-    return "" if value in ("(null)", "N/A", "UNLIMITED", "NOT_SET", "INVALID", "None") else value
-
-
-def read_base(environ: Mapping[str, str], job_id: str) -> BaseJob:
-    """The run's own job as an extension copies it (one ``squeue``, one ``scontrol show job``);
-    what cannot be read is left to Slurm's defaults."""
-    cpus = environ.get("SLURM_JOB_CPUS_PER_NODE", "").split("(", 1)[0].split(",", 1)[0]
-    fields: dict[str, str] = {}
-    part = left = account = qos = ""
-    try:
-        queued = command(dict(environ), "squeue", "-h", "-j", job_id, "-o", "%P|%L|%a|%q")
-        if queued.returncode == 0 and queued.stdout.strip():
-            part, left, account, qos = (queued.stdout.strip().splitlines()[0].split("|") + ["", "", "", ""])[:4]
-        shown = command(dict(environ), "scontrol", "show", "job", "-o", job_id)
-        for item in shown.stdout.split():
-            key, sep, value = item.partition("=")
-            if sep and key not in fields:
-                fields[key] = value
-    except LaunchError as exc:
-        log.warning("%s", exc)
-    gres = fields.get("TresPerNode", "")
-    return BaseJob(job_id, partition=_given(part), time_left=_given(left), account=_given(account),
-                   qos=_given(qos), cpus_per_node=int(cpus) if cpus.isdigit() else 0,
-                   gres=",".join(g.removeprefix("gres:").removeprefix("gres/") for g in _given(gres).split(",") if g))
-
-
-def watch_script(job_id: str) -> str:
-    """The extension's batch script: wait while the run's job ``job_id`` is in ``squeue`` (three
-    misses in a row end it, so one slow answer does not), or for ever where the node has no ``squeue``
-    (the time limit ends it)."""
-    j = shlex.quote(job_id)
-    return ("command -v squeue >/dev/null 2>&1 || exec sleep infinity; n=0; while [ $n -lt 3 ]; do "
-            f"if squeue -h -j {j} -o %i 2>/dev/null | grep -q .; then n=0; else n=$((n+1)); fi; sleep 5; done")
-
-
-def extension_argv(base: BaseJob, run_id: str, exclude: Sequence[str]) -> list[str]:
-    """``sbatch`` of one extension: one node, none of ``exclude``, the run's partition, time left,
-    account, QoS, CPUs and generic resources per node (pure)."""
-    argv = ["sbatch", "--parsable", "--nodes=1", "--ntasks=1", f"--job-name={run_id}{NAME_SUFFIX}",
-            "--output=/dev/null", "--error=/dev/null"]
-    if exclude:
-        argv.append(f"--exclude={','.join(sorted(set(exclude)))}")
-    for flag, value in (("--partition", base.partition), ("--time", base.time_left), ("--account", base.account),
-                        ("--qos", base.qos), ("--gres", base.gres)):
-        if value:
-            argv.append(f"{flag}={value}")
-    if base.cpus_per_node > 1:
-        argv.append(f"--cpus-per-task={base.cpus_per_node}")
-    return [*argv, f"--wrap={watch_script(base.job_id)}"]
-
-
-def step_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the run's own allocation's variables that Slurm's commands read as
-    input (``sbatch`` and ``srun --jobid`` of another job must not take them)."""
-    return {k: v for k, v in environ.items() if k not in _INPUT_VARS}
-
-
 @dataclass
 class Pending:
     """The extension asked for and not yet running."""
@@ -196,7 +120,7 @@ class Extensions:
         self._granted: dict[str, str] = {}  # node -> its extension's job id
         self._addresses: dict[str, str] = {}  # a granted node's address (scontrol show node)
         self._back: set[str] = set()  # lost nodes of the allocation that answer again and run a step
-        self._pending: Pending | None = None
+        self._pending: list[Pending] = []  # asked for, not yet running, oldest first
         self._short = 0
         self._wanted_at: float | None = None
         self._retry_at = 0.0
@@ -248,15 +172,16 @@ class Extensions:
 
     # -- asked by the room probe (the supervisor's loop) ----------------------------------------
     def want(self, short: int) -> None:
-        """The grow is due and MAX is ``short`` nodes short (0: enough): the watch asks for an
-        extension, probes lost nodes, or cancels a pending one no longer needed. Never waits."""
+        """The grow is due and the size it grows to is ``short`` nodes short (0: enough): the watch
+        asks for that many extensions at once, probes lost nodes, or cancels pending ones no longer
+        needed. Never waits."""
         if self._closing.is_set() or not self.job_id:
             return
         with self._lock:
             self._short, self._wanted_at = short, self._clock()
             if self._thread is not None and self._thread.is_alive():
                 return
-            if short <= 0 and self._pending is None:
+            if short <= 0 and not self._pending:
                 return
             self._thread = threading.Thread(target=self._watch, name="slurm-extend", daemon=True)
             self._thread.start()
@@ -281,15 +206,25 @@ class Extensions:
                 now = self._clock()
                 with self._lock:
                     due = self._wanted_at is not None and now - self._wanted_at < WANTED_FOR_S
-                    short, pending = (self._short if due else 0), self._pending
-                state = None if pending is None else self._state(pending.job_id)
-                action = extension_next(short, state, 0.0 if pending is None else now - pending.asked_at,
-                                        self._retry_at - now, grant_timeout_s=GRANT_TIMEOUT_S)
-                self._act(action, pending, state)  # first: Slurm may take seconds to start it
-                if short > 0:  # a node back makes the pending extension unneeded (cancelled at the next look)
+                    short, pending = (self._short if due else 0), list(self._pending)
+                for each in pending:  # the oldest first: those past the nodes short are not needed
+                    state = self._state(each.job_id)
+                    with self._lock:  # a grant meanwhile made one less short, and one less pending before it
+                        short_now = self._short if due else 0
+                        rank = next(i for i, p in enumerate(self._pending) if p is each)
+                    action = extension_next(short_now - rank, state, now - each.asked_at, self._retry_at - now,
+                                            grant_timeout_s=GRANT_TIMEOUT_S)
+                    self._act(action, each, state)  # first: Slurm may take seconds to start them
+                with self._lock:
+                    ask = extensions_to_ask(self._short if due else 0, len(self._pending), self._retry_at - now)
+                said = not self.ever  # the run's first asks are said in the events (all asked together), later logged
+                for _ in range(ask):  # all at once: a grow short of two nodes asks for two together
+                    if not self._submit(said):
+                        break
+                if short > 0:  # a node back makes a pending extension unneeded (cancelled at the next look)
                     self._probe_lost(now)
                 with self._lock:
-                    if self._pending is None and not due:
+                    if not self._pending and not due:
                         self._thread = None
                         return
                 self._closing.wait(POLL_S)
@@ -298,36 +233,34 @@ class Extensions:
             with self._lock:
                 self._thread = None
 
-    def _act(self, action: str, pending: Pending | None, state: str | None) -> None:
-        if action == SUBMIT:
-            self._submit()
-        elif pending is None:
-            return
-        elif action == GRANTED:
+    def _act(self, action: str, pending: Pending, state: str | None) -> None:
+        if action == GRANTED:
             self._take(pending)
         elif action == CANCEL_LATE:
             reason = self._reason(pending.job_id)
             self._cancel([pending.job_id])
-            self._forget(f"extension allocation {pending.job_id} not started by Slurm within {GRANT_TIMEOUT_S:g} s"
-                         f"{f' ({reason})' if reason else ''}: cancelled; asking again in {RETRY_AFTER_S:g} s",
-                         event=not self._said_late)
+            self._forget(pending, f"extension allocation {pending.job_id} not started by Slurm within "
+                         f"{GRANT_TIMEOUT_S:g} s{f' ({reason})' if reason else ''}: cancelled; asking again in "
+                         f"{RETRY_AFTER_S:g} s", event=not self._said_late)
             self._said_late = True
         elif action == CANCEL_UNNEEDED:
             self._cancel([pending.job_id])
-            self._forget(f"extension allocation {pending.job_id} cancelled: the job needs no more nodes now",
+            self._forget(pending, f"extension allocation {pending.job_id} cancelled: the job needs no more nodes now",
                          retry=False)
         elif action == GONE:
-            self._forget(f"extension allocation {pending.job_id} ended before it ran ({state or 'gone'}); asking "
-                         f"again in {RETRY_AFTER_S:g} s")
+            self._forget(pending, f"extension allocation {pending.job_id} ended before it ran ({state or 'gone'}); "
+                         f"asking again in {RETRY_AFTER_S:g} s")
 
-    def _forget(self, text: str, *, retry: bool = True, event: bool = True) -> None:
+    def _forget(self, pending: Pending, text: str, *, retry: bool = True, event: bool = True) -> None:
         with self._lock:
-            self._pending = None
+            self._pending = [p for p in self._pending if p is not pending]
             if retry:
                 self._retry_at = self._clock() + RETRY_AFTER_S
         self._say(text, event)
 
-    def _submit(self) -> None:
+    def _submit(self, said: bool) -> bool:
+        """Ask Slurm for one extension (``said``: in the events too, else logged); False when it could
+        not be asked (asked again later)."""
         if self._base is None:
             self._base = read_base(self._allocation_environ, self.job_id)
         exclude = sorted(set(self._taken()) | set(self.granted()))
@@ -346,17 +279,18 @@ class Extensions:
             self._say(f"could not ask Slurm for an extension allocation ({shlex.join(argv[:-1])}): {why}; asking "
                       f"again in {RETRY_AFTER_S:g} s", event=not self._said_late)
             self._said_late = True
-            return
+            return False
         self.ever.append(job)
         if self._closing.is_set():  # the run ended meanwhile
             self._cancel([job])
-            return
+            return False
         with self._lock:
-            self._pending = Pending(job, asked, argv)
+            self._pending.append(Pending(job, asked, argv))
         base = self._base
         self._say(f"growing back needs another node: asked Slurm for extension allocation {job} (one node, "
                   f"partition {base.partition or 'default'}, time limit {base.time_left or 'the partition default'})",
-                  event=len(self.ever) == 1)
+                  event=said)
+        return True
 
     def _take(self, pending: Pending) -> None:
         """The pending extension runs: check a step starts on its node and reads the runs directory."""
@@ -368,15 +302,24 @@ class Extensions:
             problem = self._step_problem(pending.job_id, node) if node else "Slurm names no node"
         except LaunchError as exc:
             problem, address = str(exc), ""
+        with self._lock:
+            twice = node in self._granted or node in self._taken()
+        if twice and not problem:  # asked together, Slurm started two on one node (it holds more than one)
+            self._cancel([pending.job_id])
+            self._forget(pending, f"extension allocation {pending.job_id} on {node} cancelled: the run has that node "
+                         "already (Slurm started two extensions on it); asking again without it", retry=False,
+                         event=False)
+            return
         if problem:
             self._cancel([pending.job_id])
-            self._forget(f"extension allocation {pending.job_id}{f' on {node}' if node else ''} cannot be used: "
-                         f"{problem}; cancelled, asking again in {RETRY_AFTER_S:g} s")
+            self._forget(pending, f"extension allocation {pending.job_id}{f' on {node}' if node else ''} cannot be "
+                         f"used: {problem}; cancelled, asking again in {RETRY_AFTER_S:g} s")
             return
         with self._lock:
-            self._pending = None
+            self._pending = [p for p in self._pending if p is not pending]
             self._granted[node] = pending.job_id
             self._addresses[node] = address or node
+            self._short = max(0, self._short - 1)  # one less short until the room says it again
         self._say(f"extension allocation {pending.job_id} on {node} granted (Slurm started it {waited:.1f} s after "
                   "it was asked)")
 
@@ -410,7 +353,7 @@ class Extensions:
             result = command(self.environ, "squeue", "-h", "-j", job, "-o", "%T")
         except LaunchError as exc:
             log.warning("%s", exc)
-            return None if self._pending is None else "PENDING"
+            return "PENDING"
         if result.returncode != 0:  # "Invalid job id specified": purged
             return ""
         return result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""

@@ -1,7 +1,8 @@
-"""The room of an elastic MWMS job that grows back on Slurm (issue 34 item 5, docs/elastic.md "Slurm:
-growing back"): :class:`SlurmRoom`, what the supervisor's grow-back watch asks, and :func:`usable_nodes`,
-the nodes a life may place tasks on (the allocation's, those lost and back, granted extension
-allocations' from :mod:`orchestrator.backends.slurm_extend`).
+"""The room of an elastic job that grows on Slurm, back by itself (MWMS) or asked by ``resize`` (issue 34
+item 5, docs/elastic.md "Slurm: growing back"): :class:`SlurmRoom`, what the supervisor's grow-back
+watch and a grow asked by ``resize`` ask, and :func:`usable_nodes`, the nodes a life may place tasks on
+(the allocation's, those lost and back, granted extension allocations' from
+:mod:`orchestrator.backends.slurm_extend`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,23 @@ class SlurmRoom:
         lo, hi = self.bounds
         self.extensions.want(nodes_short(hi, self.tasks_at, nodes, self.per_node))
         return nodes_room(lo, hi, self.tasks_at, nodes, self.per_node)
+
+    @property
+    def asked_wait_s(self) -> float:
+        """The longest a grow asked by ``resize`` waits for extension allocations: as long as Slurm has to
+        start one (:data:`~orchestrator.backends.slurm_extend.GRANT_TIMEOUT_S`), seconds."""
+        from orchestrator.backends import slurm_extend
+
+        return slurm_extend.GRANT_TIMEOUT_S
+
+    def for_size(self, workers: int) -> int:
+        """The most workers in MIN..MAX the usable nodes hold now (0: not even MIN), asked for a grow to
+        ``workers`` asked by ``resize``: extension allocations are asked for the nodes ``workers`` is
+        short of (not MAX's), all at once."""
+        nodes = len(self._usable())
+        lo, hi = self.bounds
+        self.extensions.want(nodes_short(workers, self.tasks_at, nodes, self.per_node))
+        return nodes_room(lo, hi, self.tasks_at, nodes, self.per_node) or 0
 
     def news(self) -> list[str]:
         """The extension watch's lines since the last call (events)."""

@@ -7,9 +7,12 @@ new Slurm jobs (``sbatch -N1 --exclude=...``) whose steps join the run (``srun -
 
 * :func:`nodes_room`: the most workers those nodes hold at the job's density (its tasks per node
   when it started), and :func:`nodes_short`: how many more nodes MAX needs;
-* :func:`extension_next`: what the extension watch does next with its (at most one) pending
-  extension: ask for one, wait, take it, cancel it (not started within the bound, or not needed any
-  more), or forget one Slurm ended.
+* :func:`extension_next`: what the extension watch does next with each pending extension: wait,
+  take it, cancel it (not started within the bound, or not needed any more), or forget one Slurm
+  ended; and :func:`extensions_to_ask`: how many more to ask for at once (a grow short of two nodes
+  asks for both together, not one after the other);
+* :func:`asked_grow`: whether a grow asked by ``resize`` goes now, waits for extension allocations,
+  or goes on the nodes it has once the wait is over.
 
 The commands are :mod:`orchestrator.backends.slurm_extend`'s.
 """
@@ -33,6 +36,12 @@ GONE = "gone"
 """Slurm ended the pending extension before it ran (failed, cancelled by someone): ask again later."""
 NOTHING = "nothing"
 """Nothing pending and nothing to ask for (no node short, or the retry's wait not over)."""
+
+NOW, WAIT_FOR_NODES, PACKED = "now", "wait for nodes", "packed"
+"""What a grow asked by ``resize`` does (:func:`asked_grow`)."""
+ASKED_GROW_WAIT_S = 120.0
+"""The longest a grow asked by ``resize`` waits for extension allocations (seconds; Slurm's room says its
+own: the grant bound of :mod:`orchestrator.backends.slurm_extend`)."""
 
 STARTING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED"})
 """``squeue`` states of a job that has not run yet but may (``%T``)."""
@@ -94,3 +103,39 @@ def extension_next(short: int, pending: str | None, pending_age_s: float, retry_
     if pending_age_s > grant_timeout_s:
         return CANCEL_LATE
     return WAIT
+
+
+def extensions_to_ask(short: int, pending: int, retry_in_s: float) -> int:
+    """How many extension allocations to ask for now, each of one node, all at once (pure).
+
+    Args:
+        short: nodes the job needs beyond those it may use now (:func:`nodes_short`; 0 when the grow
+            is no longer due).
+        pending: extensions asked for and not yet running.
+        retry_in_s: seconds until another may be asked for after a cancelled or failed one (<= 0: now).
+
+    Returns:
+        ``short - pending`` (at least 0), or 0 while the retry's wait is not over.
+    """
+    return max(0, short - pending) if retry_in_s <= 0 else 0
+
+
+def asked_grow(target: int, room: int | None, waited_s: float, bound_s: float) -> str:
+    """What a grow to ``target`` workers asked by ``resize`` does now (pure).
+
+    Args:
+        target: the size asked.
+        room: the most workers the nodes the job may use hold at its density (their count at the
+            density it started with; extension allocations granted counted); None: the backend does not
+            say (it places what it is asked: the local and docker backends).
+        waited_s: seconds since the grow was asked.
+        bound_s: the longest wait for extension allocations, seconds.
+
+    Returns:
+        :data:`NOW` when the backend does not say or its nodes hold ``target``; :data:`WAIT_FOR_NODES`
+        (extension allocations asked for the nodes short) while ``waited_s < bound_s``; else
+        :data:`PACKED`: the grow goes on the nodes the job has, more tasks a node than it started with.
+    """
+    if room is None or room >= target:
+        return NOW
+    return WAIT_FOR_NODES if waited_s < bound_s else PACKED

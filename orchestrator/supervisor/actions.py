@@ -175,7 +175,7 @@ class NodeLost:
     """Ask the backend whether the node of ``task``'s attempt (failed, or live beside a failed peer) is lost
     (:meth:`~orchestrator.backends.base.LostNodes.node_of`) and hand its answer to
     :meth:`~orchestrator.supervisor.resizing.Resizing.node_lost`, which decides (an elastic MWMS
-    group continues one smaller); worker task name."""
+    group continues one smaller; an elastic PSS worker is parked); worker task name."""
 
     task: str
 

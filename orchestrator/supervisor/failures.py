@@ -14,7 +14,7 @@ The same exception line on ``crash_loop_limit`` consecutive attempts of a task i
 no further restart; an evaluator that then never evaluated is a warning.
 
 A ParameterServerStrategy worker of elastic workers that will not come back by a restart (a crash
-loop, the restarts spent, its slot lost) is parked instead, while at least MIN workers remain
+loop, the restarts spent, its slot or its node lost) is parked instead, while at least MIN workers remain
 (:mod:`~orchestrator.supervisor.rules.parking`): the job goes on without it, a new segment in the
 life's record (:meth:`~orchestrator.supervisor.records.lives.LifeBook.resized`, which holds the parked
 workers); a resize parks workers and takes them back (:meth:`Restarts.resized`).
@@ -48,7 +48,7 @@ from orchestrator.supervisor.records.states import EXIT_FAILED, Failure, Failure
 from orchestrator.supervisor.rules import decisions, exitrules, parking, training_rules
 from orchestrator.supervisor.rules.decisions import RestartScope
 from orchestrator.supervisor.rules.rehearsal import planned_faults
-from orchestrator.supervisor.rules.resize import SLOT_LOST, slot_lost
+from orchestrator.supervisor.rules.resize import NODE_LOST, SLOT_LOST, slot_lost
 from orchestrator.supervisor.rules.service import (
     restarts_alone,
     survives_group_restart,
@@ -73,13 +73,17 @@ class Restarts:
         preemption_grace_s: the longest wait for MWMS peers that save on a preemption.
         rotation_reported: PSS with the built-in coordinator (it says when a worker is back).
         lives: this life's record (a parked worker begins a segment; it holds the parked workers).
+        lost_node: the lost node of a failed worker attempt (task name, attempt number) to park for it
+            (:meth:`~orchestrator.supervisor.resizing.Resizing.lost_node`: Slurm), None when not lost.
     """
 
     def __init__(self, plan: Plan, table: TaskTable, log: FailureLog, book: RecoveryBook, *, restarts_used: int,
-                 preemption_grace_s: float, rotation_reported: bool, lives: LifeBook) -> None:
+                 preemption_grace_s: float, rotation_reported: bool, lives: LifeBook,
+                 lost_node: Callable[[str, int], str | None] = lambda task, attempt: None) -> None:
         self._plan, self._table, self._log, self._book, self._lives = plan, table, log, book, lives
         self._policy = plan.spec.supervision
         self._grace_s, self._rotation_reported = preemption_grace_s, rotation_reported
+        self._lost_node = lost_node
         self.used = restarts_used
         """The job's restarts (counted ones: not the evaluator's own, not a preemption's)."""
         self._awaiting: tuple[str, int] | None = None
@@ -195,15 +199,17 @@ class Restarts:
         if job_restart and scope is RestartScope.TASK:  # a PSS worker: park it when it will not come back
             spent = not looping and not plan.retry and self._plan_for(cause, self.used, budget=True).retry
             lost = (cause.task.name, cause.attempt) in self._lose and slot_lost(["lose"], failed.current.stop_requested)
+            node = None if lost else self._lost_node(cause.task.name, cause.attempt)
             fate = parking.worker_fate(
                 strategy=self._plan.spec.strategy, task_types=tuple(t.task_type for t in tasks),
                 elastic_min=None if self._plan.spec.elastic is None else self._plan.spec.elastic.min,
                 workers_now=self._plan.spec.workers - len(self._lives.life.idle), retry=plan.retry,
                 why_not=plan.why_not,
-                gone=parking.LOST if lost else parking.CRASH_LOOP if crash_loop else parking.RESTARTS_SPENT if spent
-                else "")
+                gone=parking.LOST if lost else parking.NODE_LOST if node else parking.CRASH_LOOP if crash_loop
+                else parking.RESTARTS_SPENT if spent else "")
             if fate.kind == parking.PARK:
-                return out + self._park(cause, tasks, fate.why, SLOT_LOST if lost else SEGMENT_PARKED)
+                return out + self._park(cause, tasks, fate.why, SLOT_LOST if lost else NODE_LOST if node
+                                        else SEGMENT_PARKED)
             plan = plan if fate.kind == parking.RESTART else replace(plan, why_not=fate.why)
         if plan.retry:
             return out + [Restart(cause, tasks, scope, job_restart, plan.counted, plan.delay_s, plan.label, culprit)]

@@ -3,13 +3,12 @@
 :meth:`Supervisor.run` starts the tasks, then ticks until the job is over; each :meth:`Supervisor.tick` is the list
 of steps it takes. The parts decide and own their state: heartbeat intake (:mod:`.beats`), failures and restarts
 (:mod:`.failures`), endings and graces (:mod:`.ending`), hang checks (:mod:`.hangs`), a job preemption
-(:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), size changes (a slot or node lost) and grow-back
-(:mod:`.resizing`), the start order
-(:mod:`.waves`). Each returns what it wants done as small frozen records (:mod:`.actions`); :meth:`Supervisor._do`
-carries them out, in order; this module alone holds the backend. The parts share one read-only task table
-(:mod:`.table`) and never call each other; their rules are pure functions (:mod:`.decisions` and beside it). Every
-wait is bounded; time is this process's monotonic clock (injectable); tests drive the loop tick by tick with a fake
-backend and clock.
+(:mod:`.preemption`), rehearsals (:mod:`.rehearsal`), size changes (a slot or node lost, a resize) and grow-back
+(:mod:`.resizing`), the start order (:mod:`.waves`). Each returns what it wants done as small frozen records
+(:mod:`.actions`); :meth:`Supervisor._do` carries them out, in order; this module alone holds the backend. The
+parts share one read-only task table (:mod:`.table`) and never call each other; their rules are pure functions
+(:mod:`.decisions` and beside it). Every wait is bounded; time is this process's monotonic clock (injectable);
+tests drive the loop tick by tick with a fake backend and clock.
 
 Ends: Succeeded (the success policy met), Failed (a failure the policy does not retry, the deadline: exit 1),
 Preempted (saved and left: exit 75, resumable), Interrupted (Ctrl-C: 130). The earliest failure that ended the job
@@ -79,6 +78,7 @@ class Supervisor:
         on_started: called by :meth:`run` once every task's first attempt has started, before the first tick (the
             API starts the health server there); what it raises ends the run with every task stopped.
         room: the most workers the machine has room for now (MWMS grow-back, :mod:`.growback`); None: no grow-back.
+        asked_room: what a grow asked by ``resize`` waits for (Slurm's nodes, :mod:`.resizing`); None: it goes at once.
         started: task name -> its first attempt of this life, already started on ``backend`` (a launch's first wave,
             :func:`orchestrator.handle.first_wave`): :meth:`start` takes them over instead of starting them.
         clock: monotonic clock, seconds.
@@ -97,9 +97,8 @@ class Supervisor:
         view: View | None = None,
         *,
         carried: Carried | None = None,
-        persist: Callable[["Supervisor"], None] | None = None,
-        on_started: Callable[[], None] | None = None,
-        room: Callable[[], int | None] | None = None,
+        persist: Callable[["Supervisor"], None] | None = None, on_started: Callable[[], None] | None = None,
+        room: Callable[[], int | None] | None = None, asked_room: Any = None,
         started: dict[str, TaskHandle] | None = None,
         clock: Callable[[], float] = time.monotonic,
         **options: float,
@@ -135,10 +134,12 @@ class Supervisor:
         self._formed, self._rehearsal = FormedCheck(plan.spec), Rehearsal(plan)
         # the parts: each owns its state and returns what it wants done
         self.preemption = Preemption(o.preemption_grace_s)
-        self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall, o.preemption_grace_s)
+        self.resizing = Resizing(plan, self.carried, self.lives, room, self.started_wall, o.preemption_grace_s,
+                                 asked_room=asked_room)
         self.intake = Intake(plan, table, self.book, self.lives, self._formed, rotation)
         self.restarts = Restarts(plan, table, self.log, self.book, restarts_used=self.carried.restarts_used,
-                                 preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives)
+                                 preemption_grace_s=o.preemption_grace_s, rotation_reported=rotation, lives=self.lives,
+                                 lost_node=self.resizing.lost_node)
         self.endings = Endings(plan, table, o.success_grace_s)
         self.waves = StartWaves(table, plan.held)  # the tf.data service's tasks first, the trainers once it serves
         self._checks = HangChecks(len(self.tasks))
@@ -325,7 +326,7 @@ class Supervisor:
                         self._start(self.table.named(name))
             elif isinstance(action, do.Resize):  # PSS: workers parked or taken back (failures.Restarts.resized)
                 self._do(self.restarts.resized(action, now), now)
-            elif isinstance(action, do.NodeLost):  # an elastic MWMS worker failed: is its node lost? (Slurm)
+            elif isinstance(action, do.NodeLost):  # an elastic worker failed: is its node lost? (Slurm)
                 rt = self.table.named(action.task)
                 self._do(self.resizing.node_lost(rt, self.backend.lost_nodes.node_of(rt.task)), now)
             elif isinstance(action, do.Spares) and self._spares is not None:

@@ -27,7 +27,9 @@ restarted in place):
   and re-adds one restarted at the same address): a shrink parks the highest workers, a grow takes
   parked ones back (:class:`~orchestrator.supervisor.actions.Resize`, carried out by
   :meth:`~orchestrator.supervisor.failures.Restarts.resized`); a lost slot is parked by the failure
-  decision (:mod:`~orchestrator.supervisor.rules.parking`). Growing past the cluster the job started
+  decision (:mod:`~orchestrator.supervisor.rules.parking`), and so is a worker whose node is lost
+  (Slurm: :meth:`Resizing.node_lost` says so, :meth:`Resizing.lost_node` tells the failure decision).
+  Growing past the cluster the job started
   with needs the coordinator restarted with a new ``TF_CONFIG`` (TF's coordinator only reconnects to
   the addresses of its first cluster): the coordinator gets the preemption notice (its coordinated
   save: the custom loop saves at its next step). A job started below MAX plans every slot up to MAX
@@ -44,9 +46,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from orchestrator.plan import Plan
 from orchestrator.proto.phases import phase_name
+from orchestrator.resources.extension import ASKED_GROW_WAIT_S, PACKED, WAIT_FOR_NODES, asked_grow
 from orchestrator.supervisor.actions import Action, End, Event, NodeLost, Notice, Preempt, Resize, Stop
 from orchestrator.supervisor.growback import GrowBack
 from orchestrator.supervisor.records.lives import Carried, LifeBook
@@ -84,11 +88,15 @@ class Resizing:
         started_wall: Unix seconds this life started.
         grace_s: seconds a PSS coordinator has to save and leave on its notice before a grow into held
             slots kills it (the preemption grace); it then resumes from its last checkpoint.
+        asked_room: what a grow asked by ``resize`` into a next life waits for (``for_size(workers)``: the
+            most workers the nodes the job may use hold, extension allocations asked for the nodes short;
+            ``news()``; ``why(workers)``; optional ``asked_wait_s``: Slurm's
+            :class:`~orchestrator.backends.slurm_room.SlurmRoom`); None: the grow goes at once.
     """
 
     def __init__(self, plan: Plan, carried: Carried, lives: LifeBook | None = None,
                  room: Callable[[], int | None] | None = None, started_wall: float = 0.0,
-                 grace_s: float = 30.0) -> None:
+                 grace_s: float = 30.0, *, asked_room: Any = None) -> None:
         spec = plan.spec
         self.strategy = spec.strategy.value
         self.bounds = (spec.elastic.min, spec.elastic.max) if spec.elastic is not None else None
@@ -100,6 +108,7 @@ class Resizing:
                       for f in planned_faults(plan) if f.kind == "lose"}
         self._reached: int | None = None  # the step a lost slot's fault fired at: the group trained that far
         self._asked_node: set[tuple[str, int]] = set()  # failed worker attempts whose node the backend was asked of
+        self._node_lost: dict[tuple[str, int], str] = {}  # PSS: failed worker attempts to park, their lost node
         self._asked: SizeChange | None = None  # set by the server thread, taken by the loop
         self._reason = ""
         self._what = ""  # the reason of the preemption a resize asked for (its coordinated save)
@@ -115,6 +124,9 @@ class Resizing:
         self._grace_s, self._killing = grace_s, False  # a coordinator not left within it is killed
         self._noticed_at: float | None = None  # when the coordinator got the notice of the grow under way
         self.grow = GrowBack(plan, carried, room, started_wall)
+        self._asked_room = asked_room
+        self._waiting: tuple[SizeChange, str, float] | None = None  # a grow asked, waiting for nodes (since when)
+        self._said_waiting = False
 
     def request(self, workers: int, reason: str, state: JobState) -> tuple[bool, str]:
         """A resize asked (the ``ResizeJob`` call; safe from another thread: one assignment).
@@ -141,14 +153,17 @@ class Resizing:
 
     def _pss_request(self, workers: int, reason: str) -> tuple[bool, str]:
         """A PSS resize: park the highest workers, or take parked ones back (their addresses are the
-        cluster's); a grow past the cluster this life started with (a slot its ``TF_CONFIG`` lacks)
-        restarts the coordinator with a new ``TF_CONFIG``: the run continues in a next life at the new size."""
+        cluster's); a grow past the cluster this life started with (a slot its ``TF_CONFIG`` lacks), or
+        that takes back a worker parked for its lost node (a new address), restarts the coordinator with a
+        new ``TF_CONFIG``: the run continues in a next life at the new size."""
         assert self.bounds is not None
         parked = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.parked if self._lives else ())]
         held = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.held if self._lives else ())]
         active = [i for i in range(self.size) if i not in parked and i not in held]
+        moved = [int(name.rsplit("-", 1)[1]) for name, _ in self._node_lost]  # parked for their lost node
         change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked,
-                             started=self.size if self.cluster is None else self.cluster, planned=self._planned)
+                             started=self.size if self.cluster is None else self.cluster, planned=self._planned,
+                             moved=moved)
         if change.refusal:
             return False, change.refusal
         self._reason = reason
@@ -161,13 +176,19 @@ class Resizing:
         slot lost (MWMS: stop the group, continue one smaller; fail below MIN), a failed worker of an
         elastic MWMS job: the backend is to be asked of its node and of the live workers' nodes
         (:class:`NodeLost`, once per failed attempt), room again below MAX after the cooldown
-        (``now``: the loop's clock; MWMS: the coordinated save of a grow back); [] otherwise."""
+        (``now``: the loop's clock; MWMS: the coordinated save of a grow back); [] otherwise. A grow
+        asked into a next life on a backend that says its room (Slurm) first waits for the nodes it
+        needs (:meth:`_wait_for_nodes`), the job training on meanwhile."""
         if state.terminal or self.next is not None or self._outside:
             return []
         self._training_ended = self._training_ended or self._trained(tasks)
         if self._growing is not None:
             return self._grown(tasks, now)
         asked, self._asked = self._asked, None
+        if asked is not None:
+            self._waiting = None  # a request replaces a grow still waiting for nodes
+        elif self._waiting is not None and self._training_ended:
+            asked, self._waiting = self._waiting[0], None
         if asked is not None and self._training_ended:  # evaluation, export: a new group would train nothing
             return [Event(f"{asked.cause} to {asked.workers} worker(s) not done: training has ended")]
         if asked is not None and asked.restart_coordinator:  # PSS into held slots: the coordinator saves first
@@ -177,6 +198,12 @@ class Resizing:
                           f"past the {self.cluster} worker(s) its coordinator's TF_CONFIG names: the coordinator "
                           f"saves at its next step, then restarts with a TF_CONFIG naming {coming} too; the ps and "
                           "the other workers keep running"), Notice((self._coordinator.name,), planned=True)]
+        news: list[Action] = []
+        if asked is not None and asked.restart_group and asked.coming and self._asked_room is not None:
+            self._waiting = (asked, self._reason, now if now is not None else 0.0)  # into a next life: nodes first
+            asked = None
+        if self._waiting is not None:  # the job trains on meanwhile: a slot or node lost is still looked for
+            news, asked = self._wait_for_nodes(now)
         if asked is not None and self.strategy != MWMS and not asked.restart_group:  # PSS: this life goes on
             return [Event(f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s) ({self._reason})"),
                     Resize(asked.workers, asked.cause, tuple(f"worker-{i}" for i in asked.park),
@@ -185,19 +212,21 @@ class Resizing:
             self.next = asked
             what = self._what = f"{asked.cause}: {len(self._active_now())} -> {asked.workers} worker(s)"
             if self.strategy != MWMS:  # PSS past the started cluster: a new coordinator, a new TF_CONFIG
-                return [Event(f"{what} ({self._reason}); past the {self.size} worker(s) the cluster started with: "
-                              f"the coordinator saves at its next step, then the run continues at {asked.workers} "
-                              "with a new TF_CONFIG"), Preempt(what)]
-            return [Event(f"{what} ({self._reason}); every worker saves at its next step, then the group continues "
-                          f"at {asked.workers}"), Preempt(what)]
+                return [*news, Event(f"{what} ({self._reason}); past the {self.size} worker(s) the cluster started "
+                                     f"with: the coordinator saves at its next step, then the run continues at "
+                                     f"{asked.workers} with a new TF_CONFIG"), Preempt(what)]
+            return [*news, Event(f"{what} ({self._reason}); every worker saves at its next step, then the group "
+                                 f"continues at {asked.workers}"), Preempt(what)]
         for rt in tasks:
             a = rt.current
             if (a.state is TaskState.FAILED and (rt.task.name, a.number) in self._lose
                     and slot_lost(["lose"], a.stop_requested)):
                 self._reached = self._lose.pop((rt.task.name, a.number))
-                return self._lost(rt)
+                return [*news, *self._lost(rt)]
         if asking := self._ask_nodes(tasks):
-            return asking
+            return [*news, *asking]
+        if self._waiting is not None:  # a grow asked waits for nodes: the grow-back watch does not look meanwhile
+            return news
         return self._grow_back(tasks, state, now) if now is not None and self.strategy == MWMS else []
 
     def _grown(self, tasks: Sequence[TaskRuntime], now: float | None) -> list[Action]:
@@ -222,6 +251,34 @@ class Resizing:
                 Resize(change.workers, change.cause, unpark=tuple(f"worker-{i}" for i in change.coming),
                        coordinator=rt.task.name)]
 
+    def _wait_for_nodes(self, now: float | None) -> tuple[list[Action], SizeChange | None]:
+        """A grow asked by ``resize`` into a next life, on a backend that says its room (Slurm): the
+        change to carry out now, or None while it waits for extension allocations
+        (:func:`~orchestrator.resources.extension.asked_grow`); the room's news as events."""
+        assert self._waiting is not None
+        change, reason, since = self._waiting
+        room = self._asked_room
+        holds = room.for_size(change.workers)
+        news: list[Action] = [Event(text) for text in room.news()]
+        bound_s = float(getattr(room, "asked_wait_s", ASKED_GROW_WAIT_S))
+        verdict = asked_grow(change.workers, holds, 0.0 if now is None else now - since, bound_s)
+        what = f"{change.cause}: {len(self._active_now())} -> {change.workers} worker(s)"
+        if verdict == WAIT_FOR_NODES:
+            if not self._said_waiting:
+                self._said_waiting = True
+                news.append(Event(f"{what} ({reason}): the nodes the job may use hold {holds} worker(s); waiting up "
+                                  f"to {bound_s:g} s for extension allocation(s) of the nodes short, asked all at "
+                                  "once"))
+            return news, None
+        self._waiting, self._said_waiting = None, False
+        self._reason = reason
+        if verdict == PACKED:
+            news.append(Event(f"{what}: no extension allocation granted within {bound_s:g} s: it goes on the nodes "
+                              f"the job has ({holds} worker(s) at its density), more tasks a node"))
+        elif holds >= change.workers and hasattr(room, "why"):
+            self._reason = f"{reason}; {room.why(change.workers)}"
+        return news, change
+
     def _grow_back(self, tasks: Sequence[TaskRuntime], state: JobState, now: float) -> list[Action]:
         """MWMS below MAX, room again after the cooldown: the planned resize of a request, cause ``grew back``."""
         target = self.grow.look(now, self.size, state is JobState.RUNNING)
@@ -238,9 +295,9 @@ class Resizing:
                              f"{target}"), Preempt(what)]
 
     def _ask_nodes(self, tasks: Sequence[TaskRuntime]) -> list[Action]:
-        """Elastic MWMS: :class:`NodeLost` of each worker attempt failed since the last look (not stopped by
-        the orchestrator) and of the live workers; [] when none failed."""
-        if self.bounds is None or self.strategy != MWMS:
+        """Elastic MWMS and PSS: :class:`NodeLost` of each worker attempt failed since the last look (not
+        stopped by the orchestrator), and under MWMS of the live workers too; [] when none failed."""
+        if self.bounds is None:
             return []
         workers = [rt for rt in tasks if rt.task.task_type == "worker"]
         failed = [(rt.task.name, rt.current.number) for rt in workers
@@ -249,29 +306,44 @@ class Resizing:
         if not ask:
             return []
         self._asked_node.update(ask)
-        # a lost node may fail a peer first (its collective breaks on the partition before the lost worker's
-        # heartbeats are missed): ask of the live workers' nodes too
-        names = [name for name, _ in ask] + [rt.task.name for rt in workers if rt.live]
-        return [NodeLost(name) for name in names]
+        # MWMS: a lost node may fail a peer first (its collective breaks on the partition before the lost
+        # worker's heartbeats are missed): ask of the live workers' nodes too. PSS workers share nothing.
+        live = [rt.task.name for rt in workers if rt.live] if self.strategy == MWMS else []
+        return [NodeLost(name) for name in [name for name, _ in ask] + live]
 
     def node_lost(self, rt: TaskRuntime, node: str | None) -> list[Action]:
         """The backend's answer about the node of ``rt``'s attempt (failed, or live beside a failed
-        peer; ``node``: the lost node it runs on; None: not lost): under MWMS with at least MIN workers
-        left, stop the group and continue one smaller from the last checkpoint (:func:`node_lost`);
-        otherwise [] (the failure decision takes it as for a fixed count), with an event when the node
-        is lost below MIN. Once a change is decided, [] for every other answer."""
+        peer; ``node``: the lost node it runs on; None: not lost), decided by :func:`node_lost`: under
+        MWMS with at least MIN workers left, stop the group and continue one smaller from the last
+        checkpoint; under PSS with at least MIN left, the failure decision parks the worker
+        (:meth:`lost_node` says it is the node's; no restart is tried); otherwise [] (the failure
+        decision takes it as for a fixed count), with an event when the node is lost below MIN. Once
+        a change is decided, [] for every other answer."""
         if self.next is not None or self.bounds is None:
             return []
-        change = node_lost(self.strategy, self.bounds, range(self.size), rt.task.task_type, rt.task.task_index, node,
+        mwms = self.strategy == MWMS
+        active = range(self.size) if mwms else [int(n.rsplit("-", 1)[1]) for n in self._active_now()]
+        change = node_lost(self.strategy, self.bounds, active, rt.task.task_type, rt.task.task_index, node,
                            rt.current.stop_requested)
         if change is None:
             return []
         if change.refusal:
-            return [Event(f"{rt.task.name}'s node {node} is lost; not shrinking: {change.refusal}")]
+            return [Event(f"{rt.task.name}'s node {node} is lost; not {'shrinking' if mwms else 'parking'}: "
+                          f"{change.refusal}")]
+        assert node is not None
+        if not mwms:  # the failure decision parks it this tick (Restarts asks lost_node)
+            self._node_lost[(rt.task.name, rt.current.number)] = node
+            return [Event(f"{rt.task.name}'s node {node} is lost: it is parked, not restarted; training goes on with "
+                          f"{change.workers} worker(s)")]
         self.next = change
         why = (f"{rt.task.name}'s node {node} is lost: the group continues at {change.workers} worker(s) from the "
                "last checkpoint")
         return [Event(why), End(JobState.PREEMPTED, EXIT_PREEMPTED, why), Stop(None, f"stopped: {NODE_LOST}")]
+
+    def lost_node(self, task: str, attempt: int) -> str | None:
+        """PSS: the lost node of the failed attempt ``attempt`` of worker ``task`` when it is to be parked
+        for it (:meth:`node_lost` decided so); None otherwise."""
+        return self._node_lost.get((task, attempt))
 
     def _trained(self, tasks: Sequence[TaskRuntime]) -> bool:
         """The coordinator reported the end of training (a phase after it)."""

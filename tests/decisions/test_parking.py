@@ -7,7 +7,16 @@ import pytest
 
 from orchestrator.spec.model import Strategy
 from orchestrator.supervisor.records.lives import SEGMENT_PARKED, Life, segments
-from orchestrator.supervisor.rules.parking import CRASH_LOOP, FAIL, LOST, PARK, RESTART, RESTARTS_SPENT, worker_fate
+from orchestrator.supervisor.rules.parking import (
+    CRASH_LOOP,
+    FAIL,
+    LOST,
+    NODE_LOST,
+    PARK,
+    RESTART,
+    RESTARTS_SPENT,
+    worker_fate,
+)
 
 MWMS, PSS = Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER
 W, PS, CHIEF = ("worker",), ("ps",), ("chief",)
@@ -23,11 +32,16 @@ POLICY = "the exit-code restart policy of worker does not retry exit code 3 (exi
     (PSS, W, 2, 3, False, LOOP, CRASH_LOOP, PARK),
     (PSS, W + W, 1, 3, False, SPENT, RESTARTS_SPENT, PARK),  # two at once, one left
     (PSS, W, 1, 2, True, "", LOST, PARK),  # a lost slot: parked even when a restart were allowed
+    (PSS, W, 1, 2, True, "", NODE_LOST, PARK),  # its node lost (Slurm): the same, no restart tried
+    (PSS, W, 1, 2, False, SPENT, NODE_LOST, PARK),
     # ... and fails the job when fewer than MIN would remain
     (PSS, W, 2, 2, False, SPENT, RESTARTS_SPENT, FAIL),
     (PSS, W, 1, 1, False, LOOP, CRASH_LOOP, FAIL),  # the last worker
     (PSS, W + W, 2, 3, False, SPENT, RESTARTS_SPENT, FAIL),
     (PSS, W, 2, 2, True, "", LOST, FAIL),
+    # its node lost below MIN: restarted on a node left, as for a fixed count (a withdrawn slot cannot be)
+    (PSS, W, 2, 2, True, "", NODE_LOST, RESTART),
+    (PSS, W, 2, 2, False, SPENT, NODE_LOST, FAIL),
     # a failure a restart may fix is restarted, as without elastic workers
     (PSS, W, 1, 2, True, "", "", RESTART),
     # the policy refuses on its own (a bug every worker meets): fail, as today
@@ -36,8 +50,11 @@ POLICY = "the exit-code restart policy of worker does not retry exit code 3 (exi
     (PSS, W, None, 2, False, SPENT, RESTARTS_SPENT, FAIL),
     (PSS, W, None, 2, True, "", "", RESTART),
     (PSS, W, None, 2, True, "", LOST, RESTART),
+    (PSS, W, None, 2, True, "", NODE_LOST, RESTART),
     # not a PSS worker: a ps or the coordinator restarts the cluster; MWMS restarts the group
     (PSS, PS, 1, 2, False, SPENT, RESTARTS_SPENT, FAIL),
+    (PSS, PS, 1, 2, True, "", NODE_LOST, RESTART),  # a ps or the chief on a lost node: moved, as today
+    (PSS, CHIEF, 1, 2, True, "", NODE_LOST, RESTART),
     (PSS, CHIEF, 1, 2, False, LOOP, CRASH_LOOP, FAIL),
     (MWMS, W, 1, 2, False, SPENT, RESTARTS_SPENT, FAIL),
     (MWMS, W, 1, 2, True, "", "", RESTART),

@@ -129,7 +129,8 @@ class Growing(Harness):
 
     def __init__(self, tmp_path, lo: int, hi: int, start: int, grow_back_s: float | None = 30.0,
                  carried: Carried | None = None, strategy: Strategy = Strategy.MULTI_WORKER_MIRRORED,
-                 ps: int = 0, room: Callable[[], int | None] | None = None) -> None:  # noqa: D107
+                 ps: int = 0, room: Callable[[], int | None] | None = None,
+                 asked_room: object = None) -> None:  # noqa: D107
         elastic = ElasticSpec(lo, hi, "keep-per-replica", grow_back_s=grow_back_s)  # every size valid
         spec = JobSpec.create(strategy=strategy, workers=start, ps=ps, chief=ps, elastic=elastic,
                               supervision=SupervisionSpec.create(backoff_s=1.0))
@@ -142,7 +143,7 @@ class Growing(Harness):
         self.room: int | None = start
         self.asked = 0
         self.sup = Supervisor(plan, self.backend, self.store, self.view, clock=self.clock, stop_timeout_s=1.0,
-                              carried=carried, room=room or self._room)
+                              carried=carried, room=room or self._room, asked_room=asked_room)
         self.sup.start()
 
     def _room(self) -> int | None:

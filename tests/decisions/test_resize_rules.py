@@ -75,6 +75,25 @@ def test_a_pss_grow_into_slots_held_in_this_life_restarts_the_coordinator_alone(
     assert size_change(PSS, active, bounds, target=target, parked=parked, started=started, planned=planned) == change
 
 
+@pytest.mark.parametrize("active, parked, moved, target, change", [
+    # a worker parked for its lost node (Slurm) comes back at a new address: a new coordinator
+    ([0], [1], [1], 2, SizeChange(2, coming=(1,), restart_group=True)),
+    ([0, 2], [1], [1], 3, SizeChange(3, coming=(1,), restart_group=True)),
+    # one parked at its address (a lost slot, restarts spent) still comes back in this life
+    ([0], [1, 2], [2], 2, SizeChange(2, coming=(1,), unpark=(1,))),
+    ([0], [1, 2], [2], 3, SizeChange(3, coming=(1, 2), restart_group=True)),
+])
+def test_a_pss_worker_parked_for_its_lost_node_comes_back_through_a_new_coordinator(active, parked, moved, target,
+                                                                                   change):
+    assert size_change(PSS, active, (1, 3), target=target, parked=parked, started=3, moved=moved) == change
+
+
+def test_a_worker_parked_for_its_lost_node_never_comes_back_into_a_held_slots_coordinator_restart():
+    # slot 1 parked for its lost node and slot 2 held: taking both back needs a new address, so a next life
+    assert size_change(PSS, [0], (1, 3), target=3, parked=[1], started=2, planned=3, moved=[1]) == \
+        SizeChange(3, coming=(1, 2), restart_group=True)
+
+
 @pytest.mark.parametrize("active, bounds, target, words", [
     ([0, 1], (1, 2), 3, "outside the job's elastic range 1..2"),
     ([0, 1], (2, 4), 1, "outside the job's elastic range 2..4"),

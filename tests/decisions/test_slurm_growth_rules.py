@@ -17,9 +17,14 @@ from orchestrator.resources.extension import (
     GONE,
     GRANTED,
     NOTHING,
+    NOW,
+    PACKED,
     SUBMIT,
     WAIT,
+    WAIT_FOR_NODES,
+    asked_grow,
     extension_next,
+    extensions_to_ask,
     nodes_room,
     nodes_short,
     per_node,
@@ -83,6 +88,42 @@ def test_per_node(option, tasks, nodes, density):
 ])
 def test_extension_next(short, pending, age, retry_in, action):
     assert extension_next(short, pending, age, retry_in, grant_timeout_s=120.0) == action
+
+
+@pytest.mark.parametrize("short, pending, retry_in, ask", [
+    (1, 0, 0.0, 1),
+    (2, 0, 0.0, 2),  # a grow short of two nodes asks for both at once, not one after the other
+    (2, 1, 0.0, 1),  # one pending (or granted meanwhile): the other
+    (2, 2, 0.0, 0),
+    (1, 2, 0.0, 0),  # more pending than short: none more (the surplus is cancelled: extension_next)
+    (0, 0, 0.0, 0),  # enough nodes, or the grow no longer due
+    (2, 0, 30.0, 0),  # a cancelled or failed one: ask again later
+])
+def test_extensions_to_ask(short, pending, retry_in, ask):
+    assert extensions_to_ask(short, pending, retry_in) == ask
+
+
+@pytest.mark.parametrize("rank_short, state, action", [
+    # each pending extension is asked of extension_next with the nodes short less those pending before it
+    (1, "PENDING", WAIT),
+    (0, "PENDING", CANCEL_UNNEEDED),  # the second of two pending when one node is short
+    (0, "RUNNING", GRANTED),  # a surplus one that started: room all the same
+])
+def test_each_pending_extension_is_needed_while_fewer_before_it_are_pending_than_nodes_short(rank_short, state,
+                                                                                               action):
+    assert extension_next(rank_short, state, 10.0, 0.0, grant_timeout_s=120.0) == action
+
+
+@pytest.mark.parametrize("target, room, waited, grow", [
+    (2, None, 0.0, NOW),  # the backend does not say (local, docker): it places what it is asked
+    (2, 2, 0.0, NOW),  # its nodes hold the size asked
+    (3, 3, 50.0, NOW),
+    (2, 1, 0.0, WAIT_FOR_NODES),  # a node short: extension allocations asked, the grow waits for them
+    (3, 1, 119.0, WAIT_FOR_NODES),
+    (3, 2, 120.0, PACKED),  # none granted in time: on the nodes it has, more tasks a node (as before)
+])
+def test_asked_grow(target, room, waited, grow):
+    assert asked_grow(target, room, waited, 120.0) == grow
 
 
 @pytest.mark.parametrize("base, exclude, flags", [
@@ -160,3 +201,97 @@ def test_a_room_that_does_not_count_lost_slots_is_not_asked_after_a_loss(tmp_pat
     h.tick()
     h.train_for(30.0, step=45)
     assert h.asked == 0 and h.sup.resizing.next is None
+
+
+class AskedRoom(NodesRoom):
+    """:class:`NodesRoom` as a grow asked by ``resize`` asks it (``for_size``: the nodes short of that size
+    are asked for), with a short wait bound."""
+
+    asked_wait_s = 10.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def for_size(self, workers: int) -> int:
+        self.sizes.append(workers)
+        return min(3, self.nodes)
+
+
+def _asked_after_a_lost_node(tmp_path, room: AskedRoom):
+    lost = Life(number=1, started_at=0.0, ended_at=1.0, ended="Preempted", cause="node lost", size={"workers": 3})
+    h = Growing(tmp_path, 1, 3, start=1, grow_back_s=None, carried=Carried(lives=(lost,)), asked_room=room)
+    h.all_beat(step=45)
+    h.tick()
+    assert h.sup.resizing.request(3, "resize asked by a user", h.sup.state) == (True, "")
+    h.train_for(1.0, step=46)
+    return h
+
+
+def test_a_grow_asked_short_of_nodes_waits_for_extension_allocations_of_them_all_then_goes(tmp_path):
+    room = AskedRoom()
+    h = _asked_after_a_lost_node(tmp_path, room)
+    assert h.sup.resizing.next is None and set(room.sizes) == {3}  # the nodes short of 3, not of MAX's grow-back
+    assert any(e.startswith("grew back: 1 -> 3 worker(s) (resize asked by a user): the nodes the job may use hold 1 "
+                            "worker(s); waiting up to 10 s for extension allocation(s)") for e in h.view.events)
+    room.said += ["growing back needs another node: asked Slurm for extension allocation 7 (one node, ...)",
+                  "extension allocation 7 on osl1 granted", "extension allocation 8 on osl2 granted"]
+    room.nodes = 3
+    h.train_for(1.0, step=47)
+    change = h.sup.resizing.next
+    assert change is not None and (change.workers, change.cause) == (3, "grew back")
+    events = h.view.events
+    assert events.index("extension allocation 8 on osl2 granted") < next(
+        i for i, e in enumerate(events) if e.startswith("grew back: 1 -> 3 worker(s) (resize asked by a user; "
+                                                        "extension allocation 7 on osl2 granted); every worker saves"))
+
+
+def test_a_grow_asked_goes_on_the_nodes_it_has_once_no_extension_came_in_time(tmp_path):
+    room = AskedRoom()
+    h = _asked_after_a_lost_node(tmp_path, room)
+    h.train_for(10.0, step=50)
+    change = h.sup.resizing.next
+    assert change is not None and change.workers == 3
+    assert any("grew back: 1 -> 3 worker(s): no extension allocation granted within 10 s: it goes on the nodes the "
+               "job has (1 worker(s) at its density)" in e for e in h.view.events), h.view.events
+
+
+def test_a_request_replaces_a_grow_still_waiting_for_nodes(tmp_path):
+    room = AskedRoom()
+    h = _asked_after_a_lost_node(tmp_path, room)
+    assert h.sup.resizing.request(2, "resize asked by a user", h.sup.state) == (True, "")
+    h.train_for(1.0, step=47)
+    assert room.sizes[-1] == 2 and h.sup.resizing.next is None  # now the nodes short of 2
+    room.nodes = 2
+    h.train_for(1.0, step=48)
+    assert h.sup.resizing.next is not None and h.sup.resizing.next.workers == 2
+
+
+def test_without_a_room_that_says_a_grow_asked_goes_at_once(tmp_path):
+    lost = Life(number=1, started_at=0.0, ended_at=1.0, ended="Preempted", cause="node lost", size={"workers": 3})
+    h = Growing(tmp_path, 1, 3, start=1, grow_back_s=None, carried=Carried(lives=(lost,)))
+    h.all_beat(step=45)
+    h.tick()
+    assert h.sup.resizing.request(3, "resize asked by a user", h.sup.state) == (True, "")
+    h.tick()
+    assert h.sup.resizing.next is not None and h.sup.resizing.next.workers == 3
+
+
+def test_a_node_lost_while_a_grow_asked_waits_for_nodes_still_shrinks_the_job(tmp_path):
+    from orchestrator.supervisor.records.states import TaskState
+    from tests.decisions.test_node_lost import Lost
+
+    room = AskedRoom()
+    lost = Life(number=1, started_at=0.0, ended_at=1.0, ended="Preempted", cause="node lost", size={"workers": 3})
+    h = Growing(tmp_path, 1, 3, start=2, grow_back_s=None, carried=Carried(lives=(lost,)), asked_room=room)
+    h.backend.lost_nodes = Lost({"worker-1": "osl1"})
+    h.all_beat(step=45)
+    h.tick()
+    assert h.sup.resizing.request(3, "resize asked by a user", h.sup.state) == (True, "")
+    h.train_for(1.0, step=46)  # waiting for nodes
+    assert h.sup.resizing.next is None
+    h.exit("worker-1", -9)
+    h.tick(0.1)
+    change = h.sup.resizing.next
+    assert change is not None and (change.workers, change.cause) == (1, "node lost"), h.view.events
+    assert h.task("worker-1").state is TaskState.FAILED

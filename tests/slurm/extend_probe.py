@@ -7,6 +7,11 @@ without TensorFlow (:mod:`orchestrator.backends.slurm_extend`), each wait bounde
 2. ``--workers 1:3`` (MAX needs a third node; the test holds osl2): an extension is asked, stays
    pending, is cancelled once the bound passes (said once) and asked again, twice (the asks after
    the run's first are logged, not said); ``close`` cancels it.
+
+With ``together`` (inside ``salloc -N1``, osl1 and osl2 free): a grow asked by ``resize`` to 3 of
+``--workers 1:3`` is two nodes short: both extensions are asked at once; both are granted, each on
+its own node (Slurm may start two on one node, which holds two 1-CPU jobs: the second is then
+cancelled and asked again without it); ``close`` cancels them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 
 import orchestrator.backends.slurm_extend as extend
 from orchestrator.backends.slurm import SlurmBackend
+from orchestrator.handle import asked_room
 from orchestrator.spec.elastic import ElasticSpec
 from orchestrator.spec.model import JobSpec
 
@@ -45,6 +51,30 @@ runs = Path(sys.argv[1])
 out: dict[str, object] = {}
 backend = SlurmBackend()
 backend.open("ext", runs / "ext")
+if sys.argv[2:] == ["together"]:
+    extend.GRANT_TIMEOUT_S = 60.0  # both are started at once here: no bound is tested
+    try:
+        backend.allocate(spec(1, 3))
+        room = asked_room(spec(1, 3), backend)  # what the API gives the supervisor for a grow asked by `resize`
+        news: list[str] = []
+        asked_at_first: list[str] = []
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
+            answer = room.for_size(3)
+            news += room.news()
+            if not asked_at_first and backend.extensions.ever:
+                time.sleep(0.5)  # the watch's first look asks for every node short at once
+                asked_at_first = list(backend.extensions.ever)
+            if answer >= 3:
+                break
+            time.sleep(0.2)
+        out.update(room=answer, news=news, asked_at_first=asked_at_first, granted=backend.extensions.granted(),
+                   placement=sorted(backend.allocate(spec(3, 3)).values()))
+    finally:
+        backend.close()
+    out["ext_asked"] = list(backend.extensions.ever)
+    print(json.dumps(out))
+    sys.exit(0)
 try:
     backend.allocate(spec(2, 2))
     backend.lost.add("osl1")  # as a lost node; its slurmd answers

@@ -87,26 +87,6 @@ def assert_node_addresses(addresses: dict[str, str]) -> None:
     assert len(set(hosts)) == len(hosts), addresses
 
 
-def test_pss_chief_worker_ps_on_three_nodes(slurm_env, tmp_path):
-    code, seen, summary, left = run_job(slurm_env, tmp_path, "pss", "--strategy", "parameter_server",
-                                        "--workers", "1", "--ps", "1", "--epochs", "4")
-    assert code == 0, output(seen)
-    assert summary["metrics"]["test_accuracy"] >= 0.85
-    states = {t["task"]: (t["state"], t["signal"]) for t in summary["tasks"]}
-    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"),
-                      "ps:0": ("Stopped", "SIGTERM")}
-    addresses = cluster_addresses(tmp_path, "pss")
-    assert set(addresses) == {"chief-0", "worker-0", "ps-0"}
-    assert_node_addresses(addresses)
-    assert left == [], left
-    # over mutual TLS (the default): every task read its certificate from the shared run directory,
-    # registered its address and streamed its heartbeats; the keys went with the run
-    plan = json.loads((tmp_path / "pss" / "plan.json").read_text())
-    assert {t["env"].get("ORCH_TLS_DIR") for t in plan["tasks"]} == {str((tmp_path / "pss" / "tls").resolve())}
-    assert all(t["last_heartbeat"] and t["last_heartbeat"]["heartbeats"] >= 1 for t in summary["tasks"])
-    assert not (tmp_path / "pss" / "tls").exists()
-
-
 def test_mwms_two_workers_across_two_nodes_recover_a_sigkilled_worker_by_a_group_restart(slurm_env, tmp_path):
     # one MWMS job for both: 2 workers on 2 nodes train, worker-1 is SIGKILLed at step 60 and the group restarts
     code, seen, summary, left = run_job(slurm_env, tmp_path, "kill", "--workers", "2", "--epochs", "3",
@@ -155,36 +135,49 @@ def _restore_node(slurm_env, node: str) -> None:
     wait_until(usable, timeout_s=90, interval_s=0.25, what=f"{node} back in service")
 
 
-def cut_node_in_epoch_2(run_dir: Path, node: str, epochs: int) -> tuple[dict[str, float], Callable[[str], None]]:
-    """An ``on_line`` for :func:`run_job` that cuts ``node`` (its slurmd SIGKILLed, its link down)
-    once worker-1 is in its 2nd epoch of ``epochs``, and the dict it records the cut's
-    ``time.monotonic()`` in (``"at"``). A known point of training, not a status line (epochs can fit
-    between two): tf-keras prints "Epoch 2/N" as it begins; worker-0 then waits in the all-reduce, so
-    the job cannot end before the loss is seen."""
+def cut_node_in_epoch_2(run_dir: Path, node: str, epochs: int, watch: str = "worker-1", dies: bool = False,
+                        ) -> tuple[dict[str, float], Callable[[str], None]]:
+    """An ``on_line`` for :func:`run_job` that cuts ``node`` (its slurmd SIGKILLed, its link down; with
+    ``dies``, every process of the node SIGKILLed instead, slurmd, slurmstepd and the tasks, its link
+    left up: its peers' connections are reset, as when a node's processes die) once ``watch`` (a task
+    that runs ``fit``: an MWMS worker, a PSS chief) is in its 2nd epoch of ``epochs``, and the dict it
+    records the cut's ``time.monotonic()`` in (``"at"``). A known point of training, not a status line
+    (epochs can fit between two): tf-keras prints "Epoch 2/N" as it begins; under MWMS worker-0 then
+    waits in the all-reduce, so the job cannot end before the loss is seen."""
     cut: dict[str, float] = {}
-    log = run_dir / "attempt-0" / "worker-1" / "stdout.log"
+    log = run_dir / "attempt-0" / watch / "stdout.log"
 
     def on_line(line: str) -> None:
         if not cut and "job Running" in line:
             wait_until(lambda: log.exists() and f"Epoch 2/{epochs}" in log.read_text(), timeout_s=180,
-                       interval_s=0.05, what="worker-1 in its 2nd epoch")
-            os.kill(_slurmd_pid(node), signal.SIGKILL)
-            subprocess.run(["ip", "link", "set", f"oslv{NODES.index(node)}", "down"], check=True)
+                       interval_s=0.05, what=f"{watch} in its 2nd epoch")
+            if dies:  # by pid, every process of the node's namespace (this test's cluster's own)
+                pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True, check=True,
+                                      timeout=30).stdout.split()
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            else:
+                os.kill(_slurmd_pid(node), signal.SIGKILL)
+                subprocess.run(["ip", "link", "set", f"oslv{NODES.index(node)}", "down"], check=True)
             cut["at"] = time.monotonic()
 
     return cut, on_line
 
 
 def run_with_a_lost_node(slurm_env, tmp_path: Path, run_id: str, node: str, epochs: int, *args: str, nodes: int = 3,
-                         also: Callable[[str], None] | None = None,
+                         also: Callable[[str], None] | None = None, watch: str = "worker-1", dies: bool = False,
                          ) -> tuple[dict[str, float], list[tuple[float, str]], dict, str]:
     """:func:`run_job` of ``run_id`` (``--epochs epochs`` and ``args``, in an allocation of ``nodes``)
-    with ``node`` cut in worker-1's 2nd epoch (:func:`cut_node_in_epoch_2`; ``also``: another
+    with ``node`` cut (or its processes killed: ``dies``) in ``watch``'s 2nd epoch
+    (:func:`cut_node_in_epoch_2`; ``also``: another
     ``on_line`` after it), the node brought back after; asserts the cut came, the job exited 0 and only
     a step on the lost node is left (Slurm lists it until it declares the node down). Returns ``(cut,
     seen, summary, text)``: the cut's time (``"at"``), the launch's lines with their times,
     ``summary.json`` and the output as text."""
-    cut, cut_on_line = cut_node_in_epoch_2(tmp_path / run_id, node, epochs)
+    cut, cut_on_line = cut_node_in_epoch_2(tmp_path / run_id, node, epochs, watch, dies)
 
     def on_line(line: str) -> None:
         cut_on_line(line)

@@ -13,17 +13,25 @@ extension is cancelled: no job of the run is left in ``squeue``. (Training at 1 
 0.2 s an epoch, so the grow comes while the one-worker group starts, before or at its first steps:
 ``--grow-back 0`` keeps it ahead of the end of training; a pending extension, its bound and the node
 that answers again are tested without TensorFlow in test_slurm_extend.py.)
+
+ParameterServerStrategy (``--strategy parameter_server --ps 1 --workers 1:2``, also this file's
+basic PSS run on three nodes: chief and ps on osl0, worker-0 on osl1, worker-1 on osl2, over mutual
+TLS): osl2's processes die in the chief's 2nd epoch (slurmd, slurmstepd and worker-1 SIGKILLed, the
+link left up; a partition stalls TF's coordinator instead, docs/elastic.md says for how long);
+worker-1 is parked, not restarted (no node is moved to, no restart spent), and the chief trains on
+with worker-0 to the end (``summary.json``: a segment of cause ``node lost`` naming worker-1).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
 import pytest
 
 from tests.slurm.conftest import SUBNET
-from tests.slurm.test_slurm import cluster_addresses, run_with_a_lost_node
+from tests.slurm.test_slurm import cluster_addresses, run_with_a_lost_node, seen_at
 
 pytestmark = pytest.mark.slurm
 
@@ -66,3 +74,37 @@ def test_a_lost_node_of_an_elastic_mwms_job_shrinks_it_and_an_extension_allocati
     print(f"\nnode cut -> shrink decided {said[0] - cut['at']:.1f} s; -> extension {extension} asked "
           f"{asked[0] - said[0]:.1f} s later, granted {granted[0][0] - asked[0]:.1f} s after asked, grow decided "
           f"{grew[0] - granted[0][0]:.1f} s after; segments {summary['segments']}")
+
+
+def test_pss_on_three_nodes_a_lost_node_parks_its_worker_and_the_chief_trains_on(slurm_env, tmp_path):
+    # 12 epochs of 90 steps: the loss is decided ~7 s after the cut (the heartbeat timeout, then 3 s for a step
+    # SIGKILL does not end); the chief trained 180 steps meanwhile and 450 in the 2.3 s after (one run here), so
+    # the job must outlast it by more than that on a quiet machine
+    epochs, run_id, lost_node = 12, "pss", "osl2"  # chief-0 and ps-0 on osl0, worker-0 on osl1, worker-1 on osl2
+    cut, seen, summary, text = run_with_a_lost_node(
+        slurm_env, tmp_path, run_id, lost_node, epochs, "--strategy", "parameter_server", "--ps", "1",
+        "--workers", "1:2", "--heartbeat-timeout", "4", watch="chief-0", dies=True)
+    said = [t for t, ln in seen if "worker-1's node osl2 is lost: it is parked, not restarted" in ln]
+    assert said and "worker-1 parked (node lost): training goes on with 1 worker(s), MIN 1" in text, text
+    assert "-> osl" not in text and "restarting" not in text.lower(), text  # not moved, not restarted
+    assert summary["status"] == "Succeeded", text
+    assert summary["metrics"]["test_accuracy"] >= 0.85
+    assert summary["restarts"] == 0 and summary["recoveries"] == [], summary["recoveries"]
+    assert summary["elastic"]["parked"] == ["worker-1"] and summary["elastic"]["workers"] == 1
+    segments = [(s["workers"], s["cause"], s.get("tasks")) for s in summary["segments"]]
+    assert segments == [(2, "launched", None), (1, "node lost", ["worker-1"])], summary["segments"]
+    assert summary["segments"][1]["last_step"] > summary["segments"][1]["first_step"]  # trained on at 1 worker
+    states = {t["task"]: (t["state"], t["signal"]) for t in summary["tasks"]}
+    assert states == {"chief:0": ("Succeeded", None), "worker:0": ("Stopped", "SIGTERM"),
+                      "worker:1": ("Failed", "SIGKILL"), "ps:0": ("Stopped", "SIGTERM")}, states  # parked: above
+    addresses = cluster_addresses(tmp_path, run_id)
+    assert [addresses[t].rsplit(":", 1)[0] for t in ("chief-0", "worker-0", "worker-1", "ps-0")] == \
+        [SUBNET + "10", SUBNET + "11", SUBNET + "12", SUBNET + "10"], addresses
+    # over mutual TLS (the default): every task read its certificate from the shared run directory,
+    # registered its address and streamed its heartbeats; the keys went with the run
+    plan = json.loads((tmp_path / run_id / "plan.json").read_text())
+    assert {t["env"].get("ORCH_TLS_DIR") for t in plan["tasks"]} == {str((tmp_path / run_id / "tls").resolve())}
+    assert all(t["last_heartbeat"] and t["last_heartbeat"]["heartbeats"] >= 1 for t in summary["tasks"])
+    assert not (tmp_path / run_id / "tls").exists()
+    print(f"\nnode cut -> worker-1 parked {said[0] - cut['at']:.1f} s; -> job ended "
+          f"{seen_at(seen, 'job Succeeded') - said[0]:.1f} s later; segments {summary['segments']}")

@@ -1,7 +1,8 @@
 """The Slurm backend's growth commands on the real simulated cluster, without TensorFlow
 (:mod:`orchestrator.backends.slurm_extend`; tests/slurm/extend_probe.py runs inside ``salloc -N2``): a lost
 node that answers again is room without an extension; an extension Slurm does not start within the bound
-is cancelled, said once, and asked again; ``close`` cancels every extension (none left in ``squeue``).
+is cancelled, said once, and asked again; ``close`` cancels every extension (none left in ``squeue``);
+a grow asked by ``resize`` two nodes short asks for both at once.
 The whole grow of a TensorFlow job: test_slurm_elastic.py."""
 
 from __future__ import annotations
@@ -56,3 +57,23 @@ def test_a_node_back_is_room_and_an_extension_not_started_in_time_is_cancelled_a
     # close cancelled every extension of the run: none left
     assert "ext:extend" not in squeue("-o", "%i|%j|%T"), squeue("-o", "%i|%j|%T")
     assert set(out["ext_asked"]) >= {first, second, third}
+
+
+def test_a_grow_asked_two_nodes_short_asks_for_both_extensions_at_once(slurm_env, tmp_path):
+    probe = subprocess.run(["salloc", "-N1", "-w", "osl0", "--no-kill", sys.executable,
+                            str(REPO / "tests/slurm/extend_probe.py"), str(tmp_path), "together"],
+                           capture_output=True, text=True, env=slurm_env, timeout=180, cwd=REPO)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    out = json.loads(probe.stdout.strip().splitlines()[-1])
+    print(f"\nasked at first {out['asked_at_first']}, all asked {out['ext_asked']}, granted {out['granted']}")
+    assert out["room"] == 3, out
+    assert len(out["asked_at_first"]) == 2, out  # both asked in the watch's first look, not one after the other
+    assert sorted(out["granted"]) == ["osl1", "osl2"], out  # each on its own node
+    said = [s for s in out["news"] if "asked Slurm for extension allocation" in s]
+    assert said[:2] == [f"growing back needs another node: asked Slurm for extension allocation {job} (one node, "
+                        "partition orchci, time limit the partition default)" for job in out["asked_at_first"]], out
+    assert not [s for s in out["news"] if "not started by Slurm" in s or "cannot be used" in s], out
+    assert out["placement"] == [SUBNET + "10:0", SUBNET + "11:0", SUBNET + "12:0"], out  # one worker a node
+    squeued = subprocess.run(["squeue", "-h", "-o", "%i|%j|%T"], capture_output=True, text=True, env=slurm_env,
+                             timeout=30).stdout
+    assert "ext:extend" not in squeued, squeued  # close cancelled both

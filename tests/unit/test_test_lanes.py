@@ -14,7 +14,7 @@ SPEC = "tests/e2e/test_render_cluster.py::test_every_example_spec_launches"
 
 def test_machine_tests_share_one_unit_and_the_others_each_have_their_own():
     for nodeid in ("tests/e2e/test_recovery.py::test_pss_worker_sigkill_restarts_only_that_worker",
-                   "tests/slurm/test_slurm.py::test_pss_chief_worker_ps_on_three_nodes",
+                   "tests/slurm/test_slurm_elastic.py::test_pss_on_three_nodes_a_lost_node_parks_its_worker_and_the_chief_trains_on",
                    "tests/docker/test_containers.py::test_compose_up_runs_the_job_and_ends_with_the_coordinator[pss]",
                    "tests/browser/test_web_page.py::test_the_page_shows_the_job_live_in_chromium"):
         assert lane_scope(nodeid) == "machine", nodeid

@@ -16,7 +16,10 @@ A worker is parked when it will not come back by a restart:
 * it crash-loops (:func:`~orchestrator.supervisor.rules.exitrules.crash_loop`: a restart would fail
   the same way);
 * the job's restarts are spent (``--max-restarts``) on a failure its restart policy would retry;
-* its slot is lost (the fault kind ``lose``, a node gone that cannot be replaced).
+* its slot is lost (the fault kind ``lose``): parked at once, no restart tried; below MIN the job fails;
+* its node is lost (Slurm: the node's slurmd does not answer, or its step did not end after SIGKILL):
+  parked at once, no restart tried; below MIN it is restarted on a node left as for a fixed count (a
+  restart elsewhere can bring it back, where a withdrawn slot cannot).
 
 A failure the restart policy refuses on its own (``never``, an exit code 1-127 under ``exit-code``:
 a bug in the program) fails the job as without elastic workers: every worker would meet it.
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 
 from orchestrator.spec.model import Strategy
 
-CRASH_LOOP, RESTARTS_SPENT, LOST = "crash loop", "restarts spent", "lost"
+CRASH_LOOP, RESTARTS_SPENT, LOST, NODE_LOST = "crash loop", "restarts spent", "lost", "node lost"
 """Why a worker will not come back by a restart (``gone`` of :func:`worker_fate`)."""
 
 RESTART, PARK, FAIL = "restart", "park", "fail"
@@ -61,20 +64,23 @@ def worker_fate(*, strategy: Strategy, task_types: tuple[str, ...], elastic_min:
         retry: the restart policy and budget allow a restart.
         why_not: why not, when not.
         gone: why they will not come back by a restart: :data:`CRASH_LOOP`, :data:`RESTARTS_SPENT`,
-            :data:`LOST`, or "" (the policy refuses, or nothing keeps them away).
+            :data:`LOST`, :data:`NODE_LOST`, or "" (the policy refuses, or nothing keeps them away).
 
     Returns:
         :data:`PARK` for elastic PSS workers that are ``gone`` when at least MIN workers remain
         without them; :data:`FAIL` when they are gone and fewer would remain, or when the policy
         refuses; :data:`RESTART` otherwise (a lost worker of a fixed-count job is restarted in place
-        when the policy allows).
+        when the policy allows; a worker whose node is lost, below MIN, is restarted (on Slurm, on a
+        node left) when the policy allows, as for a fixed count).
     """
     parkable = (strategy is Strategy.PARAMETER_SERVER and elastic_min is not None and bool(task_types)
                 and all(t == "worker" for t in task_types))
-    if not parkable or not gone or (retry and gone != LOST):
+    if not parkable or not gone or (retry and gone not in (LOST, NODE_LOST)):
         return WorkerFate(RESTART) if retry else WorkerFate(FAIL, why_not)
     assert elastic_min is not None
     left = workers_now - len(task_types)
+    if left < elastic_min and gone == NODE_LOST and retry:  # another node can bring it back: as a fixed count
+        return WorkerFate(RESTART)
     if left < elastic_min:
         return WorkerFate(FAIL, f"{why_not or gone}; parking it would leave {left} worker(s), below the MIN of "
                                 f"{elastic_min} (--workers {elastic_min}:...)")

@@ -12,7 +12,8 @@
   new size from the coordinator's save).
 * :func:`slot_lost`: whether a worker's end was its slot withdrawn (an injected ``lose``).
 * :func:`node_lost`: whether a worker's node is lost (the backend says so: Slurm's slurmd does
-  not answer, or the step did not end after SIGKILL), and the size change it makes.
+  not answer, or the step did not end after SIGKILL), and the size change it makes (MWMS: one
+  smaller from the last checkpoint; PSS: that worker parked).
 * :func:`grow_back_at`: when a withdrawn slot may be taken back by itself, after a cooldown that
   doubles with each loss in a window, so a flapping node does not restart the group over and
   over (torchrun's ``--max-restarts`` bounds the same churn by count; the doubling is the
@@ -74,7 +75,7 @@ class SizeChange:
 
 def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *, target: int | None = None,
                 lost: int | None = None, parked: Sequence[int] = (), cause: str = RESIZE_ASKED,
-                started: int | None = None, planned: int | None = None) -> SizeChange:
+                started: int | None = None, planned: int | None = None, moved: Sequence[int] = ()) -> SizeChange:
     """The size change of an elastic job's workers.
 
     Args:
@@ -90,6 +91,8 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
         planned: PSS: the worker slots this life planned (addresses reserved; those at or above
             ``started`` held, not started); None: ``started``. A grow past ``started`` within it
             restarts the coordinator alone (``restart_coordinator``); past it, a next life.
+        moved: PSS: parked slots whose address is gone (their node lost, on Slurm): one taken back
+            gets a new address, which the coordinator's ``TF_CONFIG`` lacks: a new coordinator too.
 
     Returns:
         A :class:`SizeChange`. A shrink drops the highest slots (worker 0, the chief and
@@ -129,9 +132,9 @@ def size_change(strategy: str, active: Sequence[int], bounds: tuple[int, int], *
     coming = tuple(sorted(back + new))
     cluster = top + 1 if started is None else started
     if not mwms and any(slot >= cluster for slot in coming) and planned is not None \
-            and all(slot < planned for slot in coming):  # PSS: slots held in this life: a new coordinator only
+            and all(slot < planned and slot not in moved for slot in coming):  # PSS: slots held in this life
         return SizeChange(target, coming=coming, cause=cause, restart_coordinator=True)
-    if mwms or any(slot >= cluster for slot in coming):  # PSS: a slot the coordinator's TF_CONFIG lacks
+    if mwms or any(slot >= cluster or slot in moved for slot in coming):  # PSS: an address its TF_CONFIG lacks
         return SizeChange(target, coming=coming, cause=cause, restart_group=True)
     return SizeChange(target, coming=coming, cause=cause, unpark=tuple(back))
 
@@ -145,19 +148,18 @@ def slot_lost(planned_kinds: Sequence[str], stop_requested: bool) -> bool:
 def node_lost(strategy: str, bounds: tuple[int, int] | None, active: Sequence[int], task_type: str, index: int,
               node: str | None, stop_requested: bool) -> SizeChange | None:
     """The size change a worker's lost node makes (issue 34: a Slurm node gone), asked after a failure
-    of a worker of the group: of the failed attempt's node and of the live workers' (a partition may
-    fail a peer before the lost worker's heartbeats are missed).
+    of a worker: under MWMS of the failed attempt's node and of the live workers' (a partition may
+    fail a peer before the lost worker's heartbeats are missed); under PSS of the failed worker's.
 
-    The checks, in order: the job's workers are elastic (``bounds`` set) and its strategy is
-    MultiWorkerMirroredStrategy (ParameterServerStrategy parks workers instead: not built for a lost
-    node), the attempt is a worker's (``task_type`` ``worker``; a chief, ps or evaluator is not
-    elastic), the orchestrator did not stop it itself (``stop_requested``: a group restart, a stop),
-    and the backend names its node as lost (``node``).
+    The checks, in order: the job's workers are elastic (``bounds`` set), the attempt is a worker's
+    (``task_type`` ``worker``; a chief, ps or evaluator is not elastic: it moves to a node left, as
+    for a fixed count), the orchestrator did not stop it itself (``stop_requested``: a group restart,
+    a stop), and the backend names its node as lost (``node``).
 
     Args:
         strategy: ``multi_worker_mirrored`` or ``parameter_server``.
         bounds: (MIN, MAX) of the job's workers; None for a fixed count.
-        active: the worker slots training now (indexes, ascending).
+        active: the worker slots training now (indexes, ascending; PSS: the parked ones left out).
         task_type: the attempt's task type.
         index: its task index.
         node: the lost node it runs (or ran) on, the backend's answer; None: its node is not lost.
@@ -165,12 +167,14 @@ def node_lost(strategy: str, bounds: tuple[int, int] | None, active: Sequence[in
 
     Returns:
         None when a check fails: not a lost node's elastic worker, the failure decision takes it as
-        before (on Slurm the task moves to a node left and the group restarts at its size). Else a
-        :class:`SizeChange` of cause :data:`NODE_LOST`: the group restarts one smaller from the last
-        checkpoint without that slot (:func:`size_change`'s rule for a lost slot), or ``refusal``
-        set (size unchanged) when fewer than MIN workers would remain: then too as before.
+        before (on Slurm the task moves to a node left: MWMS restarts the group at its size, PSS
+        restarts the task). Else a :class:`SizeChange` of cause :data:`NODE_LOST` by
+        :func:`size_change`'s rule for a lost slot: MWMS: the group restarts one smaller from the
+        last checkpoint without that slot; PSS: that worker is parked (``park``), the others train
+        on; or ``refusal`` set (size unchanged) when fewer than MIN workers would remain (or, PSS, the
+        worker is parked already): then too as before.
     """
-    if bounds is None or strategy != MWMS or task_type != "worker" or stop_requested or node is None:
+    if bounds is None or strategy not in (MWMS, PSS) or task_type != "worker" or stop_requested or node is None:
         return None
     change = size_change(strategy, active, bounds, lost=index)
     return change if change.refusal else replace(change, cause=NODE_LOST)
