@@ -55,6 +55,7 @@ from orchestrator.web.bind import parse_bind
 if TYPE_CHECKING:  # the supervisor's modules: after a launch's first tasks have started (prepare's start_early)
     from orchestrator.supervisor.loop import Supervisor
     from orchestrator.supervisor.records.snapshot import JobSnapshot, View
+    from orchestrator.web.server import WebServer
 
 ENDPOINT_FILE = rundir.ENDPOINT_FILE
 """``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
@@ -160,6 +161,8 @@ def prepare(
     wait_for_resources_s: float | None = None,
     insecure: bool = False,
     engine: Backend[Any] | None = None,
+    recorder: Recorder | None = None,
+    web_server: WebServer | None = None,
     start_early: bool = False,
     first_wave_started: threading.Event | None = None,
     **supervisor_options: Any,
@@ -189,6 +192,8 @@ def prepare(
             with the run's own certificates (:mod:`orchestrator.tls`).
         engine: the open backend of the run's previous life in this process (a size change of the
             running job: its warm spares become the next life's tasks); None: a new one.
+        recorder: the previous life's (a size change of the running job): its history goes on; None: a new one.
+        web_server: the previous life's page (one address for the whole run); None: from ``web``.
         start_early: start the first tasks here, before the supervisor's modules are imported, on a backend whose
             tasks end with this process (local); :func:`run`, called next on this thread, takes them over (the CLI).
         first_wave_started: set just before the first of those tasks starts (the CLI holds a signal back from then
@@ -218,7 +223,8 @@ def prepare(
     spec, placement = place_gpus(spec, engine)  # before the engine opens anything
     token = secrets.token_urlsafe(24)
     store = HeartbeatStore()
-    recorder = Recorder(view)
+    recorder = recorder or Recorder(view)
+    reused_web = web_server is not None
     holder: list[Supervisor] = []  # the servers start before the supervisor exists
 
     def resize_job(workers: int, reason: str) -> tuple[bool, str, str]:  # the ResizeJob call (server thread)
@@ -241,7 +247,7 @@ def prepare(
         holder[0].request_stop(reason)
         return True, state
 
-    server = web_server = lock = lease = None
+    server = lock = lease = None
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
         ports = len(spec.tasks()) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else 0
@@ -257,10 +263,10 @@ def prepare(
         bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
         lock = lock or runlock.create_and_hold(rd)  # a new run: its directory, made and locked at once
-        if web_bind is not None:
+        if web_bind is not None and web_server is None:
             from orchestrator.web.server import WebServer
 
-            web_server = WebServer(recorder.status, secrets.token_urlsafe(18), *web_bind).start()
+            web_server = WebServer(recorder.page_status, secrets.token_urlsafe(18), *web_bind).start()
         server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
                                 register=engine.register_address, status=recorder.status_reply, stop=stop_job,
                                 resize=resize_job)
@@ -276,7 +282,7 @@ def prepare(
     except BaseException:
         if server is not None:
             server.stop()
-        if web_server is not None:
+        if web_server is not None and not reused_web:
             web_server.stop()
         engine.close()
         runlock.let_go(lock, created=not resume)
@@ -319,7 +325,7 @@ def prepare(
                        spec_now.tasks()], commands=commands, view=recorder.view, backend=backend,
                        backend_options=backend_options, web=web, web_public=web_public, resume=True,
                        wait_for_resources_s=wait_for_resources_s, insecure=insecure, engine=engine,
-                       **supervisor_options)
+                       recorder=recorder, web_server=web_server, **supervisor_options)
 
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease, again)
 
@@ -341,8 +347,9 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
 
     A size change of a running elastic job (``resize``, a lost slot: :mod:`orchestrator.supervisor.resizing`)
     ends a life of the run; the next one, at the new size, is prepared and run here at once, on the
-    same open backend (its warm spares), and ``job``'s fields become the next life's (a caller's
-    signal handler reaches the new supervisor). The summary is the last life's.
+    same open backend (its warm spares), with the same web page at its address and the same history
+    (its charts go on), and ``job``'s fields become the next life's (a caller's signal handler
+    reaches the new supervisor). The summary is the last life's.
 
     Raises:
         SpecError, LaunchError: the next life could not be prepared (the summary of the life
@@ -374,11 +381,13 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
             _end_life(job)
         if workers is None:
             break
-        close_web(job)  # the next life serves its own page
         assert job.again is not None  # _next_size checked it
+        job.recorder.next_life()  # the same page and history go on: its status still reads live
         try:
             nxt = job.again(workers)
         except BaseException:
+            job.recorder.no_next_life()
+            close_web(job)
             job.supervisor.backend.close()  # kept open for the next life, which did not start
             from orchestrator.report.summary import build_summary, write_summary
 

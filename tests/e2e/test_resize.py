@@ -20,8 +20,10 @@ late (with 3 epochs, one run in five failed the one-save-step check)).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import urllib.request
 
 import pytest
 
@@ -52,12 +54,52 @@ def _step(run_dir) -> int:
     return int(beat.get("step") or -1)
 
 
+def _get(url: str) -> bytes:
+    """``url``'s body; a page that does not answer (its server gone) raises."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.read()
+
+
+def _page(web_url: str, path: str) -> bytes:
+    """``path`` (``/api/status?since=0``, ``/metrics``) at the page ``web_url``, with its token."""
+    base, token = web_url.split("/?token=")
+    return _get(f"{base}{path}{'&' if '?' in path else '?'}token={token}")
+
+
 def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it_saved(tmp_path, launches, capsys):  # noqa: F811
-    launch = start(launches, tmp_path, "shrink", "--workers", "1:2", "--epochs", "12")
+    launch = start(launches, tmp_path, "shrink", "--workers", "1:2", "--epochs", "12", "--web", "127.0.0.1:0",
+                   "--web-linger", "0")
     wait_until(lambda: _step(launch.run_dir) >= 30, 300, interval_s=0.05, what="step 30")
+    web_url = read_endpoint(launch.run_dir).web_url  # a port 0 address: the port the first life bound
     assert main(["resize", "shrink", "--runs-dir", str(tmp_path), "--workers", "1"]) == 0  # in this process: at once
     assert "resize accepted: run shrink continues at 1 worker(s)" in capsys.readouterr().out
+    # the page outlives the life: the same URL answers throughout (a URLError here: the server went away)
+    # and serves the next life once it trains, its charts' history going on
+    seen = {}
+
+    def next_life_trains() -> bool:
+        status = json.loads(_page(web_url, "/api/status?since=0"))
+        assert status["live"] is True, status.get("reason")  # between the lives too: the run goes on
+        history = status["history"]
+        life = next((e for e in history["events"] if e["kind"] == "life"), None)
+        if life is None or not any(s["seq"] > life["seq"] and s["step"] for s in history["samples"]):
+            return False
+        seen.update(status=status, life=life, metrics=_page(web_url, "/metrics").decode())
+        return True
+
+    wait_until(next_life_trains, 300, interval_s=0.2, what="a step of the next life, on the same page")
+    status, life, metrics = seen["status"], seen["life"], seen["metrics"]
+    assert status["elastic"]["workers"] == 1 and status["life_started_s"] > 0
+    assert any(line.startswith("tfjob_workers{") and line.endswith(" 1.0") for line in metrics.splitlines()), metrics
     code, summary = launch.finish()
+    assert life["text"].startswith("run shrink, life 2: continues at 1 worker(s)")
+    history = status["history"]
+    samples = history["samples"]
+    assert [s["seq"] for s in samples] == sorted(s["seq"] for s in samples)
+    assert [s["t"] for s in samples] == sorted(s["t"] for s in samples)  # one time axis for both lives
+    before = [s["step"] for s in samples if s["seq"] < life["seq"] and s["step"]]
+    after = [s["step"] for s in samples if s["seq"] > life["seq"] and s["step"]]
+    assert before and after and min(after) >= max(before) and max(after) >= _saved_step(launch.run_dir)
     assert code == 0, "".join(launch.lines[-40:])
     assert any("resize asked: 2 -> 1 worker(s)" in line for line in launch.lines), "".join(launch.lines[-40:])
     assert not any("not done: training has ended" in line for line in launch.lines), "".join(launch.lines[-40:])
