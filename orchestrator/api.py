@@ -396,6 +396,7 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         for name in ("plan", "supervisor", "server", "store", "recorder", "web", "endpoint_path", "lock", "lease",
                      "again"):  # in place: a caller's signal handler reaches the next life's supervisor
             setattr(job, name, getattr(nxt, name))
+        job.hand_on()  # a Ctrl-C, a SIGTERM that came between the lives
         life = len(job.supervisor.carried.lives) + 1
         job.recorder.event(0.0, f"run {job.plan.run_id}, life {life}: continues at {workers} worker(s) from its "
                            f"last checkpoint ({job.supervisor.carried.lives[-1].cause})")

@@ -88,6 +88,30 @@ class Job:
     again: Callable[[int], "Job"] | None = None
     """Prepares the run's next life at another size (elastic workers: a size change of the
     running job, :mod:`orchestrator.supervisor.resizing`); None: no next life in this process."""
+    stop_asked: str | None = None
+    """The reason of the first :meth:`request_stop` (the run's, whichever life it reached)."""
+    preemption_asked: str | None = None
+    """The reason of the first :meth:`request_preemption`."""
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the run now and end it Interrupted (safe from a signal handler): the current life's
+        supervisor is asked, and :func:`orchestrator.api.run` hands the request on to a next life that
+        starts after it (a size change of the running job), so a Ctrl-C between two lives is not lost."""
+        self.stop_asked = self.stop_asked or reason
+        self.supervisor.request_stop(reason)
+
+    def request_preemption(self, reason: str) -> None:
+        """Save and leave (safe from a signal handler), handed on to a next life as :meth:`request_stop`."""
+        self.preemption_asked = self.preemption_asked or reason
+        self.supervisor.request_preemption(reason)
+
+    def hand_on(self) -> None:
+        """A stop or preemption asked of the run, asked again of the supervisor now in place (a next
+        life's: the request may have come after the last life ended, or while this one was prepared)."""
+        if self.stop_asked is not None:
+            self.supervisor.request_stop(self.stop_asked)
+        elif self.preemption_asked is not None:
+            self.supervisor.request_preemption(self.preemption_asked)
 
     @property
     def web_url(self) -> str | None:
@@ -182,7 +206,7 @@ class JobHandle:
             TimeoutError: the job did not end within ``timeout_s`` seconds.
         """
         if not self.done:
-            self.job.supervisor.request_stop(reason)
+            self.job.request_stop(reason)
         return self.wait(timeout_s)
 
     def wait(self, timeout_s: float | None = None) -> Outcome:

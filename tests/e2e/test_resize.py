@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import sys
 import urllib.request
 
@@ -30,7 +32,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.health.client import EndpointError
 from orchestrator.report.runs import read_endpoint
-from tests.conftest import test_env, wait_until
+from tests.conftest import assert_no_process_left, test_env, wait_until
 from tests.e2e.test_recovery import Launch, launches, start  # noqa: F401 - the fixture
 from tests.e2e.test_resume import _saved_step
 
@@ -113,6 +115,29 @@ def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it
     assert summary["metrics"]["steps"] == STEPS_12_EPOCHS
     assert summary["elastic"]["workers"] == 1 and [t["task"] for t in summary["tasks"]] == ["worker:0"]
     assert [life["cause"] for life in summary["lives"]] == ["resize asked", "succeeded"]
+
+
+def test_a_ctrl_c_between_two_lives_stops_the_run_at_the_step_the_resize_saved(tmp_path, launches):  # noqa: F811
+    # the custom loop; SIGINT once the resized life has ended (its end line), before the next one has started
+    # or while it starts: the run stops there (exit 130), the next life interrupted before its first report
+    launch = start(launches, tmp_path, "ctrl-c", "--workers", "1:2", "--epochs", "12", "--loop", "custom")
+    wait_until(lambda: _step(launch.run_dir) >= 30, 300, interval_s=0.05, what="step 30")
+    assert main(["resize", "ctrl-c", "--runs-dir", str(tmp_path), "--workers", "1"]) == 0
+    ended = launch.wait_for(r"job Preempted: preempted \(resize asked: 2 -> 1 worker\(s\)\): .* at step (\d+)")
+    launch.proc.send_signal(signal.SIGINT)
+    code = launch.proc.wait(timeout=120)
+    launch.wait_for(r"^  summary ", timeout_s=10)  # the final report's last line
+    summary = json.loads((launch.run_dir / "summary.json").read_text())
+    started = [int(pid) for line in launch.lines for pid in re.findall(r" started \(pid (\d+)", line)]
+    assert_no_process_left(started)  # every life's tasks (the next life's may not have started one)
+    assert code == 130 and summary["reason"] == "interrupted by SIGINT", "".join(launch.lines[-40:])
+    saved = _saved_step(launch.run_dir)
+    assert int(ended[1]) == saved  # the end line names the step saved, not an older report
+    one, two = summary["lives"]
+    assert (one["ended"], one["cause"], one["last_step"], one["steps_lost"]) == ("Preempted", "resize asked", saved, 0)
+    assert (two["ended"], two["resumed_from_step"], two["last_step"]) == ("Interrupted", saved, saved)
+    assert [(s["workers"], s["first_step"], s["last_step"]) for s in summary["segments"]] == [(2, 0, saved),
+                                                                                           (1, saved, saved)]
 
 
 def test_a_lost_slot_shrinks_the_group_to_1_worker_and_resize_gives_it_back(tmp_path, launches, capsys):  # noqa: F811
