@@ -179,7 +179,9 @@
   function renderTimeline(st) {
     const box = $("timeline");
     box.querySelectorAll(".mark, .span, .tick").forEach((e) => e.remove());
-    const end = Math.max(1, runElapsed(st));
+    // a finished run's page (status --web) has no life_started_s: its history.json may hold earlier lives
+    const last = (xs) => (xs.length ? xs[xs.length - 1].t : 0);
+    const end = Math.max(1, runElapsed(st), last(samples), last(events));
     const life = st.life_started_s || 0;  // the recoveries are this life's: their times count from its start
     const pos = (t) => Math.min(100, Math.max(0, (100 * t) / end)) + "%";
     for (const r of st.recoveries || []) {
