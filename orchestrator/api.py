@@ -37,8 +37,11 @@ from orchestrator.handle import (  # noqa: F401 - Job...: what launch() returns
     JobHandle,
     Outcome,
     asked_room,
+    close_web,
+    end_life,
     first_wave,
     let_go,
+    next_size,
     room_probe,
 )
 from orchestrator.health.endpoint import HealthEndpoint
@@ -62,6 +65,7 @@ from orchestrator.web.bind import parse_bind
 if TYPE_CHECKING:  # the supervisor's modules: after a launch's first tasks have started (prepare's start_early)
     from orchestrator.supervisor.loop import Supervisor
     from orchestrator.supervisor.records.snapshot import JobSnapshot, View
+    from orchestrator.web.server import WebServer
 
 ENDPOINT_FILE = rundir.ENDPOINT_FILE
 """``runs/<run-id>/endpoint.json``, mode 0600: where a running job answers (address, token,
@@ -169,6 +173,8 @@ def prepare(
     wait_for_resources_s: float | None = None,
     insecure: bool = False,
     engine: Backend[Any] | None = None,
+    recorder: Recorder | None = None,
+    web_server: WebServer | None = None,
     start_early: bool = False,
     first_wave_started: threading.Event | None = None,
     **supervisor_options: Any,
@@ -198,6 +204,8 @@ def prepare(
             with the run's own certificates (:mod:`orchestrator.tls`).
         engine: the open backend of the run's previous life in this process (a size change of the
             running job: its warm spares become the next life's tasks); None: a new one.
+        recorder: the previous life's (a size change of the running job): its history goes on; None: a new one.
+        web_server: the previous life's page (one address for the whole run); None: from ``web``.
         start_early: start the first tasks here, before the supervisor's modules are imported, on a backend whose
             tasks end with this process (local); :func:`run`, called next on this thread, takes them over (the CLI).
         first_wave_started: set just before the first of those tasks starts (the CLI holds a signal back from then
@@ -227,7 +235,8 @@ def prepare(
     spec, placement = place_gpus(spec, engine)  # before the engine opens anything
     token = tls.token_urlsafe(24)
     store = HeartbeatStore()
-    recorder = Recorder(view)
+    recorder = recorder or Recorder(view)
+    reused_web = web_server is not None
     holder: list[Supervisor] = []  # the servers start before the supervisor exists
 
     def resize_job(workers: int, reason: str) -> tuple[bool, str, str]:  # the ResizeJob call (server thread)
@@ -250,7 +259,7 @@ def prepare(
         holder[0].request_stop(reason)
         return True, state
 
-    server = web_server = lock = lease = None
+    server = lock = lease = None
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
         host_ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
@@ -268,10 +277,10 @@ def prepare(
         bench_mark("ports-held", sys.stderr)
         check_runs_dir(runs_dir)  # the last check: it creates the runs directory
         lock = lock or runlock.create_and_hold(rd)  # a new run: its directory, made and locked at once
-        if web_bind is not None:
+        if web_bind is not None and web_server is None:
             from orchestrator.web.server import WebServer
 
-            web_server = WebServer(recorder.status, tls.token_urlsafe(18), *web_bind).start()
+            web_server = WebServer(recorder.page_status, tls.token_urlsafe(18), *web_bind).start()
         server = HealthEndpoint(engine.health_host, token=token, store=store, release_port=engine.release_port,
                                 register=engine.register_address, status=recorder.status_reply, stop=stop_job,
                                 resize=resize_job)
@@ -285,7 +294,7 @@ def prepare(
         if not insecure:  # a task waits for the CA file, written last (make_run_pki): not a previous life's
             tls.expect_pki(run_dir)
     except BaseException:
-        let_go(server, web_server, engine, lock, lease, resume)
+        let_go(server, None if reused_web else web_server, engine, lock, lease, resume)
         raise
     write_json_atomic(rd.plan, plan.to_dict())
     if resume:
@@ -319,7 +328,7 @@ def prepare(
         supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
                                 start_early and engine.parent_death_signal, make, first_wave_started)
     except BaseException:
-        let_go(server, web_server, engine, lock, lease, resume)
+        let_go(server, None if reused_web else web_server, engine, lock, lease, resume)
         raise
     holder.append(supervisor)
     recorder.prime(supervisor.snapshot())
@@ -330,7 +339,7 @@ def prepare(
                        spec_now.tasks()], commands=commands, view=recorder.view, backend=backend,
                        backend_options=backend_options, web=web, web_public=web_public, resume=True,
                        wait_for_resources_s=wait_for_resources_s, insecure=insecure, engine=engine,
-                       **supervisor_options)
+                       recorder=recorder, web_server=web_server, **supervisor_options)
 
     return Job(plan, supervisor, server, store, recorder, web_server, endpoint, lock, lease, again)
 
@@ -352,8 +361,9 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
 
     A size change of a running elastic job (``resize``, a lost slot: :mod:`orchestrator.supervisor.resizing`)
     ends a life of the run; the next one, at the new size, is prepared and run here at once, on the
-    same open backend (its warm spares), and ``job``'s fields become the next life's (a caller's
-    signal handler reaches the new supervisor). The summary is the last life's.
+    same open backend (its warm spares), with the same web page at its address and the same history
+    (its charts go on), and ``job``'s fields become the next life's (a caller's signal handler
+    reaches the new supervisor). The summary is the last life's.
 
     Raises:
         SpecError, LaunchError: the next life could not be prepared (the summary of the life
@@ -370,7 +380,7 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
     while True:
         try:
             result = job.supervisor.run()
-            workers = _next_size(job, result)
+            workers = next_size(job, result)
             bench_mark("life-ended", sys.stderr)  # bench/resize.py: where a resize's pause goes
             if workers is None:
                 from orchestrator.report.summary import build_summary, write_summary  # not before the tasks start
@@ -382,14 +392,16 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
             except OSError:
                 pass
         finally:
-            _end_life(job)
+            end_life(job)
         if workers is None:
             break
-        close_web(job)  # the next life serves its own page
-        assert job.again is not None  # _next_size checked it
+        assert job.again is not None  # next_size checked it
+        job.recorder.next_life()  # the same page and history go on: its status still reads live
         try:
             nxt = job.again(workers)
         except BaseException:
+            job.recorder.no_next_life()
+            close_web(job)
             job.supervisor.backend.close()  # kept open for the next life, which did not start
             from orchestrator.report.summary import build_summary, write_summary
 
@@ -398,45 +410,13 @@ def run(job: Job, web_linger_s: float = 0.0, keep_web: bool = False) -> tuple[Jo
         for name in ("plan", "supervisor", "server", "store", "recorder", "web", "endpoint_path", "lock", "lease",
                      "again"):  # in place: a caller's signal handler reaches the next life's supervisor
             setattr(job, name, getattr(nxt, name))
+        job.hand_on()  # a Ctrl-C, a SIGTERM that came between the lives
         life = len(job.supervisor.carried.lives) + 1
         job.recorder.event(0.0, f"run {job.plan.run_id}, life {life}: continues at {workers} worker(s) from its "
                            f"last checkpoint ({job.supervisor.carried.lives[-1].cause})")
     if not keep_web:
         close_web(job, web_linger_s)
     return result, summary
-
-
-def _next_size(job: Job, result: JobSnapshot) -> int | None:
-    """The size the run continues at in a next life in this process: a size change of the running
-    job ended this one (:mod:`orchestrator.supervisor.resizing`); None: the run has ended."""
-    resizing = job.supervisor.resizing
-    if job.again is None or resizing.next is None or not resizing.continues(result.state):
-        return None
-    return resizing.next.workers
-
-
-def _end_life(job: Job) -> None:
-    """What a life holds, let go: the health server, ``endpoint.json``, the run's keys, the lease, the lock."""
-    job.server.stop()
-    if job.endpoint_path is not None:
-        job.endpoint_path.unlink(missing_ok=True)
-    tls.remove(job.plan.run_dir)  # the run's keys (none with --insecure)
-    if job.lease is not None:
-        job.lease.release()  # the cores and GPUs: a waiting run may start
-    if job.lock is not None:
-        job.lock.release()  # the next life may start
-
-
-def close_web(job: Job, linger_s: float = 0.0) -> None:
-    """Stop the job's web page once open pages have fetched the final state (at most
-    ``linger_s`` seconds; at once when no page is open). Nothing to do without a page."""
-    if job.web is None:
-        return
-    try:
-        if linger_s > 0:
-            job.web.wait_final_served(linger_s)
-    finally:
-        job.web.stop()
 
 
 def launch(

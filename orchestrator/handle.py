@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import tls
 from orchestrator.backends.base import Backend, Capability, TaskHandle, start_attempt
 from orchestrator.env import bench_mark
 from orchestrator.health.endpoint import HealthEndpoint
@@ -74,6 +75,39 @@ def let_go(server: HealthEndpoint | None, web_server: Any, engine: Backend[Any],
 
 
 
+def next_size(job: Job, result: JobSnapshot) -> int | None:
+    """The size the run continues at in a next life in this process: a size change of the running
+    job ended this one (:mod:`orchestrator.supervisor.resizing`); None: the run has ended."""
+    resizing = job.supervisor.resizing
+    if job.again is None or resizing.next is None or not resizing.continues(result.state):
+        return None
+    return resizing.next.workers
+
+
+def end_life(job: Job) -> None:
+    """What a life holds, let go: the health server, ``endpoint.json``, the run's keys, the lease, the lock."""
+    job.server.stop()
+    if job.endpoint_path is not None:
+        job.endpoint_path.unlink(missing_ok=True)
+    tls.remove(job.plan.run_dir)  # the run's keys (none with --insecure)
+    if job.lease is not None:
+        job.lease.release()  # the cores and GPUs: a waiting run may start
+    if job.lock is not None:
+        job.lock.release()  # the next life may start
+
+
+def close_web(job: Job, linger_s: float = 0.0) -> None:
+    """Stop the job's web page once open pages have fetched the final state (at most
+    ``linger_s`` seconds; at once when no page is open). Nothing to do without a page."""
+    if job.web is None:
+        return
+    try:
+        if linger_s > 0:
+            job.web.wait_final_served(linger_s)
+    finally:
+        job.web.stop()
+
+
 @dataclass
 class Job:
     """A prepared job: plan written, ports held (the health server's too), nothing started yet (with
@@ -103,6 +137,30 @@ class Job:
     again: Callable[[int], "Job"] | None = None
     """Prepares the run's next life at another size (elastic workers: a size change of the
     running job, :mod:`orchestrator.supervisor.resizing`); None: no next life in this process."""
+    stop_asked: str | None = None
+    """The reason of the first :meth:`request_stop` (the run's, whichever life it reached)."""
+    preemption_asked: str | None = None
+    """The reason of the first :meth:`request_preemption`."""
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the run now and end it Interrupted (safe from a signal handler): the current life's
+        supervisor is asked, and :func:`orchestrator.api.run` hands the request on to a next life that
+        starts after it (a size change of the running job), so a Ctrl-C between two lives is not lost."""
+        self.stop_asked = self.stop_asked or reason
+        self.supervisor.request_stop(reason)
+
+    def request_preemption(self, reason: str) -> None:
+        """Save and leave (safe from a signal handler), handed on to a next life as :meth:`request_stop`."""
+        self.preemption_asked = self.preemption_asked or reason
+        self.supervisor.request_preemption(reason)
+
+    def hand_on(self) -> None:
+        """A stop or preemption asked of the run, asked again of the supervisor now in place (a next
+        life's: the request may have come after the last life ended, or while this one was prepared)."""
+        if self.stop_asked is not None:
+            self.supervisor.request_stop(self.stop_asked)
+        elif self.preemption_asked is not None:
+            self.supervisor.request_preemption(self.preemption_asked)
 
     @property
     def web_url(self) -> str | None:
@@ -197,7 +255,7 @@ class JobHandle:
             TimeoutError: the job did not end within ``timeout_s`` seconds.
         """
         if not self.done:
-            self.job.supervisor.request_stop(reason)
+            self.job.request_stop(reason)
         return self.wait(timeout_s)
 
     def wait(self, timeout_s: float | None = None) -> Outcome:

@@ -50,7 +50,9 @@ class HeartbeatCallback(keras.callbacks.Callback):
         self._progress.step(self._epoch * self._steps_per_epoch + int(batch) + 1, lambda: _loss(logs))
 
     def on_epoch_end(self, epoch, logs=None) -> None:
-        self._progress.report(_loss(logs), epoch=epoch + 1)
+        # sent before the backup callback (after this one) saves the epoch: a notice during that save
+        # exits at once (PSS: nothing to checkpoint), and the step saved must have been said first
+        self._progress.report(_loss(logs), epoch=epoch + 1, flush=True)
 
     def on_train_end(self, logs=None) -> None:
         """Training ended: say ``finishing`` now and wait (<= 1 s) until it went out. What ``fit``

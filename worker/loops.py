@@ -196,6 +196,7 @@ class CustomLoops:
                     coordinator.join()
                     step_var.assign(step)
                     manager.save()
+                    progress.report(flush=True)  # the step saved: the last report may be older
                     exit_preempted(f"checkpoint saved after step {step}")
                 if every and step % every == 0 and i + 1 < spe:
                     coordinator.join()

@@ -309,7 +309,9 @@ class Job:
         peers = self._trainer_names()
         if len(peers) > 1:
             SaveBarrier(self.context.name, peers, self.context.attempt).meet(step)
-        self.reporter.update(message=f"preempted: checkpoint saved after step {step}", preempted_after_step=step)
+        # the step saved is the step reached: the last report (at most one a second) may be older
+        self.reporter.update(step=step, message=f"preempted: checkpoint saved after step {step}",
+                             preempted_after_step=step)
         self.reporter.close(timeout_s=1.0)
         exit_preempted(f"checkpoint saved after step {step}")
 

@@ -288,9 +288,9 @@ def run_launch(args: argparse.Namespace) -> int:
             os.kill(os.getpid(), signum)
             return
         if signum == signal.SIGTERM:  # a preemption (Slurm, docker stop, an eviction): save and leave
-            job.supervisor.request_preemption("SIGTERM to the orchestrator")
+            job.request_preemption("SIGTERM to the orchestrator")
         else:
-            job.supervisor.request_stop(f"interrupted by {signal.Signals(signum).name}")
+            job.request_stop(f"interrupted by {signal.Signals(signum).name}")
 
     # closing the terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) must not lose the summary: handled as Ctrl-C (torchrun too);
     # installed before the first tasks start (in prepare)
@@ -349,7 +349,7 @@ def run_launch(args: argparse.Namespace) -> int:
                 if t.heartbeat is not None and t.task.task_type in ("chief", "worker")]
 
     # --continue: SIGUSR1, the time limit's warning
-    previous.update(slurm.install(job.supervisor.request_preemption, phases, sys.stderr if args.json else sys.stdout))
+    previous.update(slurm.install(job.request_preemption, phases, sys.stderr if args.json else sys.stdout))
     try:
         result, summary = api.run(job, keep_web=True)
     finally:

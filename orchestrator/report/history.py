@@ -1,6 +1,11 @@
 """What status queries and the web page read while a job runs: the latest snapshot, each task's
 progress over time (the page's charts) and the job's events (its timeline).
 
+One recorder serves every life of a run in one process (a size change of a running elastic job:
+:func:`orchestrator.api.run`), so the page's history goes on across lives: sequence numbers keep
+counting and a sample's or event's ``t`` is seconds since the first life started (each life's
+supervisor counts its own ``elapsed_s`` from 0; :meth:`Recorder.next_life` adds the offset).
+
 :class:`Recorder` is a view (:class:`~orchestrator.supervisor.records.snapshot.View`): the supervisor hands
 it every snapshot and event from its loop thread, it keeps them, and passes them on to the
 terminal's view. Other threads (the gRPC server, the web server) read it under a lock; none of
@@ -10,6 +15,7 @@ them ever touches the supervisor's live records.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +29,10 @@ if TYPE_CHECKING:  # the supervisor's records: after a launch's first tasks have
 
 
 def event_kind(text: str) -> str:
-    """The timeline lane of an event: ``restart``, ``failure``, ``recovered``, ``job`` or ``task``."""
+    """The timeline lane of an event: ``restart``, ``failure``, ``recovered``, ``job``, ``life`` (the
+    run continues in a next life: :func:`orchestrator.api.run`) or ``task``."""
+    if text.startswith("run ") and ", life " in text:
+        return "life"
     if text.startswith("restart "):
         return "restart"
     if text.startswith("job "):
@@ -62,27 +71,59 @@ class Recorder:
         self._samples: deque[dict[str, Any]] = deque(maxlen=max_samples)
         self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self._last_sample: dict[str, tuple[float, int | None, int]] = {}
+        self._t0: float | None = None  # time.monotonic() at the first life's elapsed 0
+        self._offset_s = 0.0  # the current life's elapsed 0 on the run's time axis
+        self._offset_due = False  # set it at the next life's first snapshot or event
+        self._last_t = 0.0  # the latest t recorded
+        self._between = False  # a life ended and the next one has not started yet
+
+    def _t(self, elapsed_s: float) -> float:
+        """``elapsed_s`` of the current life on the run's time axis (under the lock)."""
+        now = time.monotonic()
+        if self._t0 is None:
+            self._t0 = now - elapsed_s
+        if self._offset_due:  # the next life's first: after the last one recorded, at its time since t0
+            self._offset_due = False
+            self._offset_s = max(self._offset_s, self._last_t - elapsed_s, now - self._t0 - elapsed_s)
+        self._last_t = max(self._last_t, self._offset_s + elapsed_s)
+        return self._offset_s + elapsed_s
+
+    def next_life(self) -> None:
+        """The run continues in a next life in this process (the same page, the same history): until
+        its first snapshot (:meth:`prime`) the status still reads ``live`` (the run goes on), and its
+        samples and events are placed after this life's on the time axis."""
+        with self._lock:
+            self._between = True
+            self._offset_due = True
+
+    def no_next_life(self) -> None:
+        """The next life announced by :meth:`next_life` did not start: the run has ended."""
+        with self._lock:
+            self._between = False
 
     # -- the View protocol (the supervisor's thread) ------------------------------------
     def prime(self, snapshot: JobSnapshot) -> None:
         """Keep ``snapshot`` as the latest without passing it on (before the job starts)."""
         with self._lock:
             self._snapshot = snapshot
+            self._between = False
 
     def update(self, snapshot: JobSnapshot) -> None:
         with self._lock:
             self._snapshot = snapshot
+            self._between = False
+            at = round(self._t(snapshot.elapsed_s), 2)
             for t in snapshot.tasks:
                 hb = t.heartbeat
                 if hb is None or t.state.terminal:
                     continue
                 last = self._last_sample.get(t.name)
-                if last is not None and last[2] == t.attempt and snapshot.elapsed_s - last[0] < self._interval_s:
+                if last is not None and last[2] == t.attempt and at - last[0] < self._interval_s:
                     continue
-                self._last_sample[t.name] = (snapshot.elapsed_s, hb.step, t.attempt)
+                self._last_sample[t.name] = (at, hb.step, t.attempt)
                 self._seq += 1
                 self._samples.append({
-                    "seq": self._seq, "t": round(snapshot.elapsed_s, 2), "task": t.name, "attempt": t.attempt,
+                    "seq": self._seq, "t": at, "task": t.name, "attempt": t.attempt,
                     "step": hb.step, "loss": hb.loss, "examples_per_second": hb.examples_per_second,
                     "cpu_percent": round(hb.cpu_percent, 1), "rss_bytes": hb.rss_bytes,
                 })
@@ -92,7 +133,8 @@ class Recorder:
     def event(self, elapsed_s: float, text: str) -> None:
         with self._lock:
             self._seq += 1
-            self._events.append({"seq": self._seq, "t": round(elapsed_s, 2), "text": text, "kind": event_kind(text)})
+            self._events.append({"seq": self._seq, "t": round(self._t(elapsed_s), 2), "text": text,
+                                 "kind": event_kind(text)})
         if self.view is not None:
             self.view.event(elapsed_s, text)
 
@@ -132,6 +174,19 @@ class Recorder:
         out = dict(cached[1])
         if history:
             out["history"] = self.history(since)
+        return out
+
+    def page_status(self, history: bool = False, since: int = 0) -> dict[str, Any]:
+        """:meth:`status` for the web page and ``/metrics``, which outlive a life: also
+        ``life_started_s``, where this life's ``elapsed_s`` 0 lies on the history's time axis
+        (seconds; 0 in the first life); between two lives ``live`` stays true (the run goes on)."""
+        out = self.status(history, since)
+        with self._lock:
+            offset, between = self._offset_s, self._between
+        if out:
+            out["life_started_s"] = round(offset, 2)
+            if between:
+                out["live"] = True
         return out
 
     def status_reply(self, history: bool = False, since: int = 0) -> pb.StatusReply:

@@ -194,8 +194,8 @@ class WebServer:
         status = await asyncio.get_running_loop().run_in_executor(None, self._source, True, since)
         with self._served:
             self._last_poll_at = time.monotonic()
-            if status and not status.get("live", True):
-                self._final_served = True
+            if status:  # a run that continues in a next life reads live again (orchestrator.api.run)
+                self._final_served = not status.get("live", True)
             self._served.notify_all()
         return web.json_response(dict(status, poll_interval_s=POLL_INTERVAL_S), dumps=jsontext.dumps)
 

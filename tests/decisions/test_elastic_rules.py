@@ -332,3 +332,48 @@ def test_a_global_batch_change_warns_unless_a_size_change_planned_it(before, now
     book.life = life(2, now[0], None, now[2])
     book.coordinator_beat(1, None, 0.0, global_batch_size=now[1])
     assert bool(book.take_warnings()) == warned
+
+
+def _ended(cause, last):
+    from orchestrator.supervisor.records.lives import Life
+
+    return Life(1, 0.0, ended="Preempted", cause=cause, last_step=last)
+
+
+@pytest.mark.parametrize("earlier, continued", [
+    ((), None),  # a fresh start
+    ((_ended("resize asked", 53),), 53),  # the coordinated save of a resize: every trainer saved at 53
+    ((_ended("grew back", 90),), 90),
+    ((_ended("slot lost", 60),), None),  # the last checkpoint: only the tasks know which
+    ((_ended("node lost", 60),), None),
+    ((_ended("preempted", 60),), None),  # from outside: launch --resume reads what the tasks saved
+    ((_ended("resize asked", None),), None),  # it never reported a step
+])
+def test_the_step_a_life_continues_from_is_known_after_a_planned_size_change(earlier, continued):
+    from orchestrator.supervisor.records.lives import continued_from
+
+    assert continued_from(earlier) == continued
+
+
+@pytest.mark.parametrize("reported, reached, continued, last", [
+    (None, None, None, None),  # nothing known
+    (None, None, 53, 53),  # stopped (a Ctrl-C between two lives) before its first report: where it continued from
+    (0, None, 53, 53),  # still saying a step from before its restore
+    (120, None, 53, 120),  # it trained on
+    (55, 60, None, 60),  # a lose fault fired at 60, reported up to 55
+    (70, 60, None, 70),
+])
+def test_a_lifes_last_step_is_the_largest_it_is_known_to_have_reached(reported, reached, continued, last):
+    from orchestrator.supervisor.records.lives import life_last_step
+
+    assert life_last_step(reported, reached, continued) == last
+
+
+def test_a_life_stopped_before_its_first_report_records_the_step_it_continued_from():
+    from orchestrator.supervisor.records.lives import Carried, LifeBook
+
+    book = LifeBook(Carried(lives=(_ended("resize asked", 53),)), 0.0, 1)
+    book.close("Interrupted", None, ended_at=1.0)
+    life = book.lives()[-1]
+    assert (life.ended, life.resumed_from_step, life.last_step) == ("Interrupted", 53, 53)
+    assert book.lives()[0].steps_lost == 0  # the resize's save covered every step

@@ -145,3 +145,22 @@ def test_pss_sigterm_to_the_orchestrator_the_coordinator_saves_and_a_resume_lose
     one, two = summary["lives"]
     assert (one["ended"], one["steps_lost"], two["resumed_from_step"]) == ("Preempted", 0, saved)
     assert summary["metrics"]["steps"] == 3 * summary["metrics"]["steps_per_epoch"] and summary["restarts"] == 0
+
+
+def test_pss_fit_sigterm_after_an_epoch_the_end_line_names_the_step_that_epoch_saved(tmp_path, launches):  # noqa: F811
+    # the fit loop: BackupAndRestore saves each epoch's end, and a notice exits the coordinator at once
+    # (nothing to checkpoint); the epoch's step is said before that save (a flushed report), so the end
+    # line and the life name it, however long the heartbeat interval (5 s here, the hang timeout above it:
+    # a report left for the next heartbeat would be lost with the coordinator)
+    launch = start(launches, tmp_path, "pss-fit", "--strategy", "parameter_server", "--epochs", "4", "--spares", "0",
+                   "--heartbeat-interval", "5", "--heartbeat-timeout", "60")
+    log = launch.run_dir / "attempt-0" / "chief-0" / "stdout.log"
+    wait_until(lambda: log.exists() and "Epoch 3/4\n" in log.read_text(), 300, what="Epoch 3/4 started")
+    launch.proc.send_signal(signal.SIGTERM)  # epochs 1 and 2 saved
+    ended = launch.wait_for(r"job Preempted: preempted \(SIGTERM to the orchestrator\): every training task saved "
+                            r"and left(?: at step (\d+))?")
+    code, summary = launch.finish()
+    assert code == 75, "".join(launch.lines[-30:])
+    saved = 2 * summary["metrics"]["steps_per_epoch"]
+    assert ended[1] is not None and int(ended[1]) >= saved, ended[0]
+    assert summary["lives"][0]["last_step"] >= saved and summary["metrics"]["steps"] >= saved

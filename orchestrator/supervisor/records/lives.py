@@ -40,6 +40,28 @@ RESIZED = ("resize asked", "slot lost", "grew back", "node lost")
 ``CAUSES``), and of the segment the next life begins; under PSS, of a change within a life too."""
 
 
+SAVED_FIRST = ("resize asked", "grew back")
+"""Causes of a life that ended by a planned size change: its trainers saved at its last step first
+(the coordinated save), so the next life continues from that step."""
+
+
+def continued_from(earlier: tuple[Life, ...]) -> int | None:
+    """The step a new life continues from, known before its coordinator says it: the last step of
+    the life before it when a planned size change (:data:`SAVED_FIRST`) ended that one; None
+    otherwise (a fresh start, a lost slot or node: the last checkpoint, which only the tasks read)."""
+    before = earlier[-1] if earlier else None
+    return before.last_step if before is not None and before.cause in SAVED_FIRST else None
+
+
+def life_last_step(reported: int | None, reached: int | None, continued: int | None) -> int | None:
+    """A life's last step as it ends: the largest it is known to have reached, from the coordinator's
+    reports (``reported``), a ``lose`` fault's step (``reached``) and the step it continued from
+    (:func:`continued_from`: a life stopped before its first report, or while its coordinator still
+    said a step from before its restore, reached that one); None when none is known."""
+    known = [step for step in (reported, reached, continued) if step is not None]
+    return max(known) if known else None
+
+
 def _iso(t: float | None) -> str | None:
     return None if t is None else time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
 
@@ -423,7 +445,10 @@ class LifeBook:
         """The life ended in ``state``; ``cause``: the size change that ended it (:func:`closed`);
         ``reached``: a step training is known to have reached though not reported (a ``lose``
         fault's step), which the last step is at least."""
-        last = self.last_step = self.last_step if reached is None else max(self.last_step or 0, reached)
+        continued = continued_from(self.carried.lives)
+        last = self.last_step = life_last_step(self.last_step, reached, continued)
+        if self.life.resumed_from_step is None and continued is not None and last == continued:
+            self.life = replace(self.life, resumed_from_step=continued)  # ended before it said where it resumed
         self.life = closed(self.life, state, preempted, ended_at=ended_at, last_step=last, cause=cause)
 
     def lives(self) -> tuple[Life, ...]:

@@ -64,7 +64,7 @@
     const badge = $("state");
     badge.textContent = st.status;
     badge.className = "badge s-" + st.status;
-    const elapsed = st.elapsed_s != null ? st.elapsed_s : st.wall_time_s;
+    const elapsed = runElapsed(st);
     const bits = [st.strategy, (st.tasks || []).length + " tasks", elapsed.toFixed(1) + " s"];
     if (st.global_batch_size) bits.push("global batch " + st.global_batch_size);
     if (st.elastic) bits.push("workers " + st.elastic.workers + " of " + st.elastic.min + ".." + st.elastic.max +
@@ -114,6 +114,35 @@
     $("cause-tail").textContent = rc.stderr_tail || "";
   }
 
+  // seconds since the run's first life started in this process: a next life (a size change of the
+  // running job) counts its elapsed_s from 0 and starts at life_started_s on the history's axis
+  function runElapsed(st) {
+    return (st.life_started_s || 0) + (st.elapsed_s != null ? st.elapsed_s : st.wall_time_s || 0);
+  }
+
+  // a vertical dashed line where each next life started (its "run ..., life N: continues" event)
+  const lifeLines = {
+    hooks: {
+      draw: [(u) => {
+        const ctx = u.ctx;
+        ctx.save();
+        ctx.strokeStyle = "#7b3fb5";
+        ctx.setLineDash([4, 4]);
+        ctx.lineWidth = 1;
+        for (const e of events) {
+          if (e.kind !== "life") continue;
+          const x = u.valToPos(e.t, "x", true);
+          if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+          ctx.beginPath();
+          ctx.moveTo(x, u.bbox.top);
+          ctx.lineTo(x, u.bbox.top + u.bbox.height);
+          ctx.stroke();
+        }
+        ctx.restore();
+      }],
+    },
+  };
+
   // one chart per measure: x = seconds since the start, one series per task
   function chartData(field) {
     const names = [...new Set(samples.filter((s) => s[field] != null).map((s) => s.task))].sort();
@@ -136,7 +165,7 @@
     if (!c) {
       el.textContent = "";
       const opts = {
-        width, height: 240, legend: { live: false },
+        width, height: 240, legend: { live: false }, plugins: [lifeLines],
         scales: { x: { time: false } },
         axes: [{ label: "s" }, { label, size: 60 }],
         series: [{ label: "s" }, ...names.map((n, i) => ({ label: n, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true, points: { show: false } }))],
@@ -150,14 +179,17 @@
   function renderTimeline(st) {
     const box = $("timeline");
     box.querySelectorAll(".mark, .span, .tick").forEach((e) => e.remove());
-    const end = Math.max(1, st.elapsed_s != null ? st.elapsed_s : st.wall_time_s || 1);
+    // a finished run's page (status --web) has no life_started_s: its history.json may hold earlier lives
+    const last = (xs) => (xs.length ? xs[xs.length - 1].t : 0);
+    const end = Math.max(1, runElapsed(st), last(samples), last(events));
+    const life = st.life_started_s || 0;  // the recoveries are this life's: their times count from its start
     const pos = (t) => Math.min(100, Math.max(0, (100 * t) / end)) + "%";
     for (const r of st.recoveries || []) {
       const span = document.createElement("div");
       span.className = "span";
-      span.style.left = pos(r.detected_at_s);
-      const stop = r.resumed_at_s != null ? r.resumed_at_s : end;
-      span.style.width = Math.max(0.5, (100 * (stop - r.detected_at_s)) / end) + "%";
+      span.style.left = pos(life + r.detected_at_s);
+      const stop = r.resumed_at_s != null ? life + r.resumed_at_s : end;
+      span.style.width = Math.max(0.5, (100 * (stop - life - r.detected_at_s)) / end) + "%";
       span.title = r.scope + " restart of " + r.tasks.join(", ") + " after " + r.cause;
       box.appendChild(span);
     }
