@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import pytest
 
 from orchestrator import api, backends
 from orchestrator.backends import BACKENDS, capability_table, get_backend
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle, held_slots
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.options import DECLARED, DockerOptions, LocalOptions, SlurmOptions, describe, option
@@ -21,6 +22,8 @@ from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program
 from orchestrator.errors import SpecError
+from orchestrator.plan import attempt_env
+from orchestrator.spec.elastic import ElasticSpec
 from orchestrator.spec.loader import build_spec
 from orchestrator.spec.model import JobSpec, TaskId
 
@@ -59,7 +62,7 @@ def test_the_table_lists_every_backend_with_the_hooks_that_implement_each_capabi
         Capability.HOST_PORTS: ()}
     assert docker.capabilities == {Capability.LIFECYCLE: ("open", "close"),
                                    Capability.DIAGNOSTICS: ("dump_stacks", "oom_killed"), Capability.HOST_GPUS: (),
-                                   Capability.HOST_CPUS: ()}
+                                   Capability.HOST_CPUS: (), Capability.NAMED_ADDRESSES: ()}
     assert slurm.capabilities == {
         Capability.LIFECYCLE: ("open", "close"), Capability.PORTS: ("reserve_again",),
         Capability.DIAGNOSTICS: ("dump_stacks", "job_preempted"),
@@ -222,6 +225,32 @@ def test_the_api_dry_run_starts_binds_and_creates_nothing(tmp_path):
     docker = api.dry_run(JobSpec.create(workers=2), runs_dir=tmp_path, backend="docker",
                          backend_options={"image": "tf:1"})
     assert [t.address for t in docker.tasks] == ["worker-0:2222", "worker-1:2222"]
+
+
+PSS_1_OF_2 = {"strategy": "parameter_server", "ps": 1, "workers": 1, "elastic": ElasticSpec(1, 2)}
+
+
+@pytest.mark.parametrize("backend, fields, planned", [
+    (LocalBackend, PSS_1_OF_2, 2),  # its leased ports: the held worker's address reserved
+    (DockerBackend, PSS_1_OF_2, 2),  # named addresses: worker-1:2222 before its container exists
+    (SlurmBackend, PSS_1_OF_2, None),  # its scheduler places the tasks: a grow is a next life
+    (_Minimal, PSS_1_OF_2, None),  # neither fact declared
+    (DockerBackend, {**PSS_1_OF_2, "gpus_per_task": {"worker": 1}}, None),  # a held worker has no device dealt
+    (DockerBackend, {**PSS_1_OF_2, "workers": 2}, None),  # started at MAX: nothing held
+    (DockerBackend, {"strategy": "multi_worker_mirrored", "workers": 1, "elastic": ElasticSpec(1, 2)}, None),
+])
+def test_held_slots_are_planned_where_a_held_task_has_its_address_before_it_starts(backend, fields, planned):
+    at_max = held_slots(JobSpec.create(**fields), backend)
+    assert (at_max.workers if at_max is not None else None) == planned
+
+
+def test_a_docker_dry_run_of_a_pss_job_below_max_names_its_held_worker(tmp_path):
+    plan = api.dry_run(JobSpec.create(**PSS_1_OF_2), runs_dir=tmp_path, backend="docker",
+                       backend_options={"image": "tf:1"})
+    assert (plan.started_workers, plan.held) == (1, ("worker-1",))
+    assert plan.task_plan(TaskId("worker", 1)).address == "worker-1:2222"
+    chief = json.loads(attempt_env(plan, TaskId("chief", 0), 0)["TF_CONFIG"])
+    assert chief["cluster"]["worker"] == ["worker-0:2222"]  # the held one in no started task's cluster
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", ".hidden", "../x"])
