@@ -10,6 +10,7 @@ task's host pid may still run.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -21,11 +22,12 @@ import pytest
 import yaml
 
 from orchestrator import api
-from orchestrator.backends.docker import LABEL_RUN
+from orchestrator.backends.docker import LABEL_RUN, LABEL_TASK
 from orchestrator.backends.engine import engine_available
 from orchestrator.spec import JobSpec, TaskId, TrainingSpec
 from orchestrator.spec.supervision import SupervisionSpec
 from tests.conftest import REPO, all_pids, assert_no_process_left, orchestrator_cmd, test_env, wait_until
+from tests.e2e.test_recovery import Launch
 
 pytestmark = pytest.mark.docker
 
@@ -165,6 +167,54 @@ def test_pss_in_containers_a_killed_worker_restarts_alone_and_the_servers_are_st
     assert "tf.distribute.Server serving" in Path(by_task(summary)["ps:0"]["stdout"]).read_text()
     assert_no_process_left(all_pids(summary))
     assert_nothing_left(engine, "kill")
+
+
+def test_pss_in_containers_grows_past_its_cluster_with_the_ps_and_worker_0_kept_running(tmp_path, engine, image):
+    # issue 34 item 4 on docker: started at 1 of 1..2, worker 1 is planned (its address worker-1:2222, the alias its
+    # container gets when it starts) but in no TF_CONFIG yet; `resize --workers 2` has the coordinator save and
+    # restart alone with a TF_CONFIG naming worker 1, whose container starts beside the ps's and worker 0's, which
+    # keep running: the same containers, one life, 0 steps lost (on main: a next life, every container restarted)
+    spec = tmp_path / "pss.yaml"
+    spec.write_text("strategy: parameter_server\nps: 1\nworkers: {min: 1, max: 2, start: 1}\n"
+                    "training: {epochs: 20, steps_per_epoch: 30, loop: custom}\n")
+    launch = Launch(tmp_path, "grow", "--backend", "docker", "--image", image, "--spec", str(spec))
+    try:
+        chief = launch.run_dir / "attempt-0" / "chief-0" / "stdout.log"
+        wait_until(lambda: chief.exists() and "epoch 1/20: mean loss" in chief.read_text(), 240, what="epoch 1")
+
+        def containers() -> dict[str, str]:
+            return {c.labels[LABEL_TASK]: c.id for c in engine.containers.list(filters={"label": f"{LABEL_RUN}=grow"})}
+
+        before = containers()
+        assert set(before) == {"chief-0", "worker-0", "ps-0"}  # worker 1 held: no container
+        resize = subprocess.run(orchestrator_cmd("resize", "--runs-dir", str(tmp_path), "grow", "--workers", "2"),
+                                capture_output=True, text=True, cwd=REPO, env=test_env(), timeout=60)
+        assert resize.returncode == 0, (resize.stdout, resize.stderr)
+        launch.wait_for(r"past the 1 worker\(s\) .*: the coordinator saves at its next step", timeout_s=60)
+        launch.wait_for(r"chief-0 restarted from its save with a TF_CONFIG naming 2 worker\(s\)", timeout_s=120)
+        after: dict[str, str] = {}
+        def grown() -> bool:
+            after.clear()
+            after.update(containers())
+            return "worker-1" in after and after.get("chief-0", before["chief-0"]) != before["chief-0"]
+
+        wait_until(grown, 60, what="the containers of worker 1 and the coordinator's next attempt")
+        assert {name: after.get(name) for name in ("ps-0", "worker-0")} == {n: before[n] for n in ("ps-0", "worker-0")}
+        code, summary = launch.finish(timeout_s=240)
+    finally:
+        launch.kill()
+    assert code == 0, "".join(launch.lines[-40:])
+    saved = int(re.search(r"checkpoint saved after step (\d+); exiting with code 143", chief.read_text())[1])
+    assert 30 <= saved < 600
+    assert summary["metrics"]["steps"] == 600 and summary["restarts"] == 0 and summary["recoveries"] == []
+    assert summary["failures"] == [] and len(summary["lives"]) == 1  # nothing but the coordinator restarted
+    tasks = by_task(summary)
+    assert {name: t["attempts"] for name, t in tasks.items()} == {"chief:0": 2, "worker:0": 1, "worker:1": 1,
+                                                                  "ps:0": 1}
+    segments = [(s["workers"], s["cause"], s["first_step"], s["steps_lost"]) for s in summary["segments"]]
+    assert segments == [(1, "launched", 0, 0), (2, "resize asked", saved, None)]
+    assert "tf.distribute.Server serving" in (launch.run_dir / "attempt-0" / "worker-1" / "stdout.log").read_text()
+    assert_nothing_left(engine, "grow")
 
 
 def compose_tool() -> list[str] | None:
