@@ -4,6 +4,8 @@
   ``worker-1:2222`` (each container carries its task name as network alias and
   hostname), exactly as in the Compose file :mod:`orchestrator.render.compose` renders.
   Nothing is published on the host: TensorFlow's server has no authentication.
+  The name is known before the container exists (:attr:`Capability.NAMED_ADDRESSES`), so a plan may
+  name a task not started yet: an elastic PSS job's held worker slots (docs/elastic.md).
 * The orchestrator's health endpoint binds the network's gateway address (still
   token-protected), which the containers reach; nothing binds ``0.0.0.0``.
 * Every task runs under the engine's init (``--init``), so SIGTERM, SIGUSR1 (stack dump)
@@ -111,8 +113,7 @@ class DockerBackend(Backend[Container]):
     name = DOCKER.name
     summary = DOCKER.summary
     options_type = DockerOptions
-    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS, Capability.HOST_CPUS,
-                              Capability.NAMED_ADDRESSES})
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS, Capability.HOST_CPUS})
     python = "python"
     """The interpreter in the image: task commands are run inside the containers."""
     parent_death_signal = False
