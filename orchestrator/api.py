@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from orchestrator import rundir, tls
 from orchestrator.backends import get_backend
-from orchestrator.backends.base import Backend, Capability, TaskHandle
+from orchestrator.backends.base import Backend, Capability, TaskHandle, held_slots
 from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of a job
     SPARE_PROBE,
     check_environment,
@@ -150,7 +150,7 @@ def dry_run(
     run_id = run_id or new_run_id()
     spec, placement = place_gpus(spec, engine)
     started = spec.workers  # PSS below MAX: every slot planned, the ones above held (as a launch plans it)
-    spec = (held_at_max(spec) if engine.supports(Capability.HOST_PORTS) and not spec.addresses else None) or spec
+    spec = held_slots(spec, engine) or spec  # local, docker: Backend's held_slots
     addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
     return _assemble(spec, engine, addresses, run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
                      health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True,
@@ -270,7 +270,7 @@ def prepare(
                                wait_s=wait_for_resources_s, runs_dir=str(rd.path.parent),
                                ports=ports)  # waits while others hold it
         spec, placement = leased(spec, placement, lease, engine)
-        started, spec = spec.workers, (held_at_max(spec) if host_ports else None) or spec  # the slots above held
+        started, spec = spec.workers, held_slots(spec, engine) or spec  # the slots above held (local, docker)
         if not reused:
             engine.open(run_id, run_dir)  # docker: engine, image, the job's network
         addresses = engine.allocate(spec, lease.ports) if lease.ports else engine.allocate(spec)  # inside its block

@@ -113,7 +113,8 @@ class DockerBackend(Backend[Container]):
     name = DOCKER.name
     summary = DOCKER.summary
     options_type = DockerOptions
-    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS, Capability.HOST_CPUS})
+    capabilities = frozenset({Capability.LIFECYCLE, Capability.DIAGNOSTICS, Capability.HOST_GPUS, Capability.HOST_CPUS,
+                              Capability.NAMED_ADDRESSES})
     python = "python"
     """The interpreter in the image: task commands are run inside the containers."""
     parent_death_signal = False
