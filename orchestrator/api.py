@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from orchestrator import rundir, tls
-from orchestrator.backends import get_backend
-from orchestrator.backends.base import Backend, Capability, TaskHandle, held_slots
+from orchestrator.backends import get_backend, held_slots
+from orchestrator.backends.base import Backend, Capability, TaskHandle
 from orchestrator.checks import (  # noqa: F401 - part of the API: the checks of a job
     SPARE_PROBE,
     check_environment,
@@ -150,7 +150,7 @@ def dry_run(
     run_id = run_id or new_run_id()
     spec, placement = place_gpus(spec, engine)
     started = spec.workers  # PSS below MAX: every slot planned, the ones above held (as a launch plans it)
-    spec = held_slots(spec, engine) or spec  # local, docker: Backend's held_slots
+    spec = held_slots(spec, engine) or spec  # local, docker: the slots above the start held
     addresses = engine.preview_addresses(spec)  # binds and holds nothing: no close() needed
     return _assemble(spec, engine, addresses, run_id=run_id, run_dir=Path(runs_dir).resolve() / run_id,
                      health_address="127.0.0.1:<port>", token="", faults=faults, commands=commands, dry_run=True,

@@ -29,7 +29,9 @@ from orchestrator.backends.options import (
     with_container_sizes,
 )
 from orchestrator.errors import SpecError
+from orchestrator.plan import held_at_max
 from orchestrator.spec.containers import ContainerSpec
+from orchestrator.spec.model import JobSpec
 
 
 class Registry(MutableMapping[str, type[Backend[Any]]]):
@@ -178,3 +180,16 @@ def capability_table() -> list[BackendInfo]:
         table.append(BackendInfo(name, cls.summary, have, describe(cls.options_type)))
     return table
 
+
+def held_slots(spec: JobSpec, backend: type[Backend[Any]] | Backend[Any]) -> JobSpec | None:
+    """The spec to plan a job at on ``backend`` when it starts below MAX with its worker slots above the start
+    held (:func:`orchestrator.plan.held_at_max`: ParameterServerStrategy, no GPUs per task), so that a grow into
+    them restarts only the coordinator and the ps and the other workers keep running (docs/elastic.md). A held
+    slot needs its address before its task starts: a port of this machine the launch leases
+    (:attr:`Capability.HOST_PORTS`: local) or a name on the job's network (:attr:`Capability.NAMED_ADDRESSES`:
+    docker), and no fixed ``addresses`` in the spec (none for the held ones). None otherwise: Slurm places its
+    tasks itself (a held worker would claim a node slot its allocation may not have), so a grow there is a next
+    life."""
+    if spec.addresses or not (backend.supports(Capability.HOST_PORTS) or backend.supports(Capability.NAMED_ADDRESSES)):
+        return None
+    return held_at_max(spec)

@@ -20,12 +20,10 @@ against the backend's declaration when its class is created):
 * placement on other machines (:class:`PlacementHooks`): ``register_address``, ``prepare_restart``;
 * exit events (:class:`ExitHooks`): ``exit_fd``;
 
-and facts without hooks (:attr:`Capability.HOST_PROCESSES`, :attr:`Capability.HOST_FILES`,
-:attr:`Capability.HOST_GPUS`, :attr:`Capability.HOST_CPUS`, :attr:`Capability.HOST_PORTS`,
-:attr:`Capability.NAMED_ADDRESSES`).
-Each backend also declares its options (:attr:`Backend.options_type`, a frozen dataclass the CLI
-builds its flags from: :mod:`orchestrator.backends.options`), and the class attributes
-:attr:`Backend.python`, :attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
+and facts without hooks (the last six members of :class:`Capability`: ``HOST_PROCESSES`` .. ``NAMED_ADDRESSES``).
+Each backend also declares its options (:attr:`Backend.options_type`, a frozen dataclass the CLI builds its flags
+from: :mod:`orchestrator.backends.options`), and the class attributes :attr:`Backend.python`,
+:attr:`Backend.parent_death_signal`, :attr:`Backend.health_host`.
 :func:`orchestrator.backends.capability_table` lists it all, for the docs.
 
 Exit codes everywhere follow ``subprocess.Popen.returncode``: ``>= 0`` an exit code,
@@ -44,7 +42,7 @@ from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 from orchestrator.backends.growth import GrowsBack
 from orchestrator.backends.options import NoOptions
-from orchestrator.plan import Plan, TaskPlan, attempt_env, held_at_max
+from orchestrator.plan import Plan, TaskPlan, attempt_env
 from orchestrator.resources.gpus import GpuUsage
 from orchestrator.rundir import RunDir
 from orchestrator.spec.model import JobSpec, TaskId
@@ -222,9 +220,8 @@ class Capability(enum.Enum):
     live run's (:mod:`orchestrator.resources.portblocks`), and :meth:`Backend.allocate` draws the tasks' ports
     inside it. Without it the tasks' ports are not this machine's (containers on their own network, other nodes)."""
     NAMED_ADDRESSES = "named-addresses"
-    """Each task's address is a name on the job's own network, known before the task starts and with nothing to
-    reserve or bind (docker: ``worker-1:2222``, the alias its container gets when it starts). A plan may name a task
-    that is not started yet: :func:`held_slots`."""
+    """A task's address is a name on the job's network, known before the task starts, nothing to reserve (docker:
+    ``worker-1:2222``): a plan may name a task not started yet (:func:`orchestrator.backends.held_slots`)."""
 
 
 class LifecycleHooks:
@@ -501,17 +498,3 @@ def start_attempt(backend: Backend[H], plan: Plan, task: TaskPlan, attempt: int,
         backend.release_port(task.task, attempt)
     return backend.start(LaunchRequest(task.task, attempt, task.argv, attempt_env(plan, task.task, attempt, workers),
                                        RunDir(plan.run_dir).task(attempt, task.task), runtime=task.reports_heartbeats))
-
-
-def held_slots(spec: JobSpec, backend: type[Backend[Any]] | Backend[Any]) -> JobSpec | None:
-    """The spec to plan a job at on ``backend`` when it starts below MAX with its worker slots above the start
-    held (:func:`orchestrator.plan.held_at_max`: ParameterServerStrategy, no GPUs per task), so that a grow into
-    them restarts only the coordinator and the ps and the other workers keep running (docs/elastic.md). A held
-    slot needs its address before its task starts: a port of this machine the launch leases
-    (:attr:`Capability.HOST_PORTS`: local) or a name on the job's network (:attr:`Capability.NAMED_ADDRESSES`:
-    docker), and no fixed ``addresses`` in the spec (none for the held ones). None otherwise: Slurm places its
-    tasks itself (a held worker would claim a node slot its allocation may not have), so a grow there is a next
-    life."""
-    if spec.addresses or not (backend.supports(Capability.HOST_PORTS) or backend.supports(Capability.NAMED_ADDRESSES)):
-        return None
-    return held_at_max(spec)

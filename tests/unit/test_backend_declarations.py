@@ -13,8 +13,8 @@ from typing import Iterable
 import pytest
 
 from orchestrator import api, backends
-from orchestrator.backends import BACKENDS, capability_table, get_backend
-from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle, held_slots
+from orchestrator.backends import BACKENDS, capability_table, get_backend, held_slots
+from orchestrator.backends.base import Backend, Capability, LaunchRequest, TaskHandle
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.options import DECLARED, DockerOptions, LocalOptions, SlurmOptions, describe, option
