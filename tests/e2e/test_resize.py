@@ -103,10 +103,13 @@ def test_a_resize_asked_continues_the_running_group_at_1_worker_from_the_step_it
     samples = history["samples"]
     assert [s["seq"] for s in samples] == sorted(s["seq"] for s in samples)
     assert [s["t"] for s in samples] == sorted(s["t"] for s in samples)  # one time axis for both lives
+    # the first life's samples stay in the history (it lasted seconds, the page samples twice a second; the custom
+    # loop may train its first 30 steps between two samples, so they need not show a step)
+    assert any(s["seq"] < life["seq"] for s in samples)
     before = [s["step"] for s in samples if s["seq"] < life["seq"] and s["step"]]
     after = [s["step"] for s in samples if s["seq"] > life["seq"] and s["step"]]
     saved = _saved_step(launch.run_dir)  # at 32 examples a step
-    assert before and after and min(after) >= max(before) and min(after) >= 2 * saved
+    assert after and min(after) >= max(before, default=0) and min(after) >= 2 * saved
     assert code == 0, "".join(launch.lines[-40:])
     assert any("resize asked: 2 -> 1 worker(s)" in line for line in launch.lines), "".join(launch.lines[-40:])
     assert not any("not done: training has ended" in line for line in launch.lines), "".join(launch.lines[-40:])
