@@ -46,7 +46,7 @@ from orchestrator.handle import (  # noqa: F401 - Job...: what launch() returns
 )
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
-from orchestrator.plan import Plan, held_at_max, make_plan, new_run_id
+from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.resources import leases, runlock
 from orchestrator.resources.cores import allowed_cores
@@ -263,7 +263,7 @@ def prepare(
     try:
         lock = runlock.hold(rd) if resume else None  # one life of a run at a time: a second one exits 2
         host_ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
-        ports = len((held_at_max(spec) or spec).tasks()) if host_ports else 0  # PSS below MAX: every slot's
+        ports = len((held_slots(spec, engine) or spec).tasks()) if host_ports else 0  # PSS below MAX: every slot's
         inventory = discover() if engine.supports(Capability.HOST_GPUS) else None
         lease = leases.acquire(spec, run_id, inventory,
                                allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),

@@ -74,7 +74,6 @@ def let_go(server: HealthEndpoint | None, web_server: Any, engine: Backend[Any],
         lease.release()
 
 
-
 def next_size(job: Job, result: JobSnapshot) -> int | None:
     """The size the run continues at in a next life in this process: a size change of the running
     job ended this one (:mod:`orchestrator.supervisor.resizing`); None: the run has ended."""
@@ -281,13 +280,18 @@ class JobHandle:
             self.stop("stopped: the with block of api.launch() was left")
 
 
+def _places_here(engine: Backend[Any]) -> bool:
+    """``engine`` leases this machine's cores, GPUs or ports (local, docker); else its scheduler places the
+    tasks (Slurm), and its room is its own (:attr:`~orchestrator.backends.base.Backend.growth`)."""
+    return any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
+
+
 def asked_room(spec: JobSpec, engine: Backend[Any]) -> Any:
     """The room a grow asked by ``resize`` waits for on a backend whose scheduler places the tasks
     (Slurm: :meth:`~orchestrator.backends.slurm_room.SlurmRoom.for_size`, extension allocations asked
     for the nodes short); None elsewhere (the local and docker backends place what they are asked) or
     for a fixed count."""
-    here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
-    if spec.elastic is None or here or engine.growth is None:
+    if spec.elastic is None or _places_here(engine) or engine.growth is None:
         return None
     return engine.growth.grow_room(spec)
 
@@ -298,10 +302,9 @@ def room_probe(spec: JobSpec, run_id: str, engine: Backend[Any],
     (``--grow-back``: :mod:`orchestrator.supervisor.growback`); None when it does not. A backend that
     leases nothing of this machine (Slurm: its scheduler places the tasks) says it itself
     (:attr:`~orchestrator.backends.base.Backend.growth`)."""
-    here = any(engine.supports(c) for c in (Capability.HOST_CPUS, Capability.HOST_GPUS, Capability.HOST_PORTS))
     if spec.elastic is None or spec.elastic.grow_back_s is None or spec.strategy.value != "multi_worker_mirrored":
         return None
-    if not here:
+    if not _places_here(engine):
         return engine.growth.grow_room(spec) if engine.growth is not None else None
     ports = engine.supports(Capability.HOST_PORTS) and not spec.addresses
     return RoomProbe(spec, run_id, allowed=allowed_cores(), host_cpus=engine.supports(Capability.HOST_CPUS),

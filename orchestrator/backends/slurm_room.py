@@ -56,9 +56,13 @@ class SlurmRoom:
 
     def __call__(self) -> int | None:
         """The most workers in MIN..MAX the usable nodes hold now (None: not even MIN)."""
+        return self._room(self.bounds[1])
+
+    def _room(self, target: int) -> int | None:
+        """As :meth:`__call__`, extension allocations asked for the nodes ``target`` workers are short of."""
         nodes = len(self._usable())
         lo, hi = self.bounds
-        self.extensions.want(nodes_short(hi, self.tasks_at, nodes, self.per_node))
+        self.extensions.want(nodes_short(target, self.tasks_at, nodes, self.per_node))
         return nodes_room(lo, hi, self.tasks_at, nodes, self.per_node)
 
     @property
@@ -73,10 +77,7 @@ class SlurmRoom:
         """The most workers in MIN..MAX the usable nodes hold now (0: not even MIN), asked for a grow to
         ``workers`` asked by ``resize``: extension allocations are asked for the nodes ``workers`` is
         short of (not MAX's), all at once."""
-        nodes = len(self._usable())
-        lo, hi = self.bounds
-        self.extensions.want(nodes_short(workers, self.tasks_at, nodes, self.per_node))
-        return nodes_room(lo, hi, self.tasks_at, nodes, self.per_node) or 0
+        return self._room(workers) or 0
 
     def news(self) -> list[str]:
         """The extension watch's lines since the last call (events)."""

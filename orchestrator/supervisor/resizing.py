@@ -44,7 +44,7 @@ The part decides; the loop carries out what it returns (:mod:`~orchestrator.supe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -157,11 +157,9 @@ class Resizing:
         that takes back a worker parked for its lost node (a new address), restarts the coordinator with a
         new ``TF_CONFIG``: the run continues in a next life at the new size."""
         assert self.bounds is not None
-        parked = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.parked if self._lives else ())]
-        held = [int(name.rsplit("-", 1)[1]) for name in (self._lives.life.held if self._lives else ())]
-        active = [i for i in range(self.size) if i not in parked and i not in held]
-        moved = [int(name.rsplit("-", 1)[1]) for name, _ in self._node_lost]  # parked for their lost node
-        change = size_change(self.strategy, active, self.bounds, target=workers, parked=parked,
+        parked = _slots(self._lives.life.parked if self._lives else ())
+        moved = _slots(name for name, _ in self._node_lost)  # parked for their lost node
+        change = size_change(self.strategy, _slots(self._active_now()), self.bounds, target=workers, parked=parked,
                              started=self.size if self.cluster is None else self.cluster, planned=self._planned,
                              moved=moved)
         if change.refusal:
@@ -322,7 +320,7 @@ class Resizing:
         if self.next is not None or self.bounds is None:
             return []
         mwms = self.strategy == MWMS
-        active = range(self.size) if mwms else [int(n.rsplit("-", 1)[1]) for n in self._active_now()]
+        active = range(self.size) if mwms else _slots(self._active_now())
         change = node_lost(self.strategy, self.bounds, active, rt.task.task_type, rt.task.task_index, node,
                            rt.current.stop_requested)
         if change is None:
@@ -386,3 +384,8 @@ class Resizing:
         if self.next is None or not self.continues(state):
             return None, self._reached
         return self.next.cause, self._reached
+
+
+def _slots(names: Iterable[str]) -> list[int]:
+    """The worker slots (task indexes) of worker task names (``worker-2`` -> 2), in order."""
+    return [int(name.rsplit("-", 1)[1]) for name in names]

@@ -319,7 +319,7 @@ def segments(lives: tuple[Life, ...]) -> list[dict[str, Any]]:
         else:
             first = life.resumed_from_step if life.resumed_from_step is not None else (0 if last is None else None)
             if last is not None and first is not None:
-                _saved_before_reported(last, {**size, "first_step": first})
+                _saved_before_reported(last, first, size.get("global_batch_size"))
             out.append({**size, "first_step": first, "last_step": life.last_step,
                         "cause": SEGMENT_LAUNCHED if last is None else before if before in RESIZED else SEGMENT_RESUMED,
                         "steps_lost": lost, "lives": [life.number]})
@@ -343,15 +343,16 @@ def _untrained(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
         known = seg["first_step"]
     for before, seg in zip(out, out[1:]):
         if seg["first_step"] is not None:
-            _saved_before_reported(before, seg)
+            _saved_before_reported(before, seg["first_step"], seg.get("global_batch_size"))
     return out
 
 
-def _saved_before_reported(before: dict[str, Any], seg: dict[str, Any]) -> None:
-    """``before``'s last step raised to where ``seg`` resumed (its last steps were saved before they were reported),
-    counted in ``before``'s steps: under ``keep-per-replica`` a step of another global batch is another count of
-    examples (step k at G is k x G examples: :func:`worker.elastic.converted_step`)."""
-    first, was, now = seg["first_step"], before.get("global_batch_size"), seg.get("global_batch_size")
+def _saved_before_reported(before: dict[str, Any], first: int, now: int | None) -> None:
+    """``before``'s last step raised to ``first``, where the next segment (at the global batch ``now``) resumed: its
+    last steps were saved before they were reported. Counted in ``before``'s steps: under ``keep-per-replica`` a
+    step of another global batch is another count of examples (step k at G is k x G examples:
+    :func:`worker.elastic.converted_step`)."""
+    was = before.get("global_batch_size")
     if was and now and was != now:
         first = first * now // was
     if (before["last_step"] or 0) < first:
