@@ -46,6 +46,7 @@ from orchestrator.handle import (  # noqa: F401 - Job...: what launch() returns
 )
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
+from orchestrator.pkimaker import CertificateMaker, run_pki
 from orchestrator.plan import Plan, make_plan, new_run_id
 from orchestrator.report.history import Recorder
 from orchestrator.resources import leases, runlock
@@ -177,6 +178,7 @@ def prepare(
     web_server: WebServer | None = None,
     start_early: bool = False,
     first_wave_started: threading.Event | None = None,
+    certificates: CertificateMaker | None = None,
     **supervisor_options: Any,
 ) -> Job:
     """Plan a job and get everything ready to start it.
@@ -210,6 +212,8 @@ def prepare(
             tasks end with this process (local); :func:`run`, called next on this thread, takes them over (the CLI).
         first_wave_started: set just before the first of those tasks starts (the CLI holds a signal back from then
             until its handlers take it).
+        certificates: a certificate maker started with the CLI (:mod:`orchestrator.pkimaker`): it makes the run's
+            certificates once the plan is written; None (or a maker that fails): this process makes them.
         **supervisor_options: passed to :class:`Supervisor` (``stop_timeout_s``, ...).
 
     Raises:
@@ -291,8 +295,11 @@ def prepare(
                          token=token, faults=faults, commands=commands, dry_run=False, placement=placement,
                          cores=lease.cores, tls_dir=None if insecure else str(tls.tls_dir(run_dir)),
                          started_workers=started if started < spec.workers else None)
+        clients = [t.task.name for t in plan.tasks]  # a certificate each (tls.make_run_pki)
         if not insecure:  # a task waits for the CA file, written last (make_run_pki): not a previous life's
             tls.expect_pki(run_dir)
+            if certificates is not None and not certificates.ask(run_dir, run_id, engine.health_host, clients):
+                certificates = None
     except BaseException:
         let_go(server, None if reused_web else web_server, engine, lock, lease, resume)
         raise
@@ -316,8 +323,7 @@ def prepare(
 
     def make(started: dict[str, TaskHandle]) -> Supervisor:
         if not insecure:  # with start_early: while the first tasks import; each waits for the CA file (tls.files_for)
-            server.tls = tls.make_run_pki(run_dir, run_id, tls.server_hosts(engine.health_host),
-                                          [t.task.name for t in plan.tasks])
+            server.tls = run_pki(certificates, run_dir, run_id, engine.health_host, clients)
         from orchestrator.supervisor.loop import Supervisor  # with start_early: once the first tasks have started
         return Supervisor(plan, engine, store, recorder, carried=carried, on_started=serve, persist=persist,
                           room=room_probe(spec, run_id, engine, inventory), asked_room=asked_room(spec, engine),
@@ -328,6 +334,8 @@ def prepare(
         supervisor = first_wave(plan, engine, carried.next_attempt if carried else {},
                                 start_early and engine.parent_death_signal, make, first_wave_started)
     except BaseException:
+        if certificates is not None:
+            certificates.close()  # before the run's directory goes: it may be writing there
         let_go(server, None if reused_web else web_server, engine, lock, lease, resume)
         raise
     holder.append(supervisor)

@@ -25,11 +25,11 @@ container's ``host.docker.internal``, a Slurm node's name). The folder is remove
 ends (:func:`remove`).
 
 This module imports neither ``grpc`` nor ``cryptography`` at its top: a launch's first tasks start
-before the CLI imports either (:mod:`orchestrator.health.endpoint`), and the certificates are made
-while those tasks' interpreters start (``import cryptography`` is about 25-40 ms here, then about
-0.25 ms per certificate: EC P-256 keys and ECDSA signatures). ``ca.crt`` is written last, by a
-rename, and a client waits for it (:func:`files_for`, at most :data:`PKI_WAIT_S`): once it is
-there every other file is complete.
+before the CLI imports either (:mod:`orchestrator.health.endpoint`), and a launch's certificates are
+made by a process of their own while those tasks' interpreters start (:mod:`orchestrator.pkimaker`;
+``import cryptography`` is about 25-40 ms here, then about 0.25 ms per certificate: EC P-256 keys
+and ECDSA signatures). ``ca.crt`` is written last, by a rename, and a client waits for it
+(:func:`files_for`, at most :data:`PKI_WAIT_S`): once it is there every other file is complete.
 """
 
 from __future__ import annotations

@@ -7,13 +7,17 @@ fault never fired (``launch``), 75 preempted (``launch``), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from orchestrator.env import bench_mark
 from orchestrator.errors import OrchestratorError, SpecError
+
+if TYPE_CHECKING:
+    from orchestrator.pkimaker import CertificateMaker
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +53,17 @@ def _subcommand(argv: list[str]) -> str | None:
     return None
 
 
+def _certificate_maker(subcommand: str | None, argv: list[str]) -> CertificateMaker | None:
+    """For a ``launch`` that will make the run's certificates (not ``--insecure``, ``--dry-run`` or
+    ``--help``): the process that makes them, started before ``launch``'s modules are imported
+    (:mod:`orchestrator.pkimaker`); None otherwise. A launch that ends before it asks closes it."""
+    if subcommand != "launch" or any(w in ("--insecure", "--dry-run", "-h", "--help") for w in argv):
+        return None
+    from orchestrator.pkimaker import CertificateMaker
+
+    return CertificateMaker.start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the subcommand. Returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -57,7 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     if separator:  # launch ... -- python train.py --epochs 3: the user's own program
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
-    parser = build_parser(_subcommand(argv))
+    subcommand = _subcommand(argv)
+    certificates = _certificate_maker(subcommand, argv)
+    if subcommand == "launch":  # no cyclic GC until its start's imports are done (cli.launch)
+        gc.disable()
+    try:
+        return _run(subcommand, argv, command, separator, certificates)
+    finally:
+        gc.enable()
+        if certificates is not None:
+            certificates.close()
+
+
+def _run(subcommand: str | None, argv: list[str], command: list[str], separator: bool,
+         certificates: CertificateMaker | None) -> int:
+    parser = build_parser(subcommand)
     args = parser.parse_args(argv)
     bench_mark("cli-imported", sys.stderr)  # bench/timeline.py: the subcommand's modules are imported
     if command and args.command not in ("launch", "sbatch", "sweep"):
@@ -65,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command_argv = command
     args.raw_argv = argv
     args.program_separator = separator
+    args.certificates = certificates
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

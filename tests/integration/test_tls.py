@@ -15,6 +15,7 @@ from orchestrator import env, tls
 from orchestrator.health.client import EndpointClient, EndpointError
 from orchestrator.health.endpoint import HealthEndpoint
 from orchestrator.health.store import HeartbeatStore
+from orchestrator.pkimaker import CertificateMaker, run_pki
 from orchestrator.proto import supervisor_pb2 as pb
 from orchestrator.proto import supervisor_pb2_grpc as pb_grpc
 from orchestrator.spec import TaskId
@@ -81,8 +82,11 @@ def test_a_task_streams_its_heartbeats_with_its_own_certificate(served):
 
 
 def test_a_task_started_before_its_runs_certificates_waits_for_them_not_for_a_previous_lifes(tmp_path, monkeypatch):
-    """A launch starts its first tasks, then makes the certificates (api.prepare's start_early): ``files_for``
-    waits for the folder's ``ca.crt``, written last; a resumed run's previous CA is removed first (expect_pki)."""
+    """A launch starts its first tasks while its certificate maker makes the certificates (api.prepare's
+    start_early, orchestrator.pkimaker): ``files_for`` waits for the folder's ``ca.crt``, written last; a resumed
+    run's previous CA is removed first (expect_pki). The maker's certificates serve a real TLS stream."""
+    maker = CertificateMaker.start()  # as the CLI does: it imports cryptography while the rest happens
+    assert maker is not None
     run = tmp_path / "run"
     old = tls.make_run_pki(run, "life-0", ["127.0.0.1"], ["worker-0"])
     stale = old.ca.read_bytes()
@@ -97,17 +101,38 @@ def test_a_task_started_before_its_runs_certificates_waits_for_them_not_for_a_pr
         HeartbeatReporter(endpoint.address, TOKEN, "worker", 0, interval_s=0.05, tls_dir=str(old.folder)).start()))
     store = HeartbeatStore()
     endpoint = HealthEndpoint("127.0.0.1", token=TOKEN, store=store, status=lambda history, since: STATUS)
-    reporter.start()  # it waits in files_for until make_run_pki's last file
-    endpoint.tls = pki = tls.make_run_pki(run, "life-1", tls.server_hosts("127.0.0.1"), ["worker-0"])
+    reporter.start()  # it waits in files_for until the maker's last file
+    assert maker.ask(run, "life-1", "127.0.0.1", ["worker-0"])
+    endpoint.tls = pki = run_pki(maker, run, "life-1", "127.0.0.1", ["worker-0"])
     endpoint.start()
     try:
         reporter.join(10)
-        assert pki.ca.read_bytes() != stale and len(started) == 1
+        assert pki.ca.read_bytes() != stale and len(started) == 1 and pki.has_own("worker-0")
         wait_until(lambda: store.get(TaskId("worker", 0), 0), 10, what="a heartbeat with this life's certificate")
     finally:
         for each in started:
             each.close(pb.PHASE_DONE, timeout_s=2.0)
         endpoint.stop()
+
+
+def test_a_certificate_maker_never_asked_writes_nothing_and_one_that_fails_leaves_them_to_this_process(tmp_path,
+                                                                                                     caplog):
+    """A launch that ends before it asks (bad input) closes its maker: the process ends, nothing written. A maker
+    that cannot make them exits 1 with one line; ``run_pki`` then makes them in the orchestrator and says so."""
+    unasked = CertificateMaker.start()
+    assert unasked is not None and not unasked.asked
+    unasked.close()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="was not asked"):
+        unasked.wait()
+    failing = CertificateMaker.start()
+    assert failing is not None
+    (tmp_path / "a-file").write_text("")
+    assert failing.ask(tmp_path / "a-file" / "run", "run-a", "127.0.0.1", ["worker-0"])  # its folder cannot be made
+    pki = run_pki(failing, tmp_path / "run", "run-a", "127.0.0.1", ["worker-0"])
+    assert pki.ca.exists() and pki.has_own("worker-0") and pki.folder == tls.tls_dir(tmp_path / "run")
+    assert "exited 1: cannot make the run's certificates" in caplog.text
+    assert "making them in this process" in caplog.text
 
 
 def test_the_token_without_a_certificate_gets_no_answer(served):

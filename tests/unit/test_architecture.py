@@ -38,7 +38,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # A module may import modules of its own layer or of a layer below, never above.
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),  # one module per subcommand
     # the Python API that runs one job
-    ("job", ("orchestrator.api", "orchestrator.checks", "orchestrator.handle", "orchestrator.resume")),
+    ("job", ("orchestrator.api", "orchestrator.checks", "orchestrator.handle", "orchestrator.resume",
+             "orchestrator.pkimaker")),  # the run's certificates, made beside the launch
     ("web", ("orchestrator.web",)),  # the job's web page and /metrics (read statuses, never the supervisor)
     ("report", ("orchestrator.report",)),  # live view, summary.json
     ("supervisor", ("orchestrator.supervisor",)),  # decides: success, restarts, hangs

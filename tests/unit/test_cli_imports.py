@@ -73,11 +73,14 @@ def test_a_launchs_tasks_start_before_the_servers_protobuf_and_other_backends_ar
             "    seen.append(sorted(m for m in watched if m in sys.modules))\n"
             "    return start(self, request)\n"
             "LocalBackend.start = recording; from orchestrator.cli import main; rc = main(sys.argv[1:])\n"
-            "print(json.dumps([rc, seen, 'grpc' in sys.modules]), file=sys.stderr)")
+            "import psutil; left = [p.cmdline() for p in psutil.Process().children(recursive=True)]\n"
+            "print(json.dumps([rc, seen, 'grpc' in sys.modules, 'cryptography' in sys.modules, left]),"
+            " file=sys.stderr)")
     argv = ["launch", "--workers", "2", "--plain", "--runs-dir", str(tmp_path), "--", sys.executable, "-c", "pass"]
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
-    rc, seen, served = json.loads(result.stderr.strip().splitlines()[-1])
-    assert (rc, seen, served) == (0, [[], []], True), result.stderr
+    rc, seen, served, signed, left = json.loads(result.stderr.strip().splitlines()[-1])
+    # the run's certificates were made by the launch's certificate maker (orchestrator.pkimaker), never here
+    assert (rc, seen, served, signed, left) == (0, [[], []], True, False, []), result.stderr
 
 
 def test_the_supervisors_phases_are_the_protos():
@@ -119,3 +122,15 @@ def test_the_full_parser_still_has_every_subcommand():
     assert list(sub.choices) == list(SUBCOMMANDS)
     only = next(a for a in build_parser("status")._actions if a.dest == "command")
     assert list(only.choices) == ["status"]
+
+
+def test_a_launch_with_bad_input_ends_its_certificate_maker_having_made_nothing(tmp_path):
+    """The launch's certificate maker (orchestrator.pkimaker) starts before the spec is read; a bad spec ends the
+    launch with exit 2 and the maker with it: no process left, nothing written."""
+    code = ("import json, sys, psutil; from orchestrator.cli import main; rc = main(sys.argv[1:])\n"
+            "left = [p.cmdline() for p in psutil.Process().children(recursive=True)]\n"
+            "print(json.dumps([rc, left]), file=sys.stderr)")
+    argv = ["launch", "--workers", "0", "--plain", "--runs-dir", str(tmp_path / "runs")]
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert json.loads(result.stderr.strip().splitlines()[-1]) == [2, []], result.stderr
+    assert "workers" in result.stderr.splitlines()[0] and list(tmp_path.iterdir()) == []
