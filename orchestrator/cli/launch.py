@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -11,6 +10,7 @@ import threading
 from typing import Any
 
 from orchestrator import api, jsontext
+from orchestrator.cli import started
 from orchestrator.cli.backend import add_backend_arguments, backend_options
 from orchestrator.cli.checks import check_program, print_warnings
 from orchestrator.cli.requeue import SlurmContinuation
@@ -309,8 +309,7 @@ def run_launch(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         raise
-    gc.freeze()  # what the start imported lives as long as this process: no collection walks it again
-    gc.enable()  # off from the CLI's start (cli.main): ~5 % of the imports' CPU, while the first tasks start
+    started()  # the collector as before (cli.main held it back while the start imported its modules)
     for signum in held:  # a signal that came while the first tasks started: the job takes it now
         on_signal(signum, None)
     if args.insecure:

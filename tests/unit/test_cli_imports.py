@@ -134,3 +134,19 @@ def test_a_launch_with_bad_input_ends_its_certificate_maker_having_made_nothing(
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
     assert json.loads(result.stderr.strip().splitlines()[-1]) == [2, []], result.stderr
     assert "workers" in result.stderr.splitlines()[0] and list(tmp_path.iterdir()) == []
+
+
+def test_a_launchs_start_collects_less_and_then_as_before():
+    """While a launch starts (cli.main until cli.launch's prepare returned) the collector's first threshold is
+    START_GC_THRESHOLD, past what the imports allocate; then what they made is frozen and the thresholds are back."""
+    code = ("import gc, json, sys; from orchestrator import cli\n"
+            "gc.set_threshold(900, 11, 12); cli._collect_less(); before = gc.get_stats()[0]['collections']\n"
+            "during = gc.get_threshold(); import orchestrator.api\n"
+            "collected = gc.get_stats()[0]['collections'] - before; cli.started(); cli.started()\n"
+            "print(json.dumps([during, collected, gc.get_threshold(), gc.get_freeze_count() > 0]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    during, collected, after, frozen = json.loads(result.stdout)
+    from orchestrator.cli import START_GC_THRESHOLD
+
+    assert (during, collected, after, frozen) == ([START_GC_THRESHOLD, 11, 12], 0, [900, 11, 12], True)
