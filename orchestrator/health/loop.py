@@ -50,7 +50,9 @@ class LoopThread:
             RuntimeError: when the loop is not running; else whatever the coroutine raised, or
                 ``TimeoutError``.
         """
-        if self.loop is None:
+        if self.loop is None or self.loop.is_closed():
+            if asyncio.iscoroutine(coroutine):
+                coroutine.close()  # never to run: no "never awaited" warning at its collection
             raise RuntimeError(f"{self.name}: the loop is not running")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)  # type: ignore[arg-type]
 

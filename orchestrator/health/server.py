@@ -302,18 +302,18 @@ class HealthServer:
             self._store.pulse()
             await asyncio.sleep(PULSE_S)
 
-    async def _shutdown(self, grace_s: float) -> None:
+    async def _shutdown(self, server: grpc.aio.Server, grace_s: float) -> None:
         if self._pulse is not None:
             self._pulse.cancel()
-        assert self._server is not None
-        await self._server.stop(grace_s)
+        await server.stop(grace_s)
 
     def stop(self, grace_s: float = 1.0) -> None:
-        """Stop serving, letting open calls finish for at most ``grace_s`` seconds."""
-        if self._server is None:
+        """Stop serving, letting open calls finish for at most ``grace_s`` seconds. Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
             return
         try:
-            self._loop.run(self._shutdown(grace_s), grace_s + 5.0)
+            self._loop.run(self._shutdown(server, grace_s), grace_s + 5.0)
         except Exception:  # noqa: BLE001 - best effort on shutdown
             log.debug("health server stop did not finish cleanly", exc_info=True)
         self._loop.stop(5.0)
