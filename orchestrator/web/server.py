@@ -104,11 +104,12 @@ class WebServer:
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop serving (open requests get at most ``timeout_s`` seconds)."""
-        if self._runner is None:
+        """Stop serving (open requests get at most ``timeout_s`` seconds). Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is None:
             return
         try:
-            self._loop.run(self._runner.cleanup(), timeout_s)
+            self._loop.run(runner.cleanup(), timeout_s)
         except Exception:  # noqa: BLE001 - best effort on shutdown
             log.debug("web server stop did not finish cleanly", exc_info=True)
         self._loop.stop(timeout_s)

@@ -16,9 +16,9 @@ async def _answer() -> int:
 
 
 def test_a_coroutine_handed_to_a_stopped_loop_is_closed_not_left_unawaited():
-    """A second stop (the health server's is idempotent) hands its coroutine to a loop already closed:
-    run raises, and the coroutine is closed there rather than left for the collector to warn about
-    ("coroutine ... was never awaited", seen in CI's warnings summary)."""
+    """A coroutine handed to a loop already closed (as the health server's second stop did before it
+    became idempotent): run raises, and the coroutine is closed there rather than left for the
+    collector to warn about ("coroutine ... was never awaited", seen in CI's warnings summary)."""
     thread = LoopThread("test-loop")
     assert thread.start(_nothing, 10)
     assert thread.run(_answer(), 10) == 42
